@@ -1,0 +1,117 @@
+//! The main demo: the three layers at work, each step printing what happened.
+//!
+//! Run with `cargo run --example demo`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::{
+    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, McpRequest,
+    ProgressObserver, ProgressResetLayer, ProgressTap, RequestTimeout, TimeoutLayer,
+};
+
+/// Records that the future holding it was dropped before finishing.
+struct DropFlag(Arc<AtomicBool>, &'static str);
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        if !self.0.load(Ordering::SeqCst) {
+            println!("   server: handler future for `{}` was DROPPED", self.1);
+        }
+    }
+}
+
+/// A handler that works in 100 ms steps, reporting progress each step, and
+/// never looks at its cancellation token.
+async fn slow(req: McpRequest) -> Result<serde_json::Value, BoxError> {
+    let args: serde_json::Value = req.params_as().unwrap_or_default();
+    let steps = args["steps"].as_u64().unwrap_or(10);
+    let done = Arc::new(AtomicBool::new(false));
+    let _flag = DropFlag(done.clone(), "slow");
+    let tap = req.extensions().get::<ProgressTap>().cloned();
+    for step in 1..=steps {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(tap) = &tap {
+            tap.record(step as f64, Some(steps as f64), None);
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    Ok(serde_json::json!({ "resultType": "complete", "steps": steps }))
+}
+
+fn call(id: i64, steps: u64) -> McpRequest {
+    McpRequest::new(id, "tools/call")
+        .with_params(serde_json::json!({ "name": "slow", "arguments": { "steps": steps } }))
+}
+
+fn describe(result: &Result<serde_json::Value, BoxError>, started: Instant) -> String {
+    let ms = started.elapsed().as_millis();
+    match result {
+        Ok(v) => format!("OK after {ms} ms: {v}"),
+        Err(e) if e.is::<Elapsed>() => format!("TIMED OUT after {ms} ms: {e}"),
+        Err(e) if e.is::<Cancelled>() => format!("CANCELLED after {ms} ms: {e}"),
+        Err(e) => format!("ERROR after {ms} ms: {e}"),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    println!("tower-mcp-cancel demo: cancelling a request is dropping its future\n");
+
+    // 1. A fixed timeout cancels a slow call.
+    println!("1. TimeoutLayer(300 ms) around a 1 s call");
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_millis(300)))
+        .service(service_fn(slow));
+    let t = Instant::now();
+    let r = svc.ready().await.unwrap().call(call(1, 10)).await;
+    println!("   client: {}\n", describe(&r, t));
+
+    // 2. Progress resets the idle clock: a 1 s call succeeds under a 250 ms idle limit.
+    println!("2. ProgressResetLayer(idle 250 ms, max 5 s) around a 1 s call reporting progress every 100 ms");
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(250)).max(Duration::from_secs(5)))
+        .service(service_fn(slow));
+    let t = Instant::now();
+    let req = call(2, 10).with_extension(ProgressObserver::new(|p| {
+        println!("   progress {}/{}", p.progress, p.total.unwrap_or(0.0))
+    }));
+    let r = svc.ready().await.unwrap().call(req).await;
+    println!("   client: {}\n", describe(&r, t));
+
+    // 3. The hard maximum fires although progress keeps coming.
+    println!("3. Same layer with max 600 ms around a 2 s call that keeps reporting progress");
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(250)).max(Duration::from_millis(600)))
+        .service(service_fn(slow));
+    let t = Instant::now();
+    let r = svc.ready().await.unwrap().call(call(3, 20)).await;
+    println!("   client: {}\n", describe(&r, t));
+
+    // 4. An explicit cancel: the transport's signal drops the handler future.
+    println!("4. CancelOnDisconnectLayer: an explicit cancel 200 ms into a 1 s call");
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .layer(TimeoutLayer::new(Duration::from_secs(30)))
+        .service(service_fn(slow));
+    let cancellation = Cancellation::new();
+    let token = cancellation.token();
+    tokio::spawn(async move {
+        token.cancelled().await;
+        println!("   server: spawned work saw the token fire");
+    });
+    let req = call(4, 10)
+        .with_extension(cancellation.clone())
+        .with_extension(RequestTimeout::after(Duration::from_secs(5)));
+    let t = Instant::now();
+    let fut = svc.ready().await.unwrap().call(req);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cancellation.cancel(CancelReason::peer(Some("user pressed stop")));
+    });
+    let r = fut.await;
+    tokio::task::yield_now().await;
+    println!("   client: {}", describe(&r, t));
+    println!("\ndone.");
+}

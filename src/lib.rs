@@ -1,0 +1,75 @@
+//! # tower-mcp-cancel
+//!
+//! tower middleware that makes Model Context Protocol (revision 2026-07-28)
+//! cancellation, timeouts and progress-reset real for any tower service, by
+//! one rule: **cancelling a request is dropping its future**.
+//!
+//! Whatever the signal — a timer, a client that closed its HTTP response
+//! stream, a `notifications/cancelled` on stdio, the transport closing — the
+//! middleware turns it into a drop of the handler's future, and fires the
+//! request's [`CancellationToken`](tokio_util::sync::CancellationToken) for
+//! work the handler spawned. On the client side, dropping a request's future
+//! becomes the signal the peer expects: the stdio client sends
+//! `notifications/cancelled` (with the reason: timeout, maximum, caller
+//! dropped), the HTTP client closes the response stream.
+//!
+//! * [`TimeoutLayer`] — a deadline per request: default, per method, per
+//!   request ([`RequestTimeout`]); `subscriptions/listen` exempt.
+//! * [`ProgressResetLayer`] — an idle limit restarted by (strictly
+//!   increasing) progress, and a hard maximum that nothing extends.
+//! * [`CancelOnDisconnectLayer`] — the server side: races the handler against
+//!   the request's [`Cancellation`], fires it when the response is dropped.
+//!
+//! The layers talk to each other and to transports through the request's
+//! [`http::Extensions`]: a [`Cancellation`] (the transport's cancel signal and
+//! the handler's token), a [`ProgressTap`] (where progress is recorded), a
+//! [`RequestTimeout`] (the caller's override). Each is a small public type, so
+//! a third-party transport or handler can take part.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder};
+//! use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer};
+//!
+//! // A server stack: cancellation outermost, then a deadline, then the handler.
+//! let server = ServiceBuilder::new()
+//!     .layer(CancelOnDisconnectLayer::new())
+//!     .layer(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", Duration::from_secs(300)))
+//!     .service(service_fn(|req: McpRequest| async move {
+//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({"resultType": "complete"}))
+//!     }));
+//!
+//! // A client stack: a hard cap, then an idle limit reset by progress, over a
+//! // client transport (here any service).
+//! let client = ServiceBuilder::new()
+//!     .layer(TimeoutLayer::new(Duration::from_secs(300)))
+//!     .layer(ProgressResetLayer::new(Duration::from_secs(30)))
+//!     .service(service_fn(|req: McpRequest| async move {
+//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({}))
+//!     }));
+//! # let _ = (server, client);
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+pub mod builder;
+pub mod cancel;
+pub mod error;
+pub mod jsonrpc;
+pub mod notify;
+pub mod progress;
+pub mod request;
+pub mod timeout;
+pub mod transport;
+
+#[cfg(feature = "test-util")]
+pub mod test_util;
+
+pub use builder::ServiceBuilderExt;
+pub use cancel::{CancelOnDisconnectLayer, CancelReason, Cancellation, InFlight};
+pub use error::{BoxError, Cancelled, Elapsed, Limit};
+pub use notify::{Notifier, RequestContext};
+pub use progress::{Progress, ProgressLimits, ProgressObserver, ProgressResetLayer, ProgressTap};
+pub use request::{McpRequest, RequestView};
+pub use timeout::{RequestTimeout, TimeoutLayer, TimeoutPolicy};

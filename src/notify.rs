@@ -1,0 +1,197 @@
+//! Request-scoped notifications from a handler to its peer, and the
+//! handler-facing [`RequestContext`].
+//!
+//! A server transport gives each request a [`Notifier`] (in its extensions)
+//! that queues messages to that request's peer: the shared stdio writer, or
+//! the request's own SSE stream over HTTP. Every queued message carries the
+//! request's [`Cancellation`], and the writer drops it unsent if the request
+//! was cancelled by the time it would be written: nothing is ever written for
+//! a request after its cancel was processed.
+
+use std::fmt;
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::jsonrpc::{self, ProgressParams, ProgressToken};
+use crate::progress::RecordOutcome;
+use crate::{Cancellation, ProgressTap, RequestView};
+
+/// One encoded message on its way to the peer (no trailing newline).
+#[derive(Debug)]
+pub struct Outgoing {
+    /// The JSON-RPC message.
+    pub bytes: Vec<u8>,
+    /// The request this message belongs to. The writer skips the message if
+    /// that request has been cancelled.
+    pub scope: Option<Cancellation>,
+}
+
+impl Outgoing {
+    /// Whether the message must still be written.
+    pub fn is_live(&self) -> bool {
+        !self.scope.as_ref().is_some_and(Cancellation::is_cancelled)
+    }
+}
+
+/// Sends notifications that belong to one request.
+#[derive(Clone)]
+pub struct Notifier {
+    tx: mpsc::Sender<Outgoing>,
+    progress_token: Option<ProgressToken>,
+    cancellation: Cancellation,
+}
+
+impl fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Notifier")
+            .field("progress_token", &self.progress_token)
+            .finish()
+    }
+}
+
+impl Notifier {
+    /// A notifier for one request. `progress_token` is the token the peer sent
+    /// (progress is only sent for a token the peer provided).
+    pub fn new(
+        tx: mpsc::Sender<Outgoing>,
+        progress_token: Option<ProgressToken>,
+        cancellation: Cancellation,
+    ) -> Self {
+        Self {
+            tx,
+            progress_token,
+            cancellation,
+        }
+    }
+
+    /// The progress token the peer sent, if any.
+    pub fn progress_token(&self) -> Option<&ProgressToken> {
+        self.progress_token.as_ref()
+    }
+
+    /// Queues a notification for this request, waiting for queue space (a
+    /// slow peer slows the handler instead of growing memory). Returns
+    /// `false` without sending once the request has ended or the connection
+    /// is gone.
+    pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
+        if self.cancellation.is_finished() {
+            return false;
+        }
+        let bytes = jsonrpc::encode_notification(method, params);
+        self.tx
+            .send(Outgoing {
+                bytes,
+                scope: Some(self.cancellation.clone()),
+            })
+            .await
+            .is_ok()
+    }
+
+    /// Sends `notifications/progress` if the peer asked for progress.
+    pub async fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> bool {
+        let Some(token) = self.progress_token.clone() else {
+            return false;
+        };
+        self.notify(
+            jsonrpc::PROGRESS,
+            &ProgressParams {
+                progress_token: token,
+                progress,
+                total,
+                message,
+            },
+        )
+        .await
+    }
+}
+
+/// What a handler needs of its request's context: the cancellation token,
+/// progress reporting, request-scoped notifications. Taken from the
+/// request's extensions; every part is optional, so it works in unit tests
+/// with a bare request too.
+///
+/// ```
+/// use tower_mcp_cancel::{notify::RequestContext, McpRequest};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let req = McpRequest::new(1, "tools/call");
+/// let ctx = RequestContext::of(&req);
+/// assert!(!ctx.progress(1.0, None, None).await); // nobody asked for progress
+/// assert!(!ctx.is_cancelled());
+/// # }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RequestContext {
+    notifier: Option<Notifier>,
+    tap: Option<ProgressTap>,
+    cancellation: Option<Cancellation>,
+}
+
+impl RequestContext {
+    /// The context of `req`.
+    pub fn of<R: RequestView>(req: &R) -> Self {
+        let ext = req.extensions();
+        Self {
+            notifier: ext.get::<Notifier>().cloned(),
+            tap: ext.get::<ProgressTap>().cloned(),
+            cancellation: ext.get::<Cancellation>().cloned(),
+        }
+    }
+
+    /// The request's cancellation (token and reason), if a layer or
+    /// transport set one.
+    pub fn cancellation(&self) -> Option<&Cancellation> {
+        self.cancellation.as_ref()
+    }
+
+    /// A token that fires when the request is cancelled (a fresh, never
+    /// firing token when there is no cancellation).
+    pub fn token(&self) -> tokio_util::sync::CancellationToken {
+        self.cancellation
+            .as_ref()
+            .map(Cancellation::token)
+            .unwrap_or_default()
+    }
+
+    /// Whether the request was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation
+            .as_ref()
+            .is_some_and(Cancellation::is_cancelled)
+    }
+
+    /// Reports progress: recorded in the request's [`ProgressTap`] (so a
+    /// server-side [`ProgressResetLayer`](crate::ProgressResetLayer) sees it)
+    /// and sent to the peer if it asked for progress. A value that does not
+    /// increase, or progress after the request ended, is neither. Returns
+    /// whether it was sent.
+    pub async fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> bool {
+        if let Some(tap) = &self.tap {
+            if tap.record(progress, total, message.clone()) != RecordOutcome::Accepted {
+                return false;
+            }
+        }
+        match &self.notifier {
+            Some(n) => n.progress(progress, total, message).await,
+            None => false,
+        }
+    }
+
+    /// Sends a request-scoped notification (e.g. `notifications/message`).
+    pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
+        match &self.notifier {
+            Some(n) => n.notify(method, params).await,
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,175 @@
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::error::BoxError;
+use crate::jsonrpc::ProgressToken;
+use crate::request::RequestView;
+use crate::Cancellation;
+
+use super::future::ResponseFuture;
+use super::{ProgressObserver, ProgressTap};
+
+/// The two limits of [`ProgressResetLayer`]; also a per-request override the
+/// caller can put in the request's extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgressLimits {
+    /// How long the request may go without (increasing) progress.
+    pub idle: Duration,
+    /// The hard maximum from `call`, which progress does not extend.
+    /// `None` disables it (the spec says implementations SHOULD keep one).
+    pub max: Option<Duration>,
+}
+
+/// Applies [`ProgressReset`] to a service. See the [module docs](crate::progress).
+#[derive(Clone)]
+pub struct ProgressResetLayer {
+    limits: ProgressLimits,
+    tokens: Arc<TokenSource>,
+}
+
+/// Assigns progress tokens unique among the requests of one layer (and its
+/// clones): a per-source prefix and a counter.
+struct TokenSource {
+    next: AtomicU64,
+}
+
+impl TokenSource {
+    fn next(self: &Arc<Self>) -> ProgressToken {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        // The address tells apart two layers stacked over one transport.
+        let src = Arc::as_ptr(self) as usize;
+        ProgressToken::String(format!("tmc-{src:x}-{n}").into())
+    }
+}
+
+impl fmt::Debug for ProgressResetLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProgressResetLayer")
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl ProgressResetLayer {
+    /// The default hard maximum, as a multiple of the idle limit.
+    pub const DEFAULT_MAX_FACTOR: u32 = 10;
+
+    /// Idle limit `idle`, restarted by progress; hard maximum
+    /// `10 × idle` unless set with [`max`](Self::max).
+    pub fn new(idle: Duration) -> Self {
+        Self {
+            limits: ProgressLimits {
+                idle,
+                max: Some(idle.saturating_mul(Self::DEFAULT_MAX_FACTOR)),
+            },
+            tokens: Arc::new(TokenSource {
+                next: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Sets the hard maximum.
+    pub fn max(mut self, max: Duration) -> Self {
+        self.limits.max = Some(max);
+        self
+    }
+
+    /// Removes the hard maximum. The spec says implementations SHOULD always
+    /// enforce one; use this only with a [`TimeoutLayer`](crate::TimeoutLayer)
+    /// outside as the cap.
+    pub fn without_max(mut self) -> Self {
+        self.limits.max = None;
+        self
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> ProgressLimits {
+        self.limits
+    }
+}
+
+impl<S> Layer<S> for ProgressResetLayer {
+    type Service = ProgressReset<S>;
+    fn layer(&self, inner: S) -> ProgressReset<S> {
+        ProgressReset {
+            inner,
+            limits: self.limits,
+            tokens: self.tokens.clone(),
+        }
+    }
+}
+
+/// Fails a request with [`Elapsed`](crate::Elapsed) when it goes idle (no
+/// increasing progress) or reaches its hard maximum, dropping the inner
+/// future.
+#[derive(Clone)]
+pub struct ProgressReset<S> {
+    inner: S,
+    limits: ProgressLimits,
+    tokens: Arc<TokenSource>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for ProgressReset<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProgressReset")
+            .field("inner", &self.inner)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl<S> ProgressReset<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Consumes the middleware, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, R> Service<R> for ProgressReset<S>
+where
+    R: RequestView,
+    S: Service<R>,
+    S::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: R) -> Self::Future {
+        let limits = req
+            .extensions()
+            .get::<ProgressLimits>()
+            .copied()
+            .unwrap_or(self.limits);
+        let token = match req.progress_token() {
+            Some(t) => t,
+            None => {
+                let t = self.tokens.next();
+                req.set_progress_token(t.clone());
+                t
+            }
+        };
+        let observer = req.extensions().get::<ProgressObserver>().cloned();
+        let tap = ProgressTap::new(token, observer);
+        req.extensions_mut().insert(tap.clone());
+        let cancellation = req.extensions().get::<Cancellation>().cloned();
+        let id = req.request_id();
+        let method = req.mcp_method();
+        ResponseFuture::new(self.inner.call(req), tap, limits, id, method, cancellation)
+    }
+}

@@ -1,0 +1,43 @@
+//! [`ProgressResetLayer`]: an idle limit that progress restarts, and a hard
+//! maximum that nothing extends.
+//!
+//! The layer puts a [`ProgressTap`] in each request's extensions. Whoever sees
+//! progress for the request records it there: a client transport receiving
+//! `notifications/progress`, or a server handler reporting its own progress.
+//! Only a value strictly greater than the last one counts (the spec says
+//! progress MUST increase); repeats and decreases are ignored and logged at
+//! debug level, so a peer cannot keep a request alive by repeating itself.
+//!
+//! A request without a progress token is given one, unique among the
+//! requests of that layer, so that a client transport can route progress to
+//! it without the caller having to ask.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_mcp_cancel::{McpRequest, ProgressResetLayer, ProgressTap};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(60)))
+//!     .service(service_fn(|req: McpRequest| async move {
+//!         let tap = req.extensions().get::<ProgressTap>().unwrap().clone();
+//!         // 5 s of work, reporting progress every 500 ms: never idle for 1 s.
+//!         for step in 1..=10 {
+//!             tokio::time::sleep(Duration::from_millis(500)).await;
+//!             tap.record(step as f64, Some(10.0), None);
+//!         }
+//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({"done": true}))
+//!     }));
+//! let res = svc.ready().await.unwrap().call(McpRequest::new(1, "tools/call")).await.unwrap();
+//! assert_eq!(res["done"], true);
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod tap;
+
+pub use future::ResponseFuture;
+pub use layer::{ProgressLimits, ProgressReset, ProgressResetLayer};
+pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};

@@ -1,0 +1,271 @@
+//! The request the layers see, and [`RequestView`], which lets the layers work
+//! over other request types too.
+//!
+//! The layers need four things of a request: its id, its method, its progress
+//! token, and a place to put per-request values ([`http::Extensions`]). Every
+//! layer in this crate is generic over [`RequestView`], implemented here for
+//! [`McpRequest`] and for [`http::Request<B>`]; implement it for your own
+//! request type to use the layers with it.
+
+use http::Extensions;
+use serde_json::value::RawValue;
+
+use crate::jsonrpc::{self, Method, ProgressToken, RawRequest, RequestId};
+
+/// An MCP request: id, method, raw params, progress token and extensions.
+///
+/// ```
+/// use tower_mcp_cancel::McpRequest;
+///
+/// let req = McpRequest::new(1, "tools/call")
+///     .with_params(serde_json::json!({"name": "echo", "arguments": {"text": "hi"}}));
+/// assert_eq!(req.method(), "tools/call");
+/// assert_eq!(req.params_as::<serde_json::Value>().unwrap()["name"], "echo");
+/// ```
+#[derive(Debug, Default)]
+pub struct McpRequest {
+    id: Option<RequestId>,
+    method: Option<Method>,
+    params: Option<Box<RawValue>>,
+    progress_token: Option<ProgressToken>,
+    /// Set when the progress token was assigned after decoding, so `params`
+    /// must be rewritten before the request goes on the wire.
+    token_pending: bool,
+    extensions: Extensions,
+}
+
+impl McpRequest {
+    /// A request with an id and a method, no params.
+    pub fn new(id: impl Into<RequestId>, method: &str) -> Self {
+        Self {
+            id: Some(id.into()),
+            method: Some(Method::new(method)),
+            ..Self::default()
+        }
+    }
+
+    /// A request whose id the client transport assigns when it sends it.
+    pub fn without_id(method: &str) -> Self {
+        Self {
+            method: Some(Method::new(method)),
+            ..Self::default()
+        }
+    }
+
+    /// Sets `params` from any serializable value. A progress token in
+    /// `_meta.progressToken` is picked up.
+    ///
+    /// # Panics
+    ///
+    /// Never for `serde_json::Value`; for a type whose `Serialize` fails, the
+    /// params are left unset.
+    pub fn with_params<P: serde::Serialize>(mut self, params: P) -> Self {
+        if let Ok(raw) = serde_json::value::to_raw_value(&params) {
+            self.set_raw_params(Some(raw));
+        }
+        self
+    }
+
+    /// Sets raw `params`; a progress token in `_meta.progressToken` is picked up.
+    pub fn set_raw_params(&mut self, params: Option<Box<RawValue>>) {
+        self.progress_token = params.as_deref().and_then(jsonrpc::peek_progress_token);
+        self.token_pending = false;
+        self.params = params;
+    }
+
+    /// The request id, if it has one yet.
+    pub fn id(&self) -> Option<&RequestId> {
+        self.id.as_ref()
+    }
+
+    /// Sets the request id (client transports assign one when absent).
+    pub fn set_id(&mut self, id: RequestId) {
+        self.id = Some(id);
+    }
+
+    /// The method name (empty if unset).
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+
+    /// The raw params.
+    pub fn params(&self) -> Option<&RawValue> {
+        self.params.as_deref()
+    }
+
+    /// Decodes the params into `T` (a missing params decodes as `null`).
+    pub fn params_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        match &self.params {
+            Some(p) => serde_json::from_str(p.get()),
+            None => serde_json::from_value(serde_json::Value::Null),
+        }
+    }
+
+    /// The params as they must be written on the wire: with `_meta.progressToken`
+    /// merged in when a token was assigned after the params were set.
+    pub fn wire_params(&self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
+        match (&self.progress_token, self.token_pending) {
+            (Some(token), true) => {
+                jsonrpc::params_with_progress_token(self.params.as_deref(), token).map(Some)
+            }
+            _ => Ok(self.params.clone()),
+        }
+    }
+
+    /// The progress token.
+    pub fn progress_token(&self) -> Option<&ProgressToken> {
+        self.progress_token.as_ref()
+    }
+
+    /// The extensions.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// The extensions, mutably.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+
+    /// Adds an extension value, builder style.
+    pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+}
+
+impl From<RawRequest> for McpRequest {
+    fn from(r: RawRequest) -> Self {
+        Self {
+            id: Some(r.id),
+            method: Some(r.method),
+            params: r.params,
+            progress_token: r.progress_token,
+            token_pending: false,
+            extensions: Extensions::new(),
+        }
+    }
+}
+
+/// What the layers can see of a request.
+///
+/// Implemented for [`McpRequest`] and for [`http::Request<B>`] (method from the
+/// `Mcp-Method` header; id and progress token from the request's extensions,
+/// where an HTTP adapter that read the body puts them). Implement it for your
+/// own request type to stack the layers over it.
+pub trait RequestView {
+    /// The JSON-RPC id, when known.
+    fn request_id(&self) -> Option<RequestId>;
+    /// The MCP method, when known.
+    fn mcp_method(&self) -> Option<Method>;
+    /// The progress token, when the request carries one.
+    fn progress_token(&self) -> Option<ProgressToken>;
+    /// Assigns a progress token to a request that has none. Returns `false`
+    /// when this request type cannot carry one.
+    fn set_progress_token(&mut self, token: ProgressToken) -> bool;
+    /// The request's extensions.
+    fn extensions(&self) -> &Extensions;
+    /// The request's extensions, mutably.
+    fn extensions_mut(&mut self) -> &mut Extensions;
+}
+
+impl RequestView for McpRequest {
+    fn request_id(&self) -> Option<RequestId> {
+        self.id.clone()
+    }
+    fn mcp_method(&self) -> Option<Method> {
+        self.method.clone()
+    }
+    fn progress_token(&self) -> Option<ProgressToken> {
+        self.progress_token.clone()
+    }
+    fn set_progress_token(&mut self, token: ProgressToken) -> bool {
+        self.progress_token = Some(token);
+        self.token_pending = true;
+        true
+    }
+    fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+}
+
+/// The `Mcp-Method` request header (Streamable HTTP, 2026-07-28).
+pub const MCP_METHOD_HEADER: &str = "mcp-method";
+
+impl<B> RequestView for http::Request<B> {
+    fn request_id(&self) -> Option<RequestId> {
+        self.extensions().get::<RequestId>().cloned()
+    }
+    fn mcp_method(&self) -> Option<Method> {
+        if let Some(m) = self.extensions().get::<Method>() {
+            return Some(m.clone());
+        }
+        self.headers()
+            .get(MCP_METHOD_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(Method::new)
+    }
+    fn progress_token(&self) -> Option<ProgressToken> {
+        self.extensions().get::<ProgressToken>().cloned()
+    }
+    fn set_progress_token(&mut self, token: ProgressToken) -> bool {
+        self.extensions_mut().insert(token);
+        true
+    }
+    fn extensions(&self) -> &Extensions {
+        http::Request::extensions(self)
+    }
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        http::Request::extensions_mut(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assigned_token_is_merged_only_on_the_wire() {
+        let mut r = McpRequest::new(1, "tools/call").with_params(serde_json::json!({
+            "name": "slow", "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+        }));
+        assert!(r.progress_token().is_none());
+        assert!(RequestView::set_progress_token(
+            &mut r,
+            ProgressToken::from("p1")
+        ));
+        let wire = r.wire_params().unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_str(wire.get()).unwrap();
+        assert_eq!(v["_meta"]["progressToken"], "p1");
+        assert_eq!(
+            v["_meta"]["io.modelcontextprotocol/protocolVersion"],
+            "2026-07-28"
+        );
+    }
+
+    #[test]
+    fn params_token_is_picked_up() {
+        let r = McpRequest::new("a", "tools/call")
+            .with_params(serde_json::json!({"_meta": {"progressToken": 5}}));
+        assert_eq!(r.progress_token(), Some(&ProgressToken::Number(5)));
+        assert!(r
+            .wire_params()
+            .unwrap()
+            .unwrap()
+            .get()
+            .contains("progressToken"));
+    }
+
+    #[test]
+    fn http_request_view_reads_mcp_method_header() {
+        let req = http::Request::builder()
+            .header("Mcp-Method", "tools/call")
+            .body(())
+            .unwrap();
+        assert_eq!(req.mcp_method().unwrap(), "tools/call");
+        assert_eq!(req.request_id(), None);
+    }
+}

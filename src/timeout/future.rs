@@ -1,0 +1,98 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use tokio::time::{sleep, Sleep};
+
+use crate::cancel::with_drop_reason;
+use crate::error::{BoxError, Elapsed, Limit};
+use crate::jsonrpc::{Method, RequestId};
+use crate::{CancelReason, Cancellation};
+
+pin_project! {
+    /// Response future of [`Timeout`](super::Timeout).
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: Option<F>,
+        #[pin]
+        sleep: Option<Sleep>,
+        limit: Duration,
+        id: Option<RequestId>,
+        method: Option<Method>,
+        cancellation: Option<Cancellation>,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn new(
+        inner: F,
+        limit: Duration,
+        id: Option<RequestId>,
+        method: Option<Method>,
+        cancellation: Option<Cancellation>,
+    ) -> Self {
+        Self {
+            inner: Some(inner),
+            sleep: Some(sleep(limit)),
+            limit,
+            id,
+            method,
+            cancellation,
+        }
+    }
+
+    pub(crate) fn unlimited(inner: F) -> Self {
+        Self {
+            inner: Some(inner),
+            sleep: None,
+            limit: Duration::ZERO,
+            id: None,
+            method: None,
+            cancellation: None,
+        }
+    }
+}
+
+impl<F, T, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<T, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let inner = this
+            .inner
+            .as_mut()
+            .as_pin_mut()
+            .expect("ResponseFuture polled after completion");
+        // The response wins a tie with the timer.
+        if let Poll::Ready(out) = inner.poll(cx) {
+            this.inner.set(None);
+            return Poll::Ready(out.map_err(Into::into));
+        }
+        let Some(sleep) = this.sleep.as_pin_mut() else {
+            return Poll::Pending;
+        };
+        if sleep.poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let elapsed = Elapsed::new(Limit::Timeout, *this.limit);
+        let reason = CancelReason::Timeout(elapsed);
+        tracing::info!(
+            request_id = this.id.as_ref().map(tracing::field::display),
+            method = this.method.as_deref().unwrap_or(""),
+            reason = %reason,
+            elapsed_ms = this.limit.as_millis() as u64,
+            "request timed out; inner future dropped"
+        );
+        if let Some(c) = this.cancellation.as_ref() {
+            c.cancel(reason.clone());
+        }
+        with_drop_reason(&reason, || this.inner.set(None));
+        Poll::Ready(Err(Box::new(elapsed)))
+    }
+}

@@ -1,0 +1,135 @@
+use std::fmt;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::error::BoxError;
+use crate::request::RequestView;
+use crate::Cancellation;
+
+use super::future::ResponseFuture;
+use super::{RequestTimeout, TimeoutPolicy};
+
+/// Applies [`Timeout`] to a service. See the [module docs](crate::timeout).
+#[derive(Clone, Debug)]
+pub struct TimeoutLayer {
+    policy: TimeoutPolicy,
+}
+
+impl TimeoutLayer {
+    /// Every request times out after `default` (`subscriptions/listen`
+    /// exempt).
+    pub fn new(default: Duration) -> Self {
+        Self {
+            policy: TimeoutPolicy::new(default),
+        }
+    }
+
+    /// A layer with a full policy.
+    pub fn with_policy(policy: TimeoutPolicy) -> Self {
+        Self { policy }
+    }
+
+    /// Sets the deadline for `method`.
+    pub fn method(mut self, method: &str, limit: Duration) -> Self {
+        self.policy = self.policy.method(method, limit);
+        self
+    }
+
+    /// No deadline for `method`.
+    pub fn method_unlimited(mut self, method: &str) -> Self {
+        self.policy = self.policy.method_unlimited(method);
+        self
+    }
+
+    /// Whether `subscriptions/listen` is exempt (default: yes).
+    pub fn exempt_listen(mut self, exempt: bool) -> Self {
+        self.policy = self.policy.exempt_listen(exempt);
+        self
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &TimeoutPolicy {
+        &self.policy
+    }
+}
+
+impl<S> Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+    fn layer(&self, inner: S) -> Timeout<S> {
+        Timeout {
+            inner,
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+/// Fails a request with [`Elapsed`](crate::Elapsed) when its deadline
+/// passes, dropping the inner future.
+#[derive(Clone)]
+pub struct Timeout<S> {
+    inner: S,
+    policy: TimeoutPolicy,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Timeout<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Timeout")
+            .field("inner", &self.inner)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl<S> Timeout<S> {
+    /// Wraps `inner` with `policy`.
+    pub fn new(inner: S, policy: TimeoutPolicy) -> Self {
+        Self { inner, policy }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the middleware, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, R> Service<R> for Timeout<S>
+where
+    R: RequestView,
+    S: Service<R>,
+    S::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        let method = req.mcp_method();
+        let limit = match req.extensions().get::<RequestTimeout>() {
+            Some(t) => t.0,
+            None => self.policy.limit_for(method.as_deref()),
+        };
+        let Some(limit) = limit else {
+            return ResponseFuture::unlimited(self.inner.call(req));
+        };
+        let cancellation = req.extensions().get::<Cancellation>().cloned();
+        let id = req.request_id();
+        ResponseFuture::new(self.inner.call(req), limit, id, method, cancellation)
+    }
+}

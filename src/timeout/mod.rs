@@ -1,0 +1,48 @@
+//! [`TimeoutLayer`]: a deadline per request, by policy.
+//!
+//! The deadline comes from, in order: a [`RequestTimeout`] the caller put in
+//! the request's extensions; the policy's entry for the request's method;
+//! the policy's default. `subscriptions/listen` is long-lived by design and
+//! exempt unless configured otherwise. The timer starts at `call`; a response
+//! that is ready in the same poll as the timer wins, as in tower's `Timeout`.
+//!
+//! On expiry the inner future is dropped at once (with the reason visible to
+//! it, so a client transport below sends `notifications/cancelled` saying
+//! "timeout"), the request's [`Cancellation`](crate::Cancellation), if it has
+//! one, fires, and the call fails with [`Elapsed`](crate::Elapsed).
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_mcp_cancel::{Elapsed, Limit, McpRequest, RequestTimeout, TimeoutLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(
+//!         TimeoutLayer::new(Duration::from_secs(10))
+//!             .method("tools/call", Duration::from_secs(300)),
+//!     )
+//!     .service(service_fn(|_req: McpRequest| async {
+//!         tokio::time::sleep(Duration::from_secs(60)).await;
+//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({}))
+//!     }));
+//!
+//! // tools/list gets the 10 s default.
+//! let err = svc.ready().await.unwrap().call(McpRequest::new(1, "tools/list")).await.unwrap_err();
+//! let elapsed = err.downcast_ref::<Elapsed>().unwrap();
+//! assert_eq!((elapsed.limit(), elapsed.after()), (Limit::Timeout, Duration::from_secs(10)));
+//!
+//! // This one call allows 1 s only.
+//! let req = McpRequest::new(2, "tools/call").with_extension(RequestTimeout::after(Duration::from_secs(1)));
+//! let err = svc.ready().await.unwrap().call(req).await.unwrap_err();
+//! assert_eq!(err.downcast_ref::<Elapsed>().unwrap().after(), Duration::from_secs(1));
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod policy;
+
+pub use future::ResponseFuture;
+pub use layer::{Timeout, TimeoutLayer};
+pub use policy::{RequestTimeout, TimeoutPolicy};

@@ -1,0 +1,3 @@
+//! Transports: what both share ([`dispatch`]), stdio, and Streamable HTTP.
+
+pub mod dispatch;
