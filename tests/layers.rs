@@ -1,0 +1,841 @@
+//! The three layers, under a paused clock, with drop probes.
+
+use std::future::{pending, Future};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::{advance, Instant};
+use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::cancel::{current_drop_reason, CancelOutcome, InFlight};
+use tower_mcp_cancel::jsonrpc::{ProgressToken, RequestId};
+use tower_mcp_cancel::test_util::{mock_stack, settle, DropProbe};
+use tower_mcp_cancel::transport::dispatch;
+use tower_mcp_cancel::{
+    CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, Limit, McpRequest,
+    ProgressLimits, ProgressObserver, ProgressResetLayer, ProgressTap, RequestTimeout, RequestView,
+    ServiceBuilderExt, TimeoutLayer,
+};
+
+type Value = serde_json::Value;
+
+fn ok() -> Result<Value, BoxError> {
+    Ok(serde_json::json!({"resultType": "complete"}))
+}
+
+/// A handler that never finishes and never looks at its token; its probe
+/// records the drop.
+async fn never(probe_guard: tower_mcp_cancel::test_util::DropGuard) -> Result<Value, BoxError> {
+    let _g = probe_guard;
+    pending::<()>().await;
+    ok()
+}
+
+fn elapsed(e: &BoxError) -> Elapsed {
+    *e.downcast_ref::<Elapsed>()
+        .unwrap_or_else(|| panic!("not Elapsed: {e}"))
+}
+
+// ---------- TimeoutLayer ----------
+
+#[tokio::test(start_paused = true)]
+async fn timeout_drops_inner_future_at_the_deadline() {
+    let (probe, guard) = DropProbe::new();
+    let guard = Mutex::new(Some(guard));
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(5)))
+        .service(service_fn(move |_r: McpRequest| {
+            never(guard.lock().unwrap().take().unwrap())
+        }));
+    let start = Instant::now();
+    let mut fut = Box::pin(
+        svc.ready()
+            .await
+            .unwrap()
+            .call(McpRequest::new(1, "tools/call")),
+    );
+    // Not yet.
+    assert!(futures_poll(&mut fut).await.is_none());
+    advance(Duration::from_millis(4999)).await;
+    assert!(futures_poll(&mut fut).await.is_none());
+    assert!(!probe.is_dropped());
+    advance(Duration::from_millis(1)).await;
+    let err = fut.await.unwrap_err();
+    let e = elapsed(&err);
+    assert_eq!(
+        (e.limit(), e.after()),
+        (Limit::Timeout, Duration::from_secs(5))
+    );
+    // Dropped at expiry, not later when the outer future is dropped.
+    assert!(probe.was_cancelled());
+    assert_eq!(probe.dropped_at().unwrap() - start, Duration::from_secs(5));
+}
+
+/// Polls once; `Some` if ready.
+async fn futures_poll<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    futures_util::future::poll_immediate(f).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_method_and_per_request_overrides() {
+    let layer =
+        TimeoutLayer::new(Duration::from_secs(10)).method("tools/call", Duration::from_secs(300));
+    let mut svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(|_r: McpRequest| async {
+            pending::<()>().await;
+            ok()
+        }));
+    let mut limit_of = async |req: McpRequest| {
+        let e = svc.ready().await.unwrap().call(req).await.unwrap_err();
+        elapsed(&e).after()
+    };
+    assert_eq!(
+        limit_of(McpRequest::new(1, "tools/list")).await,
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        limit_of(McpRequest::new(2, "tools/call")).await,
+        Duration::from_secs(300)
+    );
+    let req = McpRequest::new(3, "tools/call")
+        .with_extension(RequestTimeout::after(Duration::from_millis(1500)));
+    assert_eq!(limit_of(req).await, Duration::from_millis(1500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn listen_is_exempt_by_default_and_configurable() {
+    let handler = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(1)))
+        .service(handler());
+    // An hour-long listen completes normally.
+    let r = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "subscriptions/listen"))
+        .await;
+    assert!(r.is_ok());
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(1)).exempt_listen(false))
+        .service(handler());
+    let r = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "subscriptions/listen"))
+        .await;
+    assert_eq!(elapsed(&r.unwrap_err()).after(), Duration::from_secs(1));
+    // A per-request "no deadline" works for any method.
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(1)))
+        .service(handler());
+    let req = McpRequest::new(2, "tools/call").with_extension(RequestTimeout::none());
+    assert!(svc.ready().await.unwrap().call(req).await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn response_wins_a_tie_with_the_timer() {
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(1)))
+        .service(service_fn(|_r: McpRequest| {
+            // Created at call, like the layer's timer: both deadlines are equal.
+            let work = tokio::time::sleep(Duration::from_secs(1));
+            async move {
+                work.await;
+                ok()
+            }
+        }));
+    let fut = svc.ready().await.unwrap().call(McpRequest::new(1, "ping"));
+    advance(Duration::from_secs(1)).await;
+    assert!(fut.await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_reason_travels_with_the_drop() {
+    // A client transport below reads why its future is dropped.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    struct Reader(Arc<Mutex<Vec<Option<CancelReason>>>>);
+    impl Drop for Reader {
+        fn drop(&mut self) {
+            self.0.lock().unwrap().push(current_drop_reason());
+        }
+    }
+    let s = seen.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(2)))
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(3)))
+        .service(service_fn(move |_r: McpRequest| {
+            let r = Reader(s.clone());
+            async move {
+                let _r = r;
+                pending::<()>().await;
+                ok()
+            }
+        }));
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(elapsed(&e).limit(), Limit::Idle);
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(
+            McpRequest::new(2, "tools/call").with_extension(ProgressLimits {
+                idle: Duration::from_secs(10),
+                max: None,
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(elapsed(&e).limit(), Limit::Timeout);
+    let fut = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(3, "tools/call"));
+    drop(fut);
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        *seen,
+        vec![
+            Some(CancelReason::Timeout(Elapsed::new(
+                Limit::Idle,
+                Duration::from_secs(1)
+            ))),
+            Some(CancelReason::Timeout(Elapsed::new(
+                Limit::Timeout,
+                Duration::from_secs(2)
+            ))),
+            None, // dropped by its caller
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_side_timeout_fires_the_token_and_answers_an_error() {
+    let token_seen = Arc::new(Mutex::new(None));
+    let t = token_seen.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .layer(TimeoutLayer::new(Duration::from_secs(1)))
+        .service(service_fn(move |r: McpRequest| {
+            let c = r.extensions().get::<Cancellation>().unwrap().clone();
+            let t = t.clone();
+            tokio::spawn(async move {
+                let reason = c.cancelled().await;
+                *t.lock().unwrap() = Some(reason);
+            });
+            async {
+                pending::<()>().await;
+                ok()
+            }
+        }));
+    let out = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(7, "tools/call"))
+        .await;
+    settle().await;
+    let err = out.unwrap_err();
+    assert!(err.is::<Elapsed>());
+    assert!(matches!(
+        *token_seen.lock().unwrap(),
+        Some(CancelReason::Timeout(_))
+    ));
+    let bytes =
+        dispatch::answer::<Value>(&RequestId::from(7), Err(err)).expect("a timeout is answered");
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["id"], 7);
+    assert_eq!(v["error"]["code"], -32603);
+}
+
+// ---------- ProgressResetLayer ----------
+
+fn progress_service(
+    schedule: Vec<(u64, f64)>,
+    probe: Option<tower_mcp_cancel::test_util::DropGuard>,
+) -> impl Service<
+    McpRequest,
+    Response = Value,
+    Error = BoxError,
+    Future = impl Future<Output = Result<Value, BoxError>> + Send,
+> + Clone {
+    let probe = Arc::new(Mutex::new(probe));
+    service_fn(move |r: McpRequest| {
+        let tap = r
+            .extensions()
+            .get::<ProgressTap>()
+            .cloned()
+            .expect("tap in extensions");
+        let schedule = schedule.clone();
+        let guard = probe.lock().unwrap().take();
+        async move {
+            let _g = guard;
+            for (wait_ms, value) in schedule {
+                tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+                tap.record(value, None, None);
+            }
+            ok()
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_resets_the_idle_clock() {
+    // 20 steps of 400 ms = 8 s under a 1 s idle limit.
+    let schedule = (1..=20).map(|i| (400, i as f64)).collect();
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(60)))
+        .service(progress_service(schedule, None));
+    let start = Instant::now();
+    assert!(svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .is_ok());
+    assert_eq!(Instant::now() - start, Duration::from_millis(8000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeated_or_decreasing_progress_does_not_reset() {
+    // Accepted at 400 ms (1.0); then 1.0 again, 0.5, NaN: none counts, so idle fires at 1400 ms.
+    let schedule = vec![
+        (400, 1.0),
+        (400, 1.0),
+        (400, 0.5),
+        (400, f64::NAN),
+        (400, 2.0),
+    ];
+    let (probe, guard) = DropProbe::new();
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)))
+        .service(progress_service(schedule, Some(guard)));
+    let start = Instant::now();
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        elapsed(&e),
+        Elapsed::new(Limit::Idle, Duration::from_secs(1))
+    );
+    assert_eq!(
+        probe.dropped_at().unwrap() - start,
+        Duration::from_millis(1400)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_fires_without_progress_and_with_steady_progress() {
+    // No progress, idle longer than max: max fires.
+    let (probe, guard) = DropProbe::new();
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(10)).max(Duration::from_secs(3)))
+        .service(progress_service(vec![(100_000, 1.0)], Some(guard)));
+    let start = Instant::now();
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        elapsed(&e),
+        Elapsed::new(Limit::Max, Duration::from_secs(3))
+    );
+    assert_eq!(probe.dropped_at().unwrap() - start, Duration::from_secs(3));
+
+    // Progress every 100 ms forever: max still fires at 3 s.
+    let schedule = (1..=1000).map(|i| (100, i as f64)).collect();
+    let (probe, guard) = DropProbe::new();
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(3)))
+        .service(progress_service(schedule, Some(guard)));
+    let start = Instant::now();
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(elapsed(&e).limit(), Limit::Max);
+    assert_eq!(probe.dropped_at().unwrap() - start, Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_after_completion_is_ignored_and_observers_see_the_stream() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let taps = Arc::new(Mutex::new(Vec::new()));
+    let t = taps.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)))
+        .service(service_fn(move |r: McpRequest| {
+            let tap = r.extensions().get::<ProgressTap>().unwrap().clone();
+            t.lock().unwrap().push(tap.clone());
+            async move {
+                tap.record(0.25, Some(1.0), Some("a".into()));
+                tap.record(0.75, Some(1.0), None);
+                ok()
+            }
+        }));
+    let req = McpRequest::new(1, "x").with_extension(ProgressObserver::new(move |p| {
+        s.lock().unwrap().push(p.progress)
+    }));
+    svc.ready().await.unwrap().call(req).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![0.25, 0.75]);
+    let tap = taps.lock().unwrap()[0].clone();
+    assert!(tap.is_closed());
+    assert_eq!(
+        tap.record(5.0, None, None),
+        tower_mcp_cancel::progress::RecordOutcome::Closed
+    );
+    assert_eq!(*seen.lock().unwrap(), vec![0.25, 0.75]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn tokens_are_assigned_unique_and_existing_ones_kept() {
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let t = tokens.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)))
+        .service(service_fn(move |r: McpRequest| {
+            t.lock().unwrap().push(r.progress_token().cloned());
+            let tap_token = r.extensions().get::<ProgressTap>().unwrap().token().clone();
+            assert_eq!(Some(&tap_token), r.progress_token());
+            async { ok() }
+        }));
+    let mut futs = Vec::new();
+    for i in 0..100 {
+        futs.push(
+            svc.ready()
+                .await
+                .unwrap()
+                .call(McpRequest::new(i, "tools/call")),
+        );
+    }
+    let own = McpRequest::new(100, "tools/call")
+        .with_params(serde_json::json!({"_meta": {"progressToken": "mine"}}));
+    futs.push(svc.ready().await.unwrap().call(own));
+    // A second layer over the same transport does not collide with the first.
+    let mut other = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)))
+        .service(svc.get_ref().clone());
+    futs.push(
+        other
+            .ready()
+            .await
+            .unwrap()
+            .call(McpRequest::new(101, "tools/call")),
+    );
+    for f in futs {
+        f.await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    let set: std::collections::HashSet<_> = tokens.iter().cloned().map(Option::unwrap).collect();
+    assert_eq!(set.len(), 102);
+    assert!(set.contains(&ProgressToken::from("mine")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn assigned_token_reaches_the_wire_params() {
+    let (mut svc, mut handle) =
+        mock_stack::<Value, _>(ProgressResetLayer::new(Duration::from_secs(1)));
+    let call = tokio::spawn(async move {
+        svc.ready()
+            .await
+            .unwrap()
+            .call(McpRequest::new(1, "tools/call").with_params(serde_json::json!({"name": "slow"})))
+            .await
+    });
+    let (req, respond) = handle.next_request().await.unwrap();
+    let wire = req.wire_params().unwrap().unwrap();
+    let v: Value = serde_json::from_str(wire.get()).unwrap();
+    assert_eq!(
+        v["_meta"]["progressToken"],
+        serde_json::to_value(req.progress_token().unwrap()).unwrap()
+    );
+    assert_eq!(v["name"], "slow");
+    respond.send_response(serde_json::json!({}));
+    call.await.unwrap().unwrap();
+}
+
+// ---------- CancelOnDisconnectLayer ----------
+
+fn cancel_stack(
+    probe: tower_mcp_cancel::test_util::DropGuard,
+) -> impl Service<
+    McpRequest,
+    Response = Value,
+    Error = BoxError,
+    Future = impl Future<Output = Result<Value, BoxError>> + Send,
+> {
+    let probe = Mutex::new(Some(probe));
+    ServiceBuilder::new()
+        .cancel_on_disconnect()
+        .service(service_fn(move |_r: McpRequest| {
+            never(probe.lock().unwrap().take().unwrap())
+        }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_during_drops_the_handler_and_fires_the_token() {
+    let (probe, guard) = DropProbe::new();
+    let mut svc = cancel_stack(guard);
+    let c = Cancellation::new();
+    let token = c.token();
+    let fut = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call").with_extension(c.clone()));
+    let task = tokio::spawn(fut);
+    settle().await;
+    assert!(!probe.is_dropped());
+    assert!(c.cancel(CancelReason::peer(Some("stop\nnow"))));
+    let err = task.await.unwrap().unwrap_err();
+    let cancelled = err.downcast_ref::<Cancelled>().unwrap();
+    assert_eq!(
+        cancelled.reason(),
+        &CancelReason::Peer(Some("stop now".into()))
+    );
+    assert!(probe.was_cancelled());
+    assert!(token.is_cancelled());
+    // A cancelled request is answered with nothing at all.
+    assert!(dispatch::answer::<Value>(&RequestId::from(1), Err(err)).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_before_the_call_never_runs_the_handler() {
+    let runs = Arc::new(Mutex::new(0));
+    let r = runs.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .service(service_fn(move |_req: McpRequest| {
+            let r = r.clone();
+            async move {
+                *r.lock().unwrap() += 1;
+                ok()
+            }
+        }));
+    let c = Cancellation::new();
+    c.cancel(CancelReason::TransportClosed);
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "x").with_extension(c))
+        .await
+        .unwrap_err();
+    assert!(err.is::<Cancelled>());
+    assert_eq!(*runs.lock().unwrap(), 0, "the handler body never ran");
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_after_completion_is_a_noop() {
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .service(service_fn(|_r: McpRequest| async { ok() }));
+    let c = Cancellation::new();
+    let token = c.token();
+    let out = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "x").with_extension(c.clone()))
+        .await;
+    assert!(out.is_ok());
+    assert!(!c.cancel(CancelReason::peer(None)));
+    assert!(!token.is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_response_future_fires_client_disconnected() {
+    let (probe, guard) = DropProbe::new();
+    let mut svc = cancel_stack(guard);
+    let c = Cancellation::new();
+    let fut = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "x").with_extension(c.clone()));
+    let mut fut = Box::pin(fut);
+    assert!(futures_poll(&mut fut).await.is_none());
+    drop(fut);
+    assert!(probe.was_cancelled());
+    assert_eq!(c.reason(), Some(&CancelReason::ClientDisconnected));
+}
+
+#[tokio::test(start_paused = true)]
+async fn layer_creates_a_cancellation_when_the_transport_gave_none() {
+    let seen = Arc::new(Mutex::new(None));
+    let s = seen.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .service(service_fn(move |r: McpRequest| {
+            *s.lock().unwrap() = r.extensions().get::<Cancellation>().cloned();
+            async {
+                pending::<()>().await;
+                ok()
+            }
+        }));
+    let fut = svc.ready().await.unwrap().call(McpRequest::new(1, "x"));
+    drop(fut);
+    let c = seen
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("handler saw a Cancellation");
+    assert!(c.token().is_cancelled());
+    assert_eq!(c.reason(), Some(&CancelReason::ClientDisconnected));
+}
+
+#[tokio::test(start_paused = true)]
+async fn registry_races_ids_and_string_vs_integer() {
+    let in_flight = InFlight::new();
+    let (p_int, g_int) = DropProbe::new();
+    let (p_str, g_str) = DropProbe::new();
+    let (p_zero, g_zero) = DropProbe::new();
+    let mut tasks = Vec::new();
+    for (id, guard) in [
+        (RequestId::from(1), g_int),
+        (RequestId::from("1"), g_str),
+        (RequestId::from(0), g_zero),
+    ] {
+        let reg = in_flight.register(id.clone(), None).unwrap();
+        let mut svc = cancel_stack(guard);
+        let fut = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(McpRequest::new(id, "x").with_extension(reg.cancellation().clone()));
+        tasks.push(tokio::spawn(async move {
+            let out = fut.await;
+            drop(reg);
+            out
+        }));
+    }
+    settle().await;
+    // Unknown id: nothing happens, and it leaves nothing behind.
+    assert_eq!(
+        in_flight.cancel(&RequestId::from(2), CancelReason::peer(None)),
+        CancelOutcome::Unknown
+    );
+    // Cancelling "1" cancels the string id only.
+    assert_eq!(
+        in_flight.cancel(&RequestId::from("1"), CancelReason::peer(None)),
+        CancelOutcome::Cancelled
+    );
+    // A duplicate cancel is ignored.
+    assert_eq!(
+        in_flight.cancel(&RequestId::from("1"), CancelReason::peer(None)),
+        CancelOutcome::AlreadyFinished
+    );
+    settle().await;
+    assert!(p_str.was_cancelled());
+    assert!(!p_int.is_dropped());
+    // Id 0 is an ordinary id.
+    assert_eq!(
+        in_flight.cancel(&RequestId::from(0), CancelReason::peer(None)),
+        CancelOutcome::Cancelled
+    );
+    settle().await;
+    assert!(p_zero.was_cancelled());
+    assert!(!p_int.is_dropped());
+    assert_eq!(in_flight.cancel_all(CancelReason::TransportClosed), 1);
+    for t in tasks {
+        assert!(t.await.unwrap().unwrap_err().is::<Cancelled>());
+    }
+    assert!(p_int.was_cancelled());
+    assert!(in_flight.is_empty());
+}
+
+// ---------- http::Request form ----------
+
+mod http_form {
+    use super::*;
+    use bytes::Bytes;
+    use http_body::Frame;
+    use http_body_util::{BodyExt, Full, StreamBody};
+
+    #[tokio::test(start_paused = true)]
+    async fn body_dropped_early_fires_the_token_completed_body_does_not() {
+        let cancellations = Arc::new(Mutex::new(Vec::new()));
+        let c2 = cancellations.clone();
+        let mut svc = ServiceBuilder::new()
+            .layer(CancelOnDisconnectLayer::http())
+            .service(service_fn(move |req: http::Request<()>| {
+                c2.lock()
+                    .unwrap()
+                    .push(req.extensions().get::<Cancellation>().unwrap().clone());
+                async move {
+                    let (tx, rx) = futures_channel_stream();
+                    tx.send(Ok(Frame::data(Bytes::from_static(b"event 1"))))
+                        .await
+                        .unwrap();
+                    // Keep the sender alive in the body's stream so it never ends on its own.
+                    tokio::spawn(async move {
+                        tx.closed().await;
+                    });
+                    Ok::<_, BoxError>(http::Response::new(StreamBody::new(rx)))
+                }
+            }));
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(http::Request::new(()))
+            .await
+            .unwrap();
+        let mut body = res.into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), Bytes::from_static(b"event 1"));
+        let c = cancellations.lock().unwrap()[0].clone();
+        assert!(!c.is_finished(), "mid-stream: still in flight");
+        drop(body);
+        assert_eq!(c.reason(), Some(&CancelReason::ClientDisconnected));
+
+        // A body read to its end fires nothing.
+        let mut svc = ServiceBuilder::new()
+            .layer(CancelOnDisconnectLayer::http())
+            .service(service_fn(|req: http::Request<()>| {
+                let token = req.extensions().get::<Cancellation>().unwrap().token();
+                async move {
+                    let _ = token;
+                    Ok::<_, BoxError>(http::Response::new(Full::new(Bytes::from_static(b"done"))))
+                }
+            }));
+        let req = http::Request::new(());
+        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        let collected = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(collected, Bytes::from_static(b"done"));
+    }
+
+    type Chan = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
+    fn futures_channel_stream() -> (
+        Chan,
+        impl futures_core::Stream<Item = Result<Frame<Bytes>, BoxError>>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        (tx, tokio_stream_from(rx))
+    }
+
+    fn tokio_stream_from<T>(
+        mut rx: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures_core::Stream<Item = T> {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timeout_policy_from_the_mcp_method_header() {
+        let mut svc = ServiceBuilder::new()
+            .layer(
+                TimeoutLayer::new(Duration::from_secs(1))
+                    .method("tools/call", Duration::from_secs(30)),
+            )
+            .service(service_fn(|_req: http::Request<()>| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<_, BoxError>(http::Response::new(()))
+            }));
+        let call = http::Request::builder()
+            .header("Mcp-Method", "tools/call")
+            .body(())
+            .unwrap();
+        assert!(svc.ready().await.unwrap().call(call).await.is_ok());
+        let list = http::Request::builder()
+            .header("Mcp-Method", "tools/list")
+            .body(())
+            .unwrap();
+        let e = svc.ready().await.unwrap().call(list).await.unwrap_err();
+        assert_eq!(elapsed(&e).after(), Duration::from_secs(1));
+        assert!(http::Request::builder()
+            .body(())
+            .unwrap()
+            .request_id()
+            .is_none());
+    }
+}
+
+// ---------- composition ----------
+
+#[tokio::test(start_paused = true)]
+async fn full_stack_composes_in_service_builder() {
+    let (probe, guard) = DropProbe::new();
+    let guard = Mutex::new(Some(guard));
+    let mut svc = ServiceBuilder::new()
+        .cancel_on_disconnect()
+        .mcp_timeout_layer(TimeoutLayer::new(Duration::from_secs(30)))
+        .progress_reset(Duration::from_secs(2))
+        .service(service_fn(move |r: McpRequest| {
+            let g = guard.lock().unwrap().take();
+            let tap = r.extensions().get::<ProgressTap>().cloned();
+            let has_cancellation = r.extensions().get::<Cancellation>().is_some();
+            async move {
+                let _g = g;
+                assert!(tap.is_some() && has_cancellation);
+                pending::<()>().await;
+                ok()
+            }
+        }));
+    let c = Cancellation::new();
+    let token = c.token();
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call").with_extension(c))
+        .await
+        .unwrap_err();
+    assert_eq!(elapsed(&e).limit(), Limit::Idle);
+    assert!(probe.was_cancelled());
+    // The timeout inside fired the request's token for spawned work.
+    assert!(token.is_cancelled());
+}
+
+#[tokio::test]
+async fn layers_compose_inside_an_axum_router() {
+    use axum::body::Body;
+    use axum::routing::post;
+    use axum::Router;
+
+    let app = Router::new().route("/mcp", post(|| async { "ok" })).layer(
+        ServiceBuilder::new()
+            .layer(axum::error_handling::HandleErrorLayer::new(
+                |e: BoxError| async move { (http::StatusCode::GATEWAY_TIMEOUT, e.to_string()) },
+            ))
+            .layer(TimeoutLayer::new(Duration::from_secs(5)))
+            .layer(CancelOnDisconnectLayer::http()),
+    );
+    let req = http::Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("Mcp-Method", "tools/call")
+        .body(Body::empty())
+        .unwrap();
+    let res = app.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), http::StatusCode::OK);
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(&body[..], b"ok");
+}
