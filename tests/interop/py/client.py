@@ -262,7 +262,12 @@ async def run(o: argparse.Namespace) -> dict[str, Any]:
 
     out["checks"] = checks
     out["wire_out"] = wire
-    out["sent_cancel_notification"] = any(w["method"] == "notifications/cancelled" for w in wire)
+    handed = any(w["method"] == "notifications/cancelled" for w in wire)
+    # wire_out is recorded where the dispatcher hands messages to the transport. The stdio transport
+    # writes them as-is; the Streamable HTTP transport (2026-07-28) turns an outbound
+    # notifications/cancelled into aborting that request's POST and never POSTs it.
+    out["cancel_notification_handed_to_transport"] = handed
+    out["sent_cancel_notification"] = handed and not o.url
     failures += [f"check {k} failed" for k, v in checks.items() if v is not True]
     if failures:
         out["failure"] = "; ".join(failures)

@@ -307,7 +307,10 @@ async function main() {
   } catch {
     /* ignore */
   }
-  process.stdout.write(JSON.stringify(out) + '\n');
+  // Timestamps are kept as decimal strings internally (BigInt-safe); emit them as JSON integers,
+  // like the Python driver does.
+  const json = JSON.stringify(out).replace(/"([A-Za-z_]*_ns)":"(\d+)"/g, '"$1":$2');
+  process.stdout.write(json + '\n');
   process.exit(out.ok ? 0 : 1);
 }
 
