@@ -3,7 +3,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep, Instant, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::with_drop_reason;
 use crate::error::{BoxError, Elapsed, Limit};
@@ -26,12 +26,14 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: Option<F>,
+        // One timer for both limits: it is set to whichever comes first, the
+        // idle deadline (moved by progress) or the hard maximum.
         #[pin]
-        idle: Sleep,
-        #[pin]
-        max: Option<Sleep>,
+        timer: Sleep,
         tap: CloseOnDrop,
         seen: u64,
+        idle_deadline: Instant,
+        max_deadline: Option<Instant>,
         limits: ProgressLimits,
         id: Option<RequestId>,
         method: Option<Method>,
@@ -48,12 +50,17 @@ impl<F> ResponseFuture<F> {
         method: Option<Method>,
         cancellation: Option<Cancellation>,
     ) -> Self {
+        let now = Instant::now();
+        let idle_deadline = now + limits.idle;
+        let max_deadline = limits.max.map(|m| now + m);
+        let first = max_deadline.map_or(idle_deadline, |m| m.min(idle_deadline));
         Self {
             inner: Some(inner),
-            idle: sleep(limits.idle),
-            max: limits.max.map(sleep),
+            timer: sleep_until(first),
             tap: CloseOnDrop(tap),
             seen: 0,
+            idle_deadline,
+            max_deadline,
             limits,
             id,
             method,
@@ -76,7 +83,7 @@ where
             .as_mut()
             .as_pin_mut()
             .expect("ResponseFuture polled after completion");
-        // The response wins a tie with either timer.
+        // The response wins a tie with either limit.
         if let Poll::Ready(out) = inner.poll(cx) {
             this.inner.set(None);
             this.tap.0.close();
@@ -88,34 +95,56 @@ where
         if epoch != *this.seen {
             *this.seen = epoch;
             let at = tap.last_at().unwrap_or_else(Instant::now);
-            this.idle.as_mut().reset(at + this.limits.idle);
+            *this.idle_deadline = at + this.limits.idle;
+            let next = this
+                .max_deadline
+                .map_or(*this.idle_deadline, |m| m.min(*this.idle_deadline));
+            this.timer.as_mut().reset(next);
         }
-        let fired = match this.max.as_pin_mut().map(|m| m.poll(cx)) {
-            Some(Poll::Ready(())) => Some(Elapsed::new(
-                Limit::Max,
-                this.limits.max.unwrap_or_default(),
-            )),
-            _ => match this.idle.poll(cx) {
-                Poll::Ready(()) => Some(Elapsed::new(Limit::Idle, this.limits.idle)),
-                Poll::Pending => None,
-            },
-        };
-        let Some(elapsed) = fired else {
-            return Poll::Pending;
-        };
-        let reason = CancelReason::Timeout(elapsed);
-        tracing::info!(
-            request_id = this.id.as_ref().map(tracing::field::display),
-            method = this.method.as_deref().unwrap_or(""),
-            reason = %reason,
-            last_progress = tap.last(),
-            "request timed out; inner future dropped"
-        );
-        tap.close();
-        if let Some(c) = this.cancellation.as_ref() {
-            c.cancel(reason.clone());
+        loop {
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let now = Instant::now();
+            let elapsed = if this.max_deadline.is_some_and(|m| now >= m) {
+                Elapsed::new(Limit::Max, this.limits.max.unwrap_or_default())
+            } else if now >= *this.idle_deadline {
+                Elapsed::new(Limit::Idle, this.limits.idle)
+            } else {
+                // Woken for a deadline that has since moved.
+                let next = this
+                    .max_deadline
+                    .map_or(*this.idle_deadline, |m| m.min(*this.idle_deadline));
+                this.timer.as_mut().reset(next);
+                continue;
+            };
+            let reason = CancelReason::Timeout(elapsed);
+            expire(&reason, tap, this.id.as_ref(), this.method.as_ref(), this.cancellation.as_ref());
+            with_drop_reason(&reason, || this.inner.set(None));
+            return Poll::Ready(Err(Box::new(elapsed)));
         }
-        with_drop_reason(&reason, || this.inner.set(None));
-        Poll::Ready(Err(Box::new(elapsed)))
+    }
+}
+
+/// The cold path of an expiry: log, close the tap, fire the token.
+#[cold]
+#[inline(never)]
+fn expire(
+    reason: &CancelReason,
+    tap: &ProgressTap,
+    id: Option<&RequestId>,
+    method: Option<&Method>,
+    cancellation: Option<&Cancellation>,
+) {
+    tracing::info!(
+        request_id = id.map(tracing::field::display),
+        method = method.map(|m| m.as_str()).unwrap_or(""),
+        %reason,
+        last_progress = tap.last(),
+        "request timed out; inner future dropped"
+    );
+    tap.close();
+    if let Some(c) = cancellation {
+        c.cancel(reason.clone());
     }
 }

@@ -34,17 +34,31 @@ pub struct ProgressResetLayer {
 }
 
 /// Assigns progress tokens unique among the requests of one layer (and its
-/// clones): a per-source prefix and a counter.
+/// clones), without allocating: integers from 2^52 up, in a 2^36-wide block
+/// picked by the source's address, so that two layers over one transport
+/// (almost surely) draw from different blocks and stay below 2^53, which
+/// JavaScript peers represent exactly. Client transports still refuse a
+/// token that is already in flight.
 struct TokenSource {
     next: AtomicU64,
 }
 
 impl TokenSource {
-    fn next(self: &Arc<Self>) -> ProgressToken {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        // The address tells apart two layers stacked over one transport.
-        let src = Arc::as_ptr(self) as usize;
-        ProgressToken::String(format!("tmc-{src:x}-{n}").into())
+    const BASE: u64 = 1 << 52;
+    const BLOCK_BITS: u32 = 36;
+
+    fn new() -> Arc<Self> {
+        let src = Arc::new(TokenSource {
+            next: AtomicU64::new(0),
+        });
+        let block = ((Arc::as_ptr(&src) as usize as u64) >> 4) & 0xFFFF;
+        src.next
+            .store(Self::BASE | (block << Self::BLOCK_BITS), Ordering::Relaxed);
+        src
+    }
+
+    fn next(&self) -> ProgressToken {
+        ProgressToken::Number(self.next.fetch_add(1, Ordering::Relaxed) as i64)
     }
 }
 
@@ -68,9 +82,7 @@ impl ProgressResetLayer {
                 idle,
                 max: Some(idle.saturating_mul(Self::DEFAULT_MAX_FACTOR)),
             },
-            tokens: Arc::new(TokenSource {
-                next: AtomicU64::new(1),
-            }),
+            tokens: TokenSource::new(),
         }
     }
 

@@ -82,17 +82,32 @@ where
         }
         let elapsed = Elapsed::new(Limit::Timeout, *this.limit);
         let reason = CancelReason::Timeout(elapsed);
-        tracing::info!(
-            request_id = this.id.as_ref().map(tracing::field::display),
-            method = this.method.as_deref().unwrap_or(""),
-            reason = %reason,
-            elapsed_ms = this.limit.as_millis() as u64,
-            "request timed out; inner future dropped"
-        );
-        if let Some(c) = this.cancellation.as_ref() {
-            c.cancel(reason.clone());
-        }
+        expire(&reason, this.id.as_ref(), this.method.as_ref(), this.cancellation.as_ref());
         with_drop_reason(&reason, || this.inner.set(None));
         Poll::Ready(Err(Box::new(elapsed)))
+    }
+}
+
+/// The cold path of an expiry: log and fire the token.
+#[cold]
+#[inline(never)]
+fn expire(
+    reason: &CancelReason,
+    id: Option<&RequestId>,
+    method: Option<&Method>,
+    cancellation: Option<&Cancellation>,
+) {
+    let CancelReason::Timeout(elapsed) = reason else {
+        return;
+    };
+    tracing::info!(
+        request_id = id.map(tracing::field::display),
+        method = method.map(|m| m.as_str()).unwrap_or(""),
+        %reason,
+        elapsed_ms = elapsed.after().as_millis() as u64,
+        "request timed out; inner future dropped"
+    );
+    if let Some(c) = cancellation {
+        c.cancel(reason.clone());
     }
 }
