@@ -36,3 +36,35 @@ pub fn answer<T: Serialize>(id: &RequestId, outcome: Result<T, BoxError>) -> Opt
         },
     }
 }
+
+/// Encodes an error response without an `id`, for a message whose id could
+/// not be read (unparseable or oversize line). The 2026-07-28 schema makes
+/// `id` optional on error responses for exactly this case.
+pub fn encode_error_without_id(error: &crate::jsonrpc::ErrorObject) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({ "jsonrpc": "2.0", "error": error }))
+        .unwrap_or_default()
+}
+
+/// The result a server sends when it ends a `subscriptions/listen` stream
+/// itself: the handler's `result` (an object; anything else becomes `{}`)
+/// with `resultType: "complete"` and
+/// `_meta["io.modelcontextprotocol/subscriptionId"] = id` added when absent.
+pub fn listen_result(id: &RequestId, result: serde_json::Value) -> serde_json::Value {
+    let mut obj = match result {
+        serde_json::Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    obj.entry("resultType")
+        .or_insert_with(|| serde_json::Value::from("complete"));
+    let meta = obj
+        .entry("_meta")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    if !meta.is_object() {
+        *meta = serde_json::Value::Object(Default::default());
+    }
+    if let serde_json::Value::Object(meta) = meta {
+        meta.entry(jsonrpc::SUBSCRIPTION_ID_META)
+            .or_insert_with(|| serde_json::to_value(id).unwrap_or_default());
+    }
+    serde_json::Value::Object(obj)
+}

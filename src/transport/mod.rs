@@ -1,3 +1,5 @@
 //! Transports: what both share ([`dispatch`]), stdio, and Streamable HTTP.
 
 pub mod dispatch;
+#[cfg(feature = "stdio")]
+pub mod stdio;

@@ -1,0 +1,29 @@
+//! The example MCP server over stdio: `server/discover`, `tools/list`,
+//! `tools/call` (`echo`, `slow`, `spawned`), `initialize`, `ping`, behind the
+//! full server stack (`CancelOnDisconnectLayer`, `TimeoutLayer`).
+//!
+//! ```sh
+//! cargo run --example stdio_server -- --events
+//! ```
+//!
+//! It logs to stderr; with `--events` it also prints `DROPPED <id> <ns>`,
+//! `DONE <id> <ns>` and `TOKEN <id> <ns>` lines there. It exits when its
+//! stdin closes.
+
+mod common;
+
+#[tokio::main]
+async fn main() {
+    common::init_tracing();
+    let opts = common::Options::from_args();
+    let service = common::server_stack(opts);
+    let code = match tower_mcp_cancel::transport::stdio::serve_stdio(service).await {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!(error = %e, "stdio server stopped");
+            1
+        }
+    };
+    // stdin's reader thread may still be blocked in a read: do not wait for it.
+    std::process::exit(code);
+}

@@ -1,0 +1,118 @@
+//! Newline-delimited framing with a maximum line size.
+
+use std::io;
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+/// One frame read off the stream.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// A complete line, without its `\n` (and without a trailing `\r`).
+    Line(Vec<u8>),
+    /// A line longer than the limit; it was discarded up to its newline.
+    TooLong {
+        /// How many bytes it had (at least the limit + 1).
+        len: usize,
+    },
+}
+
+/// Reads newline-delimited frames, never buffering more than `max` bytes of
+/// one line: an oversize line is discarded up to the next newline and
+/// reported as [`Frame::TooLong`], and reading goes on.
+///
+/// Cancel-safe: all state lives in `self`, and bytes are taken out of the
+/// buffered reader only synchronously after `fill_buf` returned.
+pub(crate) struct LineReader<R> {
+    inner: R,
+    max: usize,
+    buf: Vec<u8>,
+    /// Bytes of the current line so far when it is being discarded.
+    discarding: Option<usize>,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    pub(crate) fn new(inner: R, max: usize) -> Self {
+        Self {
+            inner,
+            max: max.max(1),
+            buf: Vec::new(),
+            discarding: None,
+        }
+    }
+
+    /// The next frame; `None` at end of stream. A last line without a
+    /// newline is returned as a line.
+    pub(crate) async fn next(&mut self) -> io::Result<Option<Frame>> {
+        loop {
+            let available = self.inner.fill_buf().await?;
+            if available.is_empty() {
+                if let Some(len) = self.discarding.take() {
+                    return Ok(Some(Frame::TooLong { len }));
+                }
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(Frame::Line(finish(std::mem::take(&mut self.buf)))));
+            }
+            let newline = available.iter().position(|b| *b == b'\n');
+            let take = newline.unwrap_or(available.len());
+            let consumed = newline.map_or(take, |n| n + 1);
+            match &mut self.discarding {
+                Some(len) => *len += take,
+                None if self.buf.len() + take > self.max => {
+                    self.discarding = Some(self.buf.len() + take);
+                    self.buf = Vec::new();
+                }
+                None => self.buf.extend_from_slice(&available[..take]),
+            }
+            self.inner.consume(consumed);
+            if newline.is_some() {
+                if let Some(len) = self.discarding.take() {
+                    return Ok(Some(Frame::TooLong { len }));
+                }
+                return Ok(Some(Frame::Line(finish(std::mem::take(&mut self.buf)))));
+            }
+        }
+    }
+}
+
+fn finish(mut line: Vec<u8>) -> Vec<u8> {
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn frames(input: &[u8], max: usize, cap: usize) -> Vec<Frame> {
+        let reader = tokio::io::BufReader::with_capacity(cap, input);
+        let mut lines = LineReader::new(reader, max);
+        let mut out = Vec::new();
+        while let Some(f) = lines.next().await.unwrap() {
+            out.push(f);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn splits_bounds_and_recovers() {
+        for cap in [1, 3, 8, 1024] {
+            let got = frames(b"ab\r\n0123456789\n\nxyz\nlast", 5, cap).await;
+            assert_eq!(
+                got,
+                vec![
+                    Frame::Line(b"ab".to_vec()),
+                    Frame::TooLong { len: 10 },
+                    Frame::Line(Vec::new()),
+                    Frame::Line(b"xyz".to_vec()),
+                    Frame::Line(b"last".to_vec()),
+                ],
+                "buffer capacity {cap}"
+            );
+        }
+        assert_eq!(frames(b"toolongline", 4, 2).await, vec![Frame::TooLong { len: 11 }]);
+    }
+}

@@ -1,0 +1,115 @@
+//! The stdio transport (feature `stdio`): newline-delimited JSON-RPC over a
+//! child's stdin/stdout, or over any `AsyncRead`/`AsyncWrite` pair.
+//!
+//! * Server: [`serve`] (or [`StdioServer`] to configure it, [`serve_stdio`]
+//!   for this process's stdin/stdout) drives a request service — typically
+//!   your layer stack — over one connection.
+//! * Client: [`StdioClient`], a `tower::Service<McpRequest>` over a spawned
+//!   child process or a stream pair; stack
+//!   [`TimeoutLayer`](crate::TimeoutLayer) and
+//!   [`ProgressResetLayer`](crate::ProgressResetLayer) over it.
+//!
+//! Both ends keep the rule **cancelling a request is dropping its future**:
+//! a client future dropped before its response becomes a
+//! `notifications/cancelled` line (with the reason of the drop), and that
+//! line on the server drops the handler's future and fires its token.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_mcp_cancel::transport::stdio::{serve, StdioClient};
+//! use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! // An in-memory pipe in each direction.
+//! let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+//! let (server_read, server_write) = tokio::io::split(server_io);
+//! let (client_read, client_write) = tokio::io::split(client_io);
+//!
+//! let server = ServiceBuilder::new()
+//!     .layer(CancelOnDisconnectLayer::new())
+//!     .service(service_fn(|req: McpRequest| async move {
+//!         if req.method() == "slow" {
+//!             tokio::time::sleep(Duration::from_secs(3600)).await; // never checks a token
+//!         }
+//!         Ok::<_, BoxError>(serde_json::json!({"resultType": "complete", "method": req.method()}))
+//!     }));
+//! let served = tokio::spawn(serve(server, server_read, server_write));
+//!
+//! let client = StdioClient::new(client_read, client_write);
+//! let res = client.clone().oneshot(McpRequest::without_id("ping")).await.unwrap();
+//! assert_eq!(res["method"], "ping");
+//!
+//! // A 50 ms deadline: the client drops its future and sends
+//! // notifications/cancelled; the server drops the handler's future.
+//! let err = ServiceBuilder::new()
+//!     .layer(TimeoutLayer::new(Duration::from_millis(50)))
+//!     .service(client.clone())
+//!     .oneshot(McpRequest::without_id("slow"))
+//!     .await
+//!     .unwrap_err();
+//! assert!(err.is::<tower_mcp_cancel::Elapsed>());
+//!
+//! // Closing the client closes the server's input: `serve` returns.
+//! client.shutdown().await.unwrap();
+//! served.await.unwrap().unwrap();
+//! # }
+//! ```
+//!
+//! # Server behaviour
+//!
+//! * Framing: one message per line; a line longer than the limit (default
+//!   4 MiB) is discarded up to its newline and answered with `-32600`; a
+//!   line that is not JSON with `-32700`; an invalid message with `-32600`.
+//!   These errors carry the request's id when it could be read, and no id
+//!   otherwise. The connection keeps serving. Blank lines are ignored.
+//! * Requests run concurrently, each in its own task, each registered in the
+//!   connection's [`InFlight`](crate::InFlight) registry; a second request
+//!   with an id that is in flight is answered with `-32600`. `"1"` and `1`
+//!   are different ids; `0` is an ordinary one.
+//! * `notifications/cancelled` for an in-flight id cancels it: the driver
+//!   drops the service future at once (it races it against the request's
+//!   [`Cancellation`](crate::Cancellation) itself, so this holds without a
+//!   [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) too), its
+//!   token fires, and nothing more is written for that id: no response, and
+//!   queued progress is dropped unsent by the writer. Cancellations for
+//!   unknown, finished or not yet arrived ids, and malformed ones, are
+//!   ignored (debug log); an early cancel does not affect a later request.
+//! * Other client notifications and any responses are ignored (debug log).
+//! * End of input cancels every in-flight request
+//!   ([`CancelReason::TransportClosed`](crate::CancelReason::TransportClosed))
+//!   and `serve` returns as soon as their tasks ended.
+//! * One writer task drains a bounded queue: a peer that stops reading
+//!   blocks handlers sending progress (and the reader) instead of growing
+//!   memory.
+//! * A deadline inside the stack (a server-side `TimeoutLayer`) is answered
+//!   with its error: the driver writes nothing only when the cancel came from
+//!   the transport (peer, end of input, shutdown).
+//!
+//! ## `subscriptions/listen`
+//!
+//! The spec (subscriptions, cancellation) has the server end a listen stream
+//! with a **graceful result**, and send `notifications/cancelled` referencing
+//! the listen id only to tear the stream down; it never sends
+//! `notifications/cancelled` for anything else. The driver does exactly:
+//!
+//! | how the listen request ends | what is written |
+//! | --- | --- |
+//! | the handler returns `Ok(result)` | the result, with `resultType: "complete"` and `_meta["io.modelcontextprotocol/subscriptionId"]` added if absent |
+//! | [`StdioServer::serve_with_shutdown`]'s signal | the graceful result `{"resultType":"complete","_meta":{subscriptionId}}` |
+//! | the stack ends it as [`Cancelled`](crate::Cancelled) without a client cancel (the server tore it down, no result) | `notifications/cancelled` with the listen id and the reason |
+//! | the handler returns an error | the error response |
+//! | the client's `notifications/cancelled`, or end of input | nothing |
+//!
+//! # Client behaviour
+//!
+//! See [`StdioClient`].
+
+mod client;
+mod framing;
+mod server;
+
+pub use client::{ResponseFuture, StdioClient, StdioClientBuilder, DEFAULT_SHUTDOWN_GRACE};
+pub use server::{
+    serve, serve_stdio, StdioServer, DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE,
+};

@@ -1,0 +1,482 @@
+//! The stdio server driver: [`StdioServer`], [`serve`], [`serve_stdio`].
+
+use std::future::{poll_fn, Future};
+use std::io;
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::task::Poll;
+
+use futures_util::FutureExt;
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tower::{Service, ServiceExt};
+
+use super::framing::{Frame, LineReader};
+use crate::cancel::{drop_with_reason, CancelOutcome, InFlightGuard};
+use crate::error::BoxError;
+use crate::jsonrpc::{
+    self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest, RequestId,
+};
+use crate::notify::Outgoing;
+use crate::transport::dispatch;
+use crate::{CancelReason, Cancelled, InFlight, McpRequest};
+
+/// The default maximum size of one incoming line: 4 MiB.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+/// The default capacity of the writer queue, in messages.
+pub const DEFAULT_WRITE_QUEUE: usize = 64;
+
+/// Configuration of the stdio server driver.
+///
+/// ```
+/// use tower_mcp_cancel::transport::stdio::StdioServer;
+/// let server = StdioServer::new().max_line_bytes(1 << 20).write_queue(16);
+/// assert_eq!(server.get_max_line_bytes(), 1 << 20);
+/// ```
+#[derive(Clone, Debug)]
+pub struct StdioServer {
+    max_line_bytes: usize,
+    write_queue: usize,
+}
+
+impl Default for StdioServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StdioServer {
+    /// Defaults: lines up to [`DEFAULT_MAX_LINE_BYTES`], a writer queue of
+    /// [`DEFAULT_WRITE_QUEUE`] messages.
+    pub fn new() -> Self {
+        Self {
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            write_queue: DEFAULT_WRITE_QUEUE,
+        }
+    }
+
+    /// The largest incoming line accepted; a longer one is answered with
+    /// `-32600` (no id) and skipped up to its newline.
+    pub fn max_line_bytes(mut self, bytes: usize) -> Self {
+        self.max_line_bytes = bytes.max(1);
+        self
+    }
+
+    /// The configured maximum line size.
+    pub fn get_max_line_bytes(&self) -> usize {
+        self.max_line_bytes
+    }
+
+    /// How many outgoing messages may wait for the writer. When the queue is
+    /// full, handlers sending progress (and the reader answering malformed
+    /// lines) wait: a peer that stops reading slows the server down instead
+    /// of growing its memory.
+    pub fn write_queue(mut self, messages: usize) -> Self {
+        self.write_queue = messages.max(1);
+        self
+    }
+
+    /// Serves `service` over `reader`/`writer` until `reader` ends (EOF).
+    pub async fn serve<S, R, W>(self, service: S, reader: R, writer: W) -> io::Result<()>
+    where
+        S: Service<McpRequest> + Clone + Send + 'static,
+        S::Response: Serialize + Send + 'static,
+        S::Error: Into<BoxError> + Send + 'static,
+        S::Future: Send + 'static,
+        R: AsyncRead + Unpin + Send,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        self.serve_with_shutdown(service, reader, writer, std::future::pending())
+            .await
+    }
+
+    /// Like [`serve`](Self::serve), and also stops when `shutdown` resolves:
+    /// every in-flight request is cancelled ([`CancelReason::Shutdown`]);
+    /// each open `subscriptions/listen` gets its graceful result, nothing
+    /// else is answered; then the function returns.
+    pub async fn serve_with_shutdown<S, R, W, F>(
+        self,
+        service: S,
+        reader: R,
+        writer: W,
+        shutdown: F,
+    ) -> io::Result<()>
+    where
+        S: Service<McpRequest> + Clone + Send + 'static,
+        S::Response: Serialize + Send + 'static,
+        S::Error: Into<BoxError> + Send + 'static,
+        S::Future: Send + 'static,
+        R: AsyncRead + Unpin + Send,
+        W: AsyncWrite + Unpin + Send + 'static,
+        F: Future<Output = ()> + Send,
+    {
+        let (tx, rx) = mpsc::channel::<Outgoing>(self.write_queue);
+        let close = CancellationToken::new();
+        let mut writer_task = tokio::spawn(write_loop(writer, rx, close.clone()));
+        let conn = Connection {
+            in_flight: InFlight::new(),
+            tx,
+        };
+        let mut tasks = JoinSet::new();
+        let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
+        let mut shutdown = pin!(shutdown);
+
+        let end = loop {
+            while tasks.try_join_next().is_some() {}
+            tokio::select! {
+                biased;
+                res = &mut writer_task => break End::Writer(flatten(res)),
+                () = &mut shutdown => break End::Shutdown,
+                frame = lines.next() => match frame {
+                    Ok(None) => break End::Eof,
+                    Err(e) => break End::Read(e),
+                    Ok(Some(Frame::TooLong { len })) => {
+                        tracing::warn!(len, max = self.max_line_bytes, "oversize line discarded");
+                        let err = ErrorObject::new(
+                            ErrorObject::INVALID_REQUEST,
+                            format!(
+                                "Invalid Request: message of {len} bytes exceeds the limit of {} bytes",
+                                self.max_line_bytes
+                            ),
+                        );
+                        conn.send(dispatch::encode_error_without_id(&err)).await;
+                    }
+                    Ok(Some(Frame::Line(line))) => conn.on_line(&line, &service, &mut tasks).await,
+                },
+            }
+        };
+
+        let reason = match &end {
+            End::Shutdown => CancelReason::Shutdown,
+            _ => CancelReason::TransportClosed,
+        };
+        let n = conn.in_flight.cancel_all(reason.clone());
+        tracing::info!(cancelled = n, %reason, "stdio connection ending");
+        while tasks.join_next().await.is_some() {}
+        drop(conn);
+        close.cancel();
+        match end {
+            End::Writer(res) => res,
+            End::Read(e) => {
+                let _ = writer_task.await;
+                Err(e)
+            }
+            End::Eof | End::Shutdown => flatten(writer_task.await),
+        }
+    }
+}
+
+enum End {
+    Eof,
+    Shutdown,
+    Read(io::Error),
+    Writer(io::Result<()>),
+}
+
+fn flatten(res: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<()> {
+    res.unwrap_or_else(|e| Err(io::Error::other(e)))
+}
+
+/// Serves `service` over any reader/writer pair with the default
+/// configuration, until the reader ends.
+///
+/// The driver registers each request in the connection's [`InFlight`]
+/// registry, runs it in its own task, and races it against its
+/// [`Cancellation`](crate::Cancellation): a `notifications/cancelled` drops
+/// the service future at once (even without a
+/// [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) in the
+/// stack), fires its token, and nothing is written for that id afterwards.
+/// At end of input every in-flight request is cancelled with
+/// [`CancelReason::TransportClosed`] and `serve` returns once their tasks
+/// ended.
+pub async fn serve<S, R, W>(service: S, reader: R, writer: W) -> io::Result<()>
+where
+    S: Service<McpRequest> + Clone + Send + 'static,
+    S::Response: Serialize + Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    StdioServer::new().serve(service, reader, writer).await
+}
+
+/// Serves `service` over this process's stdin and stdout.
+pub async fn serve_stdio<S>(service: S) -> io::Result<()>
+where
+    S: Service<McpRequest> + Clone + Send + 'static,
+    S::Response: Serialize + Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    serve(service, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+struct Connection {
+    in_flight: InFlight,
+    tx: mpsc::Sender<Outgoing>,
+}
+
+impl Connection {
+    /// Queues a message that belongs to no request (or must be written
+    /// regardless of its request's state).
+    async fn send(&self, bytes: Vec<u8>) {
+        let _ = self.tx.send(Outgoing { bytes, scope: None }).await;
+    }
+
+    async fn on_line<S>(&self, line: &[u8], service: &S, tasks: &mut JoinSet<()>)
+    where
+        S: Service<McpRequest> + Clone + Send + 'static,
+        S::Response: Serialize + Send + 'static,
+        S::Error: Into<BoxError> + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            tracing::debug!("blank line ignored");
+            return;
+        }
+        match Message::decode(line) {
+            Ok(Message::Request(raw)) => self.on_request(raw, service, tasks).await,
+            Ok(Message::Notification(n)) => self.on_notification(n),
+            Ok(Message::Response(r)) => {
+                tracing::debug!(request_id = ?r.id, "response from the client ignored (the server sends no requests)");
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed message answered with an error");
+                let err = e.to_error_object();
+                // An id that is in flight belongs to a running request: do not
+                // answer "for" it; answer without an id instead.
+                let bytes = match &e.id {
+                    Some(id) if !self.in_flight.contains(id) => {
+                        jsonrpc::encode_response::<()>(Some(id), Err(&err))
+                    }
+                    _ => dispatch::encode_error_without_id(&err),
+                };
+                self.send(bytes).await;
+            }
+        }
+    }
+
+    fn on_notification(&self, n: RawNotification) {
+        if n.method != jsonrpc::CANCELLED {
+            tracing::debug!(method = %n.method, "notification from the client ignored");
+            return;
+        }
+        let params = n
+            .params
+            .as_deref()
+            .map(|p| serde_json::from_str::<CancelledParams>(p.get()));
+        let params = match params {
+            Some(Ok(p)) => p,
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "malformed notifications/cancelled ignored");
+                return;
+            }
+            None => {
+                tracing::debug!("notifications/cancelled without params ignored");
+                return;
+            }
+        };
+        let reason = CancelReason::peer(params.reason.as_deref());
+        if self.in_flight.cancel(&params.request_id, reason.clone()) == CancelOutcome::Cancelled {
+            tracing::info!(request_id = %params.request_id, %reason, "request cancelled by the client");
+        }
+    }
+
+    async fn on_request<S>(&self, raw: RawRequest, service: &S, tasks: &mut JoinSet<()>)
+    where
+        S: Service<McpRequest> + Clone + Send + 'static,
+        S::Response: Serialize + Send + 'static,
+        S::Error: Into<BoxError> + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        let id = raw.id.clone();
+        let guard = match self.in_flight.register(id.clone(), Some(raw.method.clone())) {
+            Ok(g) => g,
+            Err(dup) => {
+                tracing::debug!(request_id = %id, "duplicate in-flight id answered with an error");
+                let err = ErrorObject::new(
+                    ErrorObject::INVALID_REQUEST,
+                    format!("Invalid Request: {dup}"),
+                );
+                self.send(jsonrpc::encode_response::<()>(Some(&id), Err(&err)))
+                    .await;
+                return;
+            }
+        };
+        let is_listen = raw.method == jsonrpc::SUBSCRIPTIONS_LISTEN;
+        let req = dispatch::prepare(raw, guard.cancellation().clone(), self.tx.clone());
+        let task = run_request(service.clone(), req, guard, is_listen, self.tx.clone());
+        tasks.spawn(task);
+    }
+}
+
+/// Whether the driver itself cancelled the request (so the peer must hear
+/// nothing more of it), as opposed to a layer inside the stack (its own
+/// deadline), whose error is still answered.
+fn cancelled_by_transport(reason: &CancelReason) -> bool {
+    matches!(
+        reason,
+        CancelReason::Peer(_) | CancelReason::TransportClosed | CancelReason::Shutdown
+    )
+}
+
+async fn run_request<S>(
+    mut service: S,
+    req: McpRequest,
+    guard: InFlightGuard,
+    is_listen: bool,
+    tx: mpsc::Sender<Outgoing>,
+) where
+    S: Service<McpRequest> + Send + 'static,
+    S::Response: Serialize + Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let id = guard.id().clone();
+    let cancellation = guard.cancellation().clone();
+    let call = async move {
+        service.ready().await.map_err(Into::into)?;
+        service.call(req).await.map_err(Into::into)
+    };
+    let mut call = Some(Box::pin(AssertUnwindSafe(call).catch_unwind()));
+    let mut cancelled = pin!(cancellation.cancelled());
+    // The cancel is checked first: once it is seen the service future is
+    // never polled again, and it is dropped right here, in this task.
+    let raced = poll_fn(|cx| {
+        if let Poll::Ready(reason) = cancelled.as_mut().poll(cx) {
+            return Poll::Ready(Err(reason));
+        }
+        match call.as_mut() {
+            Some(f) => f.as_mut().poll(cx).map(Ok),
+            None => Poll::Pending,
+        }
+    })
+    .await;
+    let outcome: Result<S::Response, BoxError> = match raced {
+        Err(reason) => {
+            drop_with_reason(&reason, call.take());
+            Err(Box::new(Cancelled::new(reason)))
+        }
+        Ok(Ok(out)) => {
+            call = None;
+            out
+        }
+        Ok(Err(_panic)) => {
+            call = None;
+            tracing::error!(request_id = %id, "handler panicked");
+            Err(Box::new(ErrorObject::new(
+                ErrorObject::INTERNAL_ERROR,
+                "Internal error: handler panicked",
+            )))
+        }
+    };
+    drop(call);
+    // First of complete/cancel wins; afterwards the state is settled.
+    cancellation.complete();
+    let msg = match cancellation.reason() {
+        Some(reason) if cancelled_by_transport(reason) => {
+            tracing::debug!(request_id = %id, %reason, "request cancelled; nothing written for it");
+            if is_listen && *reason == CancelReason::Shutdown {
+                // The server ends the subscription: graceful result.
+                let result = dispatch::listen_result(&id, serde_json::json!({}));
+                Some(jsonrpc::encode_response(Some(&id), Ok(&result)))
+            } else {
+                None
+            }
+        }
+        // Cancelled from inside the stack (e.g. a server-side deadline): the
+        // client still waits for an answer. Unscoped, as its scope is cancelled.
+        Some(reason) => answer_for(&id, is_listen, outcome, Some(reason)),
+        None => answer_for(&id, is_listen, outcome, None),
+    };
+    if let Some(bytes) = msg {
+        let _ = tx.send(Outgoing { bytes, scope: None }).await;
+    }
+    drop(guard);
+}
+
+/// The message to write for a request that was not cancelled by the
+/// transport.
+fn answer_for<T: Serialize>(
+    id: &RequestId,
+    is_listen: bool,
+    outcome: Result<T, BoxError>,
+    internal: Option<&CancelReason>,
+) -> Option<Vec<u8>> {
+    match (is_listen, outcome) {
+        (true, Ok(result)) => {
+            let value = serde_json::to_value(&result).unwrap_or_default();
+            let result = dispatch::listen_result(id, value);
+            Some(jsonrpc::encode_response(Some(id), Ok(&result)))
+        }
+        (true, Err(e)) if e.is::<Cancelled>() => {
+            // The server tore the stream down without a result: the one case
+            // in which a server sends notifications/cancelled.
+            let reason = e
+                .downcast_ref::<Cancelled>()
+                .map(|c| c.reason().to_string());
+            tracing::info!(request_id = %id, reason = reason.as_deref(), "subscription torn down by the server");
+            Some(jsonrpc::encode_notification(
+                jsonrpc::CANCELLED,
+                &CancelledParams {
+                    request_id: id.clone(),
+                    reason,
+                },
+            ))
+        }
+        (_, Err(e)) if e.is::<Cancelled>() => match internal {
+            // Cancelled by a layer inside the stack: answer, do not leave
+            // the client waiting.
+            Some(reason) => {
+                let err = ErrorObject::new(
+                    ErrorObject::INTERNAL_ERROR,
+                    format!("request cancelled by the server: {reason}"),
+                );
+                Some(jsonrpc::encode_response::<()>(Some(id), Err(&err)))
+            }
+            None => dispatch::answer(id, Err::<T, _>(e)),
+        },
+        (_, outcome) => dispatch::answer(id, outcome),
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::Receiver<Outgoing>,
+    close: CancellationToken,
+) -> io::Result<()> {
+    let mut w = BufWriter::new(writer);
+    loop {
+        let msg = tokio::select! {
+            biased;
+            m = rx.recv() => m,
+            () = close.cancelled() => {
+                rx.close();
+                while let Ok(m) = rx.try_recv() {
+                    write_one(&mut w, m).await?;
+                }
+                break;
+            }
+        };
+        let Some(msg) = msg else { break };
+        write_one(&mut w, msg).await?;
+        if rx.is_empty() {
+            w.flush().await?;
+        }
+    }
+    w.flush().await?;
+    w.shutdown().await
+}
+
+async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Result<()> {
+    if !msg.is_live() {
+        tracing::trace!("message for a cancelled request dropped unsent");
+        return Ok(());
+    }
+    w.write_all(&msg.bytes).await?;
+    w.write_all(b"\n").await
+}
