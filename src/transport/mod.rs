@@ -3,3 +3,6 @@
 pub mod dispatch;
 #[cfg(feature = "stdio")]
 pub mod stdio;
+
+#[cfg(feature = "http")]
+pub mod http;

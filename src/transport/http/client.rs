@@ -1,0 +1,489 @@
+//! [`HttpClient`]: the Streamable HTTP client as a tower service.
+//!
+//! Each request is its own POST with the headers the spec requires
+//! (`Accept`, `Content-Type`, `MCP-Protocol-Version`, `Mcp-Method`,
+//! `Mcp-Name` with the Base64 sentinel encoding when needed). The answer is
+//! read in either shape: a JSON body, or an SSE stream (parsed with the
+//! `sse-stream` crate) whose `notifications/progress` are recorded in the
+//! request's [`ProgressTap`], so a [`ProgressResetLayer`](crate::ProgressResetLayer)
+//! above sees them, and whose final response ends the call.
+//!
+//! **Dropping the call's future is the cancellation**: it drops the response
+//! stream, which closes it — on HTTP/1.1 the connection is closed and not
+//! reused, on HTTP/2 the stream is reset — and nothing else is posted.
+//! A [`TimeoutLayer`](crate::TimeoutLayer) or
+//! [`ProgressResetLayer`](crate::ProgressResetLayer) above therefore cancels
+//! per spec when its limit fires.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//! use tower_mcp_cancel::transport::http::HttpClient;
+//! use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), tower_mcp_cancel::BoxError> {
+//! let http = HttpClient::new("http://127.0.0.1:8080/mcp".parse()?);
+//! let mut client = ServiceBuilder::new()
+//!     .layer(TimeoutLayer::new(Duration::from_secs(300)))     // hard cap
+//!     .layer(ProgressResetLayer::new(Duration::from_secs(30))) // idle, reset by progress
+//!     .service(http);
+//! let req = McpRequest::without_id("tools/call")
+//!     .with_params(serde_json::json!({"name": "slow", "arguments": {"steps": 5}}));
+//! let result = client.ready().await?.call(req).await?;
+//! println!("{result}");
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use sse_stream::SseStream;
+use tokio::time::Instant;
+use tower_service::Service;
+
+use crate::cancel::current_drop_reason;
+use crate::error::BoxError;
+use crate::jsonrpc::{
+    self, ErrorObject, Message, ProgressParams, RequestId, PROGRESS, PROTOCOL_VERSION_META,
+};
+use crate::{McpRequest, ProgressObserver, ProgressTap};
+
+use super::server::PROTOCOL_VERSION;
+use super::validation::{
+    encode_header_value, name_field, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER,
+};
+
+const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
+const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// An HTTP-level failure of a call (a JSON-RPC error answer is reported as
+/// [`ErrorObject`] instead).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HttpClientError {
+    /// The server answered with a status and a body that is not a JSON-RPC
+    /// answer (e.g. a proxy's error page, or a legacy server's `404`).
+    Status {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The start of the body, for the message.
+        body: String,
+    },
+    /// The SSE stream ended without the final response (the server went away).
+    StreamEnded,
+    /// The response was neither `application/json` nor `text/event-stream`.
+    UnexpectedContentType(String),
+    /// The answer did not parse as the response to this request.
+    InvalidResponse(String),
+    /// The request could not be sent as given (bad params, a method that is
+    /// not a valid header value).
+    InvalidRequest(String),
+}
+
+impl fmt::Display for HttpClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpClientError::Status { status, body } => {
+                write!(f, "MCP server answered HTTP {status}")?;
+                if !body.is_empty() {
+                    write!(f, ": {body}")?;
+                }
+                Ok(())
+            }
+            HttpClientError::StreamEnded => {
+                f.write_str("the SSE response stream ended without a response")
+            }
+            HttpClientError::UnexpectedContentType(ct) => {
+                write!(f, "unexpected response content type {ct:?}")
+            }
+            HttpClientError::InvalidResponse(m) => write!(f, "invalid response: {m}"),
+            HttpClientError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for HttpClientError {}
+
+struct Inner {
+    client: Client<HttpConnector, Full<Bytes>>,
+    uri: Uri,
+    protocol_version: String,
+    client_info: Option<serde_json::Value>,
+    headers: HeaderMap,
+    next_id: AtomicI64,
+}
+
+/// The Streamable HTTP client: `Service<McpRequest, Response = serde_json::Value>`.
+/// See the [module docs](self). Clones share the connection pool and the id
+/// counter.
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("uri", &self.inner.uri)
+            .field("protocol_version", &self.inner.protocol_version)
+            .finish()
+    }
+}
+
+/// Configures an [`HttpClient`].
+#[derive(Debug)]
+pub struct HttpClientBuilder {
+    uri: Uri,
+    http2: bool,
+    protocol_version: String,
+    client_info: Option<serde_json::Value>,
+    headers: HeaderMap,
+}
+
+impl HttpClientBuilder {
+    /// Speak HTTP/2 without upgrade (prior knowledge, `h2c`), one stream per
+    /// request over a shared connection.
+    pub fn http2_prior_knowledge(mut self) -> Self {
+        self.http2 = true;
+        self
+    }
+
+    /// The protocol version sent in `MCP-Protocol-Version` and `_meta`
+    /// (default `2026-07-28`).
+    pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
+        self.protocol_version = version.into();
+        self
+    }
+
+    /// The `io.modelcontextprotocol/clientInfo` sent with each request
+    /// (default: this crate's name and version).
+    pub fn client_info(mut self, name: &str, version: &str) -> Self {
+        self.client_info = Some(serde_json::json!({ "name": name, "version": version }));
+        self
+    }
+
+    /// Sends no `clientInfo`.
+    pub fn without_client_info(mut self) -> Self {
+        self.client_info = None;
+        self
+    }
+
+    /// An extra header on every request (e.g. `Authorization`).
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.append(name, value);
+        self
+    }
+
+    /// Builds the client.
+    pub fn build(self) -> HttpClient {
+        let mut builder = Client::builder(TokioExecutor::new());
+        if self.http2 {
+            builder.http2_only(true);
+        }
+        HttpClient {
+            inner: Arc::new(Inner {
+                client: builder.build_http(),
+                uri: self.uri,
+                protocol_version: self.protocol_version,
+                client_info: self.client_info,
+                headers: self.headers,
+                next_id: AtomicI64::new(1),
+            }),
+        }
+    }
+}
+
+impl HttpClient {
+    /// A client for the MCP endpoint `uri` (`http://…`), over HTTP/1.1.
+    pub fn new(uri: Uri) -> Self {
+        Self::builder(uri).build()
+    }
+
+    /// A builder for the MCP endpoint `uri`.
+    pub fn builder(uri: Uri) -> HttpClientBuilder {
+        HttpClientBuilder {
+            uri,
+            http2: false,
+            protocol_version: PROTOCOL_VERSION.to_owned(),
+            client_info: Some(serde_json::json!({
+                "name": env!("CARGO_PKG_NAME"),
+                "version": env!("CARGO_PKG_VERSION"),
+            })),
+            headers: HeaderMap::new(),
+        }
+    }
+
+    /// The endpoint.
+    pub fn uri(&self) -> &Uri {
+        &self.inner.uri
+    }
+}
+
+/// Logs a call dropped before its answer: closing the stream is the
+/// cancellation, and both sides should log why.
+struct DropLog {
+    id: RequestId,
+    method: String,
+    started: Instant,
+    done: bool,
+}
+
+impl DropLog {
+    fn finish(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for DropLog {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let reason = current_drop_reason()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| "caller dropped the request".into());
+        tracing::info!(
+            request_id = %self.id,
+            method = %self.method,
+            %reason,
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            "request cancelled; closing its HTTP response stream"
+        );
+    }
+}
+
+impl Service<McpRequest> for HttpClient {
+    type Response = serde_json::Value;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<serde_json::Value, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: McpRequest) -> Self::Future {
+        let inner = self.inner.clone();
+        let id = match req.id() {
+            Some(id) => id.clone(),
+            None => {
+                let id = RequestId::Number(inner.next_id.fetch_add(1, Ordering::Relaxed));
+                req.set_id(id.clone());
+                id
+            }
+        };
+        // Everything that needs the request is done before the future, so
+        // the future holds only what it sends and where progress goes.
+        let prepared = prepare(&inner, &id, &req);
+        let tap = req.extensions().get::<ProgressTap>().cloned();
+        let observer = req.extensions().get::<ProgressObserver>().cloned();
+        let token = req.progress_token().cloned();
+        let mut log = DropLog {
+            id: id.clone(),
+            method: req.method().to_owned(),
+            started: Instant::now(),
+            done: false,
+        };
+        Box::pin(async move {
+            let http_req = match prepared {
+                Ok(r) => r,
+                Err(e) => {
+                    log.finish();
+                    return Err(e.into());
+                }
+            };
+            let out = exchange(&inner, http_req, &id, tap, observer, token).await;
+            log.finish();
+            out
+        })
+    }
+}
+
+fn prepare(
+    inner: &Inner,
+    id: &RequestId,
+    req: &McpRequest,
+) -> Result<Request<Full<Bytes>>, HttpClientError> {
+    let method = req.method();
+    let params = req
+        .wire_params()
+        .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
+    let mut obj: serde_json::Map<String, serde_json::Value> = match params.as_deref() {
+        None => serde_json::Map::new(),
+        Some(p) => serde_json::from_str(p.get()).map_err(|_| {
+            HttpClientError::InvalidRequest("params must be a JSON object over HTTP".into())
+        })?,
+    };
+    let meta = obj
+        .entry("_meta")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    let serde_json::Value::Object(meta) = meta else {
+        return Err(HttpClientError::InvalidRequest(
+            "params._meta must be an object".into(),
+        ));
+    };
+    let version = meta
+        .entry(PROTOCOL_VERSION_META)
+        .or_insert_with(|| inner.protocol_version.clone().into())
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            HttpClientError::InvalidRequest(format!(
+                "_meta[{PROTOCOL_VERSION_META:?}] must be a string"
+            ))
+        })?;
+    meta.entry(CLIENT_CAPABILITIES_META)
+        .or_insert_with(|| serde_json::json!({}));
+    if let Some(info) = &inner.client_info {
+        meta.entry(CLIENT_INFO_META).or_insert_with(|| info.clone());
+    }
+    let name = name_field(method)
+        .and_then(|f| obj.get(f))
+        .and_then(|v| v.as_str())
+        .map(encode_header_value);
+    let params = serde_json::value::to_raw_value(&obj)
+        .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
+    let body = jsonrpc::encode_request(id, method, Some(&params));
+
+    let invalid =
+        |what: &str| HttpClientError::InvalidRequest(format!("{what} is not a valid header value"));
+    let mut builder = Request::post(inner.uri.clone())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header(
+            PROTOCOL_VERSION_HEADER,
+            HeaderValue::from_str(&version).map_err(|_| invalid("the protocol version"))?,
+        )
+        .header(
+            METHOD_HEADER,
+            HeaderValue::from_str(method).map_err(|_| invalid("the method"))?,
+        );
+    if let Some(name) = name {
+        builder = builder.header(
+            NAME_HEADER,
+            HeaderValue::from_str(&name).map_err(|_| invalid("Mcp-Name"))?,
+        );
+    }
+    let mut http_req = builder
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
+    for (k, v) in &inner.headers {
+        http_req.headers_mut().append(k.clone(), v.clone());
+    }
+    Ok(http_req)
+}
+
+async fn exchange(
+    inner: &Inner,
+    http_req: Request<Full<Bytes>>,
+    id: &RequestId,
+    tap: Option<ProgressTap>,
+    observer: Option<ProgressObserver>,
+    token: Option<jsonrpc::ProgressToken>,
+) -> Result<serde_json::Value, BoxError> {
+    // Without a ProgressResetLayer above, a caller's observer still sees
+    // (strictly increasing) progress, through a tap of our own.
+    let tap = match (tap, observer, &token) {
+        (Some(tap), _, _) => Some(tap),
+        (None, Some(obs), Some(t)) => Some(ProgressTap::new(t.clone(), Some(obs))),
+        _ => None,
+    };
+    let res = inner.client.request(http_req).await?;
+    let status = res.status();
+    let mime = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    if status.is_success() && mime == "text/event-stream" {
+        let mut events = SseStream::new(res.into_body());
+        while let Some(event) = events.next().await {
+            let event = event?;
+            let Some(data) = event.data else { continue };
+            if !matches!(event.event.as_deref(), None | Some("message")) {
+                continue;
+            }
+            match Message::decode(data.as_bytes()) {
+                Ok(Message::Response(r)) if r.id.as_ref() == Some(id) => return outcome(r.outcome),
+                Ok(Message::Response(r)) => {
+                    tracing::debug!(request_id = %id, other = ?r.id, "response for another id on this stream ignored");
+                }
+                Ok(Message::Notification(n)) if n.method == PROGRESS => {
+                    let Some(params) = n.params else { continue };
+                    let Ok(p) = serde_json::from_str::<ProgressParams>(params.get()) else {
+                        tracing::debug!(request_id = %id, "malformed progress notification ignored");
+                        continue;
+                    };
+                    if token.as_ref() != Some(&p.progress_token) {
+                        tracing::debug!(request_id = %id, token = %p.progress_token, "progress for another token ignored");
+                        continue;
+                    }
+                    if let Some(tap) = &tap {
+                        tap.record_params(p);
+                    }
+                }
+                Ok(Message::Notification(n)) => {
+                    tracing::debug!(request_id = %id, method = %n.method, "notification on the response stream");
+                }
+                Ok(Message::Request(r)) => {
+                    tracing::debug!(request_id = %id, method = %r.method, "server request on the response stream ignored (not allowed in 2026-07-28)");
+                }
+                Err(e) => {
+                    tracing::debug!(request_id = %id, error = %e, "undecodable SSE event ignored");
+                }
+            }
+        }
+        return Err(HttpClientError::StreamEnded.into());
+    }
+    let body = Limited::new(res.into_body(), MAX_RESPONSE_BYTES)
+        .collect()
+        .await?
+        .to_bytes();
+    match Message::decode(&body) {
+        Ok(Message::Response(r)) if r.outcome.is_err() => outcome(r.outcome),
+        Ok(Message::Response(r)) if status.is_success() => {
+            if r.id.as_ref() != Some(id) {
+                return Err(HttpClientError::InvalidResponse(format!(
+                    "response id {:?} does not match request id {id}",
+                    r.id
+                ))
+                .into());
+            }
+            outcome(r.outcome)
+        }
+        _ if status.is_success() && mime != "application/json" => {
+            Err(HttpClientError::UnexpectedContentType(mime).into())
+        }
+        _ if status.is_success() => Err(HttpClientError::InvalidResponse(
+            "the body is not a JSON-RPC response".into(),
+        )
+        .into()),
+        _ => Err(HttpClientError::Status {
+            status,
+            body: crate::cancel::sanitize_reason(&String::from_utf8_lossy(&body)),
+        }
+        .into()),
+    }
+}
+
+fn outcome(
+    outcome: Result<Box<serde_json::value::RawValue>, ErrorObject>,
+) -> Result<serde_json::Value, BoxError> {
+    match outcome {
+        Ok(raw) => Ok(serde_json::from_str(raw.get())?),
+        Err(e) => Err(Box::new(e)),
+    }
+}

@@ -1,0 +1,49 @@
+//! Streamable HTTP (protocol revision 2026-07-28), where **closing the
+//! response stream is the cancellation** (feature `http`).
+//!
+//! * [`StreamableHttpService`] — the server adapter: a tower service over
+//!   `http::Request<B>` around your MCP request stack, mountable in axum
+//!   (`Router::new().route_service("/mcp", …)`) or served by plain hyper. Its
+//!   response owns the handler: a client that closes the connection or resets
+//!   the stream drops the handler future and fires its token.
+//! * [`HttpClient`] — the client: `Service<McpRequest>` on hyper-util's
+//!   pooled client (HTTP/1.1, or HTTP/2 with prior knowledge). Dropping a
+//!   call closes its response stream, which is how the server learns of the
+//!   cancellation.
+//! * [`validation`] — the `Origin`, `Accept` and request-metadata header
+//!   checks, and the Base64 sentinel encoding of header values.
+//!
+//! ```
+//! use tower::{service_fn, Service, ServiceExt};
+//! use tower_mcp_cancel::transport::http::{HttpClient, StreamableHttpService};
+//! use tower_mcp_cancel::{BoxError, McpRequest};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), BoxError> {
+//! // A server on a loopback port.
+//! let mcp = service_fn(|req: McpRequest| async move {
+//!     Ok::<_, BoxError>(serde_json::json!({"resultType": "complete", "echo": req.method()}))
+//! });
+//! let app = axum::Router::new().route_service("/mcp", StreamableHttpService::new(mcp));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let addr = listener.local_addr()?;
+//! tokio::spawn(async move { axum::serve(listener, app).await });
+//!
+//! // A client calling it.
+//! let mut client = HttpClient::new(format!("http://{addr}/mcp").parse()?);
+//! let result = client.ready().await?.call(McpRequest::without_id("tools/list")).await?;
+//! assert_eq!(result["echo"], "tools/list");
+//! # Ok(()) }
+//! ```
+
+mod body;
+pub mod client;
+pub mod server;
+pub mod validation;
+
+pub use body::{ResponseBody, TokioTimer};
+pub use client::{HttpClient, HttpClientBuilder, HttpClientError};
+pub use server::{
+    LegacyRequests, ResponseFuture, StreamableHttpLayer, StreamableHttpService, LEGACY_VERSIONS,
+    PROTOCOL_VERSION,
+};
+pub use validation::{OriginPolicy, Rejection};

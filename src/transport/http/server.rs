@@ -1,0 +1,610 @@
+//! [`StreamableHttpService`]: the Streamable HTTP server adapter.
+//!
+//! A tower service over `http::Request<B>` that turns each POST on the MCP
+//! endpoint into one call of an MCP request service (your layer stack), and
+//! whose response owns that call: **dropping the response — the future, or
+//! the SSE body once streaming — drops the handler future and fires its
+//! [`Cancellation`] with [`CancelReason::ClientDisconnected`]**. hyper drops
+//! them when the client closes the connection (HTTP/1.1) or resets the stream
+//! (HTTP/2), so a client that goes away cancels its request, as the spec says.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder};
+//! use tower_mcp_cancel::transport::http::{OriginPolicy, StreamableHttpService};
+//! use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+//!
+//! let mcp = ServiceBuilder::new()
+//!     .layer(CancelOnDisconnectLayer::new())
+//!     .layer(TimeoutLayer::new(Duration::from_secs(60)))
+//!     .service(service_fn(|req: McpRequest| async move {
+//!         Ok::<_, BoxError>(serde_json::json!({"resultType": "complete", "method": req.method()}))
+//!     }));
+//! let endpoint = StreamableHttpService::new(mcp)
+//!     .origin_policy(OriginPolicy::Localhost)
+//!     .max_body_bytes(1 << 20)
+//!     .keep_alive(Some(Duration::from_secs(15)));
+//! let app: axum::Router = axum::Router::new().route_service("/mcp", endpoint);
+//! # let _ = app;
+//! ```
+//!
+//! What it does with a request, in order:
+//!
+//! 1. `Origin` not allowed by the [`OriginPolicy`] → `403`. Not `POST` →
+//!    `405` (`GET` and `DELETE` included: there is no GET stream and there are
+//!    no sessions). `Accept` without both `application/json` and
+//!    `text/event-stream` → `406`. A `Content-Type` other than JSON → `415`.
+//! 2. A body over the limit → `413` (also when a tower-http
+//!    `RequestBodyLimitLayer` outside cut it). Not JSON-RPC → `400` with the
+//!    parse / invalid-request error. A notification → `202`, no body. A
+//!    response → `400`.
+//! 3. A request: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` checked
+//!    against the body → `400` with `HeaderMismatch` (`-32020`); an
+//!    unsupported version → `400` with `UnsupportedProtocolVersion`
+//!    (`-32022`, `data.supported`).
+//! 4. The call: the request gets a [`Cancellation`] and a
+//!    [`Notifier`](crate::Notifier) in its extensions (plus the HTTP request's
+//!    own extensions and its `HeaderMap`). If the handler answers before it
+//!    sends any notification, the answer is `application/json` (status `404`
+//!    for `-32601` method-not-found, `400` for the `-32020..-32022` protocol
+//!    errors, `200` otherwise). If a notification comes first, the response
+//!    becomes `text/event-stream`: the request's notifications, then the
+//!    answer, which ends the stream; `X-Accel-Buffering: no`; `:` keep-alive
+//!    comments when quiet. A call that ends with
+//!    [`Cancelled`](crate::Cancelled) answers `204` with no body.
+//! 5. `subscriptions/listen` streams at once and stays open until the handler
+//!    ends (its result, with the subscription id added, closes the stream),
+//!    the client closes it (the handler is dropped, token fired), or the
+//!    [shutdown token](StreamableHttpService::shutdown) fires (the handler is
+//!    dropped and the graceful listen result is sent, then the stream closes).
+//!
+//! # Earlier revisions (2025-03-26 … 2025-11-25)
+//!
+//! A request whose `MCP-Protocol-Version` is an earlier revision is passed to
+//! the MCP service unchanged, without the 2026 header checks (those clients
+//! do not send `Mcp-Method` or `_meta` versions), and — by default — a
+//! disconnect does **not** cancel it: in those revisions disconnection is not
+//! cancellation, so the handler is left to run to its end and its answer is
+//! discarded. [`LegacyRequests`] changes that. What the adapter does not do
+//! of the 2025 transport: sessions (`Mcp-Session-Id` is ignored, never
+//! minted or echoed), the GET stream (`405`), resumability (`Last-Event-ID`
+//! is ignored), server-to-client requests on SSE streams, and
+//! `notifications/cancelled` posted by a 2025 client (answered `202` and
+//! dropped: without sessions its request id cannot be resolved).
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method as HttpMethod, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::cancel::DisconnectGuard;
+use crate::error::BoxError;
+use crate::jsonrpc::{ErrorObject, Message, SUBSCRIPTIONS_LISTEN};
+use crate::transport::dispatch;
+use crate::{Cancellation, McpRequest};
+
+use super::body::{CallFuture, CallOutcome, Exchange, First, ResponseBody};
+use super::validation::{
+    check_accept, check_content_type, check_request_headers, protocol_version_header,
+    MirroredParams, OriginPolicy, Rejection,
+};
+
+/// The protocol revision this adapter implements.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// The earlier revisions recognized as legacy by default.
+pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// What the adapter does with a request from an earlier revision
+/// (`MCP-Protocol-Version: 2025-…`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LegacyRequests {
+    /// Pass it to the MCP service unchanged; a disconnect does not cancel it
+    /// (the handler runs to its end, its answer discarded). The default, as
+    /// those revisions say disconnection is not cancellation.
+    #[default]
+    Serve,
+    /// Pass it through, and cancel it on disconnect like a 2026 request.
+    ServeCancelOnDisconnect,
+    /// Refuse it: `400` with `UnsupportedProtocolVersion`.
+    Reject,
+}
+
+#[derive(Clone)]
+struct Config {
+    origin: OriginPolicy,
+    max_body_bytes: usize,
+    keep_alive: Option<Duration>,
+    supported: Arc<[String]>,
+    legacy_versions: Arc<[String]>,
+    legacy: LegacyRequests,
+    shutdown: Option<CancellationToken>,
+    queue: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            origin: OriginPolicy::Localhost,
+            max_body_bytes: StreamableHttpService::<()>::DEFAULT_MAX_BODY_BYTES,
+            keep_alive: Some(Duration::from_secs(15)),
+            supported: Arc::new([PROTOCOL_VERSION.to_owned()]),
+            legacy_versions: LEGACY_VERSIONS.iter().map(|v| v.to_string()).collect(),
+            legacy: LegacyRequests::Serve,
+            shutdown: None,
+            queue: 32,
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("origin", &self.origin)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("keep_alive", &self.keep_alive)
+            .field("supported", &self.supported)
+            .field("legacy", &self.legacy)
+            .finish()
+    }
+}
+
+/// The Streamable HTTP server adapter around an MCP request service `S`.
+/// See the [module docs](self).
+#[derive(Clone)]
+pub struct StreamableHttpService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> fmt::Debug for StreamableHttpService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamableHttpService")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl<S> StreamableHttpService<S> {
+    /// The default body limit: 4 MiB.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
+
+    /// The adapter around `inner`, with the defaults: localhost origins only,
+    /// 4 MiB bodies, keep-alive every 15 s, 2026-07-28 supported, earlier
+    /// revisions served without cancel-on-disconnect.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            config: Arc::new(Config::default()),
+        }
+    }
+
+    fn config_mut(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// Sets the `Origin` policy (DNS-rebinding protection).
+    pub fn origin_policy(mut self, policy: OriginPolicy) -> Self {
+        self.config_mut().origin = policy;
+        self
+    }
+
+    /// Sets the body size limit; larger bodies get `413`.
+    pub fn max_body_bytes(mut self, limit: usize) -> Self {
+        self.config_mut().max_body_bytes = limit;
+        self
+    }
+
+    /// Sets the keep-alive interval of SSE responses (`None`: no keep-alives).
+    /// Keep-alives are SSE comments: a client never counts them as progress.
+    pub fn keep_alive(mut self, interval: Option<Duration>) -> Self {
+        self.config_mut().keep_alive = interval;
+        self
+    }
+
+    /// Sets the protocol versions accepted as modern (default: `2026-07-28`).
+    pub fn supported_versions<I, V>(mut self, versions: I) -> Self
+    where
+        I: IntoIterator<Item = V>,
+        V: Into<String>,
+    {
+        self.config_mut().supported = versions.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets what happens with requests from earlier revisions.
+    pub fn legacy_requests(mut self, legacy: LegacyRequests) -> Self {
+        self.config_mut().legacy = legacy;
+        self
+    }
+
+    /// Sets the server's shutdown token: when it fires, every open
+    /// `subscriptions/listen` stream ends gracefully (its handler dropped, the
+    /// listen result sent, the stream closed).
+    pub fn shutdown(mut self, token: CancellationToken) -> Self {
+        self.config_mut().shutdown = Some(token);
+        self
+    }
+
+    /// Sets how many notifications a handler may queue ahead of a slow client
+    /// before [`Notifier::notify`](crate::Notifier::notify) waits (default 32).
+    pub fn notification_queue(mut self, capacity: usize) -> Self {
+        self.config_mut().queue = capacity.max(1);
+        self
+    }
+
+    /// The MCP service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Consumes the adapter, returning the MCP service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// A [`Layer`] producing [`StreamableHttpService`], for `ServiceBuilder`
+/// stacks: `ServiceBuilder::new().layer(StreamableHttpLayer::new()).layer(…mcp layers…).service(handler)`.
+#[derive(Clone, Debug)]
+pub struct StreamableHttpLayer {
+    template: StreamableHttpService<()>,
+}
+
+impl StreamableHttpLayer {
+    /// A layer with the default configuration.
+    pub fn new() -> Self {
+        Self {
+            template: StreamableHttpService::new(()),
+        }
+    }
+
+    /// A layer with the configuration of `template` (configure a
+    /// `StreamableHttpService::new(())`).
+    pub fn from_config(template: StreamableHttpService<()>) -> Self {
+        Self { template }
+    }
+}
+
+impl Default for StreamableHttpLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for StreamableHttpLayer {
+    type Service = StreamableHttpService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        StreamableHttpService {
+            inner,
+            config: self.template.config.clone(),
+        }
+    }
+}
+
+/// The response future of [`StreamableHttpService`]. It owns the handler
+/// future until the response head is ready; dropping it cancels the request.
+pub struct ResponseFuture {
+    inner: Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>>,
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ResponseFuture")
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<ResponseBody>, Infallible>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx).map(Ok)
+    }
+}
+
+impl<S, B> Service<Request<B>> for StreamableHttpService<S>
+where
+    S: Service<McpRequest> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Response: Serialize,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Readiness of the MCP service is awaited per request, after the body
+        // is read and validated.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let inner = self.inner.clone();
+        let config = self.config.clone();
+        ResponseFuture {
+            inner: Box::pin(async move {
+                match handle(inner, config, req).await {
+                    Ok(res) => res,
+                    Err(rejection) => {
+                        tracing::debug!(status = %rejection.status, code = rejection.error.code, message = %rejection.error.message, "request rejected");
+                        rejection.into_response().map(ResponseBody::from)
+                    }
+                }
+            }),
+        }
+    }
+}
+
+fn status_for(code: Option<i64>) -> StatusCode {
+    match code {
+        Some(ErrorObject::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(
+            ErrorObject::HEADER_MISMATCH
+            | ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
+        ) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+fn plain(status: StatusCode) -> Response<ResponseBody> {
+    let mut res = Response::new(ResponseBody::empty());
+    *res.status_mut() = status;
+    res
+}
+
+fn sse_response(exchange: Exchange, keep_alive: Option<Duration>) -> Response<ResponseBody> {
+    let mut res = Response::new(ResponseBody::sse(exchange, keep_alive));
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    res
+}
+
+async fn handle<S, B>(
+    inner: S,
+    config: Arc<Config>,
+    req: Request<B>,
+) -> Result<Response<ResponseBody>, Rejection>
+where
+    S: Service<McpRequest> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Response: Serialize,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    config.origin.check(&parts.headers)?;
+    if parts.method != HttpMethod::POST {
+        let mut res = Rejection::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            None,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                format!(
+                    "Method Not Allowed: the MCP endpoint accepts POST only (got {})",
+                    parts.method
+                ),
+            ),
+        )
+        .into_response()
+        .map(ResponseBody::from);
+        res.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Ok(res);
+    }
+    check_accept(&parts.headers)?;
+    check_content_type(&parts.headers)?;
+
+    let too_large = || {
+        Rejection::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                format!(
+                    "Payload Too Large: the request body exceeds the limit of {} bytes",
+                    config.max_body_bytes
+                ),
+            ),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > config.max_body_bytes as u64) {
+        return Err(too_large());
+    }
+    let bytes: Bytes = match Limited::new(body, config.max_body_bytes).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if is_length_limit(&*e) => return Err(too_large()),
+        Err(e) => {
+            return Err(Rejection::new(
+                StatusCode::BAD_REQUEST,
+                None,
+                ErrorObject::new(
+                    ErrorObject::PARSE_ERROR,
+                    format!("could not read the request body: {e}"),
+                ),
+            ))
+        }
+    };
+
+    let raw = match Message::decode(&bytes) {
+        Err(e) => {
+            return Err(Rejection::new(
+                StatusCode::BAD_REQUEST,
+                e.id.clone(),
+                e.to_error_object(),
+            ))
+        }
+        Ok(Message::Notification(n)) => {
+            tracing::debug!(method = %n.method, "notification accepted");
+            return Ok(plain(StatusCode::ACCEPTED));
+        }
+        Ok(Message::Response(r)) => {
+            return Err(Rejection::new(
+                StatusCode::BAD_REQUEST,
+                r.id,
+                ErrorObject::new(
+                    ErrorObject::INVALID_REQUEST,
+                    "Invalid Request: clients must not send JSON-RPC responses",
+                ),
+            ))
+        }
+        Ok(Message::Request(r)) => r,
+    };
+
+    let version = protocol_version_header(&parts.headers);
+    let legacy = version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v));
+    if legacy {
+        if config.legacy == LegacyRequests::Reject {
+            return Err(Rejection::new(
+                StatusCode::BAD_REQUEST,
+                Some(raw.id.clone()),
+                ErrorObject::new(
+                    ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
+                    format!("Unsupported protocol version: {}", version.unwrap_or("")),
+                )
+                .with_data(serde_json::json!({ "supported": &*config.supported })),
+            ));
+        }
+    } else {
+        let mirrored = MirroredParams::read(raw.params.as_deref());
+        check_request_headers(
+            &parts.headers,
+            &raw.id,
+            &raw.method,
+            &mirrored,
+            &config.supported,
+        )?;
+    }
+
+    // The call.
+    let id = raw.id.clone();
+    let method = raw.method.clone();
+    let is_listen = method == SUBSCRIPTIONS_LISTEN;
+    let cancellation = parts
+        .extensions
+        .get::<Cancellation>()
+        .cloned()
+        .unwrap_or_default();
+    let (tx, rx) = mpsc::channel(config.queue);
+    let mut mcp = dispatch::prepare(raw, cancellation.clone(), tx);
+    let mut extensions = parts.extensions;
+    extensions.extend(std::mem::take(mcp.extensions_mut()));
+    extensions.insert(parts.headers);
+    *mcp.extensions_mut() = extensions;
+
+    let cancel_on_disconnect = !legacy || config.legacy == LegacyRequests::ServeCancelOnDisconnect;
+    let guard = cancel_on_disconnect.then(|| {
+        DisconnectGuard::new(cancellation.clone(), Some(id.clone()), Some(method.clone()))
+    });
+    tracing::debug!(request_id = %id, %method, legacy, "MCP request over HTTP");
+
+    let answer_id = id.clone();
+    let call: CallFuture = Box::pin(async move {
+        let out: Result<S::Response, BoxError> = inner.oneshot(mcp).await.map_err(Into::into);
+        let error_code = out
+            .as_ref()
+            .err()
+            .and_then(|e| match crate::error::server_answer(&**e) {
+                crate::error::ServerAnswer::Error(err) => Some(err.code),
+                crate::error::ServerAnswer::Nothing => None,
+            });
+        let bytes = if is_listen {
+            let out = out.and_then(|r| {
+                serde_json::to_value(r)
+                    .map(|v| dispatch::listen_result(&answer_id, v))
+                    .map_err(Into::into)
+            });
+            dispatch::answer(&answer_id, out)
+        } else {
+            dispatch::answer(&answer_id, out)
+        };
+        CallOutcome { bytes, error_code }
+    });
+    let shutdown = if is_listen {
+        config.shutdown.clone()
+    } else {
+        None
+    };
+    let mut exchange = Exchange::new(call, rx, cancellation, guard, id, shutdown);
+    if is_listen {
+        return Ok(sse_response(exchange, config.keep_alive));
+    }
+    match std::future::poll_fn(|cx| exchange.poll_first(cx)).await {
+        First::Stream => Ok(sse_response(exchange, config.keep_alive)),
+        First::Done(CallOutcome {
+            bytes: None,
+            error_code: _,
+        }) => Ok(plain(StatusCode::NO_CONTENT)),
+        First::Done(CallOutcome {
+            bytes: Some(bytes),
+            error_code,
+        }) => {
+            let mut res = Response::new(ResponseBody::full(bytes));
+            *res.status_mut() = status_for(error_code);
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            Ok(res)
+        }
+    }
+}
+
+fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<LengthLimitError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_types_are_send() {
+        fn is_send<T: Send>() {}
+        is_send::<ResponseBody>();
+        is_send::<ResponseFuture>();
+    }
+
+    #[test]
+    fn status_mapping() {
+        assert_eq!(status_for(Some(-32601)), StatusCode::NOT_FOUND);
+        assert_eq!(status_for(Some(-32020)), StatusCode::BAD_REQUEST);
+        assert_eq!(status_for(Some(-32603)), StatusCode::OK);
+        assert_eq!(status_for(None), StatusCode::OK);
+    }
+}
