@@ -1,0 +1,249 @@
+//! `HttpClient` against the server adapter over loopback: both response
+//! shapes, headers the server validates, typed errors, dropping a call
+//! closes its stream (HTTP/1.1 and HTTP/2) and the server sees it, progress
+//! over SSE resets a `ProgressResetLayer`'s idle timer while keep-alives do
+//! not, and the hard maximum still fires.
+#![cfg(feature = "http")]
+
+mod http_support;
+
+use std::time::Duration;
+
+use http_support::*;
+use serde_json::json;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
+use tower_mcp_cancel::transport::http::{HttpClient, HttpClientError};
+use tower_mcp_cancel::{
+    CancelReason, Elapsed, Limit, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+};
+
+fn client(addr: std::net::SocketAddr, proto: Proto) -> HttpClient {
+    let b = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap());
+    match proto {
+        Proto::H1 => b.build(),
+        Proto::H2 => b.http2_prior_knowledge().build(),
+    }
+}
+
+fn call(name: &str, args: serde_json::Value) -> McpRequest {
+    McpRequest::without_id("tools/call").with_params(json!({"name": name, "arguments": args}))
+}
+
+#[tokio::test]
+async fn both_response_shapes_and_base64_names() {
+    for proto in [Proto::H1, Proto::H2] {
+        let (addr, _tools, _events) = serve_tools(proto, |s| s).await;
+        let mut c = client(addr, proto);
+        let r = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call("echo", json!({"text": "hi"}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r["content"][0]["text"], "hi");
+        let r = bounded(c.ready().await.unwrap().call(call("notify", json!({}))))
+            .await
+            .unwrap();
+        assert_eq!(r["notified"], true, "answer read from the SSE stream");
+        // A name outside the header-safe set goes Base64; the server decodes
+        // it before comparing (it would answer 400 otherwise).
+        let r = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call("héllo wörld", json!({"text": "ü"}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r["content"][0]["text"], "ü");
+        // Caller-chosen ids are kept.
+        let req = McpRequest::new("mine", "tools/call")
+            .with_params(json!({"name": "echo", "arguments": {"text": "x"}}));
+        assert!(bounded(c.ready().await.unwrap().call(req)).await.is_ok());
+    }
+}
+
+#[tokio::test]
+async fn modern_errors_are_typed() {
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s).await;
+    let mut c = client(addr, Proto::H1);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(McpRequest::without_id("no/such")),
+    )
+    .await
+    .unwrap_err();
+    let e = err.downcast_ref::<ErrorObject>().expect("typed error");
+    assert_eq!(e.code, ErrorObject::METHOD_NOT_FOUND);
+
+    // A 400 from header validation comes back as its JSON-RPC error.
+    let mut old = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
+        .protocol_version("2099-01-01")
+        .build();
+    let err = bounded(old.ready().await.unwrap().call(call("echo", json!({}))))
+        .await
+        .unwrap_err();
+    let e = err.downcast_ref::<ErrorObject>().expect("typed error");
+    assert_eq!(e.code, ErrorObject::UNSUPPORTED_PROTOCOL_VERSION);
+    assert_eq!(e.data.as_ref().unwrap()["supported"][0], "2026-07-28");
+
+    // A non-MCP 404 (an empty router) is an HTTP status error.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new()).await });
+    let mut wrong = HttpClient::new(format!("http://{other}/mcp").parse().unwrap());
+    let err = bounded(wrong.ready().await.unwrap().call(call("echo", json!({}))))
+        .await
+        .unwrap_err();
+    match err.downcast_ref::<HttpClientError>() {
+        Some(HttpClientError::Status { status, .. }) => assert_eq!(*status, 404),
+        other => panic!("expected a status error, got {other:?} ({err})"),
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_call_closes_the_stream_and_the_server_cancels() {
+    for proto in [Proto::H1, Proto::H2] {
+        for mid_stream in [false, true] {
+            let (addr, _tools, mut events) = serve_tools(proto, |s| s).await;
+            let mut c = ServiceBuilder::new()
+                .layer(ProgressResetLayer::new(Duration::from_secs(30)))
+                .service(client(addr, proto));
+            let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+            let first_tx = std::sync::Mutex::new(Some(first_tx));
+            let req = if mid_stream {
+                // Progress every 10 ms: the stream is open once the first arrives.
+                call("progress", json!({"steps": 100000, "ms": 10})).with_extension(
+                    ProgressObserver::new(move |_| {
+                        if let Some(tx) = first_tx.lock().unwrap().take() {
+                            let _ = tx.send(());
+                        }
+                    }),
+                )
+            } else {
+                call("hang", json!({}))
+            };
+            let task = tokio::spawn(c.ready().await.unwrap().call(req));
+            let started = events.until(|e| matches!(e, Event::Started(_))).await;
+            let Some(Event::Started(id)) = started.last().cloned() else {
+                unreachable!()
+            };
+            if mid_stream {
+                bounded(first_rx).await.unwrap();
+            }
+            task.abort(); // the caller gives up: the call's future is dropped
+            let mut dropped = false;
+            let mut token = false;
+            while !(dropped && token) {
+                match events.next().await {
+                    Event::Dropped(i) if i == id => dropped = true,
+                    Event::Token(i, r) if i == id => {
+                        assert_eq!(r, Some(CancelReason::ClientDisconnected), "{proto:?}");
+                        token = true
+                    }
+                    Event::Done(i) if i == id => panic!("{proto:?}: handler completed"),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn client_timeout_cancels_on_the_server() {
+    for proto in [Proto::H1, Proto::H2] {
+        let (addr, _tools, mut events) = serve_tools(proto, |s| s).await;
+        let mut c = ServiceBuilder::new()
+            .layer(TimeoutLayer::new(Duration::from_millis(200)))
+            .service(client(addr, proto));
+        let err = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call("hang", json!({"notify": true}))),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<Elapsed>().unwrap().limit(),
+            Limit::Timeout
+        );
+        events.until(|e| matches!(e, Event::Dropped(_))).await;
+        // The pooled client still works afterwards.
+        let r = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call("echo", json!({"text": "again"}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r["content"][0]["text"], "again");
+    }
+}
+
+#[tokio::test]
+async fn progress_over_sse_resets_the_idle_timer() {
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s).await;
+    let mut c = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(400)).max(Duration::from_secs(8)))
+        .service(client(addr, Proto::H1));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    // 8 steps of 100 ms: 800 ms in all, twice the idle limit.
+    let req = call("progress", json!({"steps": 8, "ms": 100})).with_extension(
+        ProgressObserver::new(move |p| s2.lock().unwrap().push(p.progress)),
+    );
+    let r = bounded(c.ready().await.unwrap().call(req)).await.unwrap();
+    assert_eq!(r["steps"], 8);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        (1..=8).map(f64::from).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn keep_alives_do_not_reset_the_idle_timer() {
+    let (addr, _tools, mut events) =
+        serve_tools(Proto::H1, |s| s.keep_alive(Some(Duration::from_millis(25)))).await;
+    let mut c = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(300)).max(Duration::from_secs(8)))
+        .service(client(addr, Proto::H1));
+    // One notification opens the stream, then 5 s of keep-alives only.
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("quiet_then", json!({"ms": 5000}))),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.downcast_ref::<Elapsed>().unwrap().limit(), Limit::Idle);
+    events.until(|e| matches!(e, Event::Dropped(_))).await;
+}
+
+#[tokio::test]
+async fn the_hard_maximum_fires_despite_progress() {
+    let (addr, _tools, mut events) = serve_tools(Proto::H2, |s| s).await;
+    let mut c = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(300)).max(Duration::from_millis(600)))
+        .service(client(addr, Proto::H2));
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("progress", json!({"steps": 100, "ms": 50}))),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.downcast_ref::<Elapsed>().unwrap().limit(), Limit::Max);
+    let seen = events.until(|e| matches!(e, Event::Dropped(_))).await;
+    assert!(seen
+        .iter()
+        .any(|e| matches!(e, Event::Dropped(i) if *i == RequestId::from(1))));
+}

@@ -1,0 +1,160 @@
+//! The layers around plain HTTP services: `CancelOnDisconnectLayer::http()`
+//! around an axum handler whose spawned work stops when the client goes
+//! away, and `TimeoutLayer` choosing its deadline from the `Mcp-Method`
+//! header of an `http::Request`.
+#![cfg(feature = "http")]
+
+mod http_support;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::Extension;
+use axum::routing::post;
+use http_support::*;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::{
+    CancelOnDisconnectLayer, CancelReason, Cancellation, Elapsed, TimeoutLayer,
+};
+
+#[tokio::test]
+async fn cancel_on_disconnect_http_stops_work_spawned_by_an_axum_handler() {
+    let (tx, mut rx) = mpsc::unbounded_channel::<&'static str>();
+    let handler = move |Extension(cancellation): Extension<Cancellation>| {
+        let tx = tx.clone();
+        async move {
+            let token = cancellation.token();
+            let work_tx = tx.clone();
+            tokio::spawn(async move {
+                let _ = work_tx.send("work started");
+                tokio::select! {
+                    _ = token.cancelled() => { let _ = work_tx.send("work stopped"); }
+                    _ = tokio::time::sleep(Duration::from_secs(30)) => { let _ = work_tx.send("work finished"); }
+                }
+            });
+            // The handler itself takes long; the client will not wait.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "done"
+        }
+    };
+    let router = axum::Router::new().route("/work", post(handler));
+    let svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::http())
+        .service(router);
+    // Serve with plain hyper (the layer's error type is BoxError).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (closed_tx, mut closed_rx) = mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            svc.clone().oneshot(req.map(axum::body::Body::new))
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+            .await;
+        let _ = closed_tx.send(());
+    });
+
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"POST /work HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(bounded(rx.recv()).await, Some("work started"));
+    drop(stream);
+    assert_eq!(bounded(rx.recv()).await, Some("work stopped"));
+    bounded(closed_rx.recv()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_policy_per_method_from_the_mcp_method_header() {
+    let mut svc = ServiceBuilder::new()
+        .layer(
+            TimeoutLayer::new(Duration::from_secs(60))
+                .method("tools/call", Duration::from_millis(100))
+                .method("tools/list", Duration::from_secs(5)),
+        )
+        .service(service_fn(|req: http::Request<String>| async move {
+            let secs: u64 = req.body().parse().unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            Ok::<_, Infallible>(http::Response::new(String::from("ok")))
+        }));
+    let req = |method: &str, secs: &str| {
+        http::Request::post("/mcp")
+            .header("Mcp-Method", method)
+            .body(secs.to_owned())
+            .unwrap()
+    };
+    // tools/call: 100 ms.
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req("tools/call", "1"))
+        .await
+        .unwrap_err();
+    let e = err.downcast_ref::<Elapsed>().unwrap();
+    assert_eq!(e.after(), Duration::from_millis(100));
+    // tools/list: 5 s, so a 1 s request passes.
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req("tools/list", "1"))
+        .await
+        .unwrap();
+    assert_eq!(res.body(), "ok");
+    // no header: the 60 s default.
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(http::Request::post("/mcp").body("120".to_owned()).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().after(),
+        Duration::from_secs(60)
+    );
+}
+
+#[tokio::test]
+async fn an_outer_http_cancellation_is_the_one_the_mcp_handler_sees() {
+    // CancelOnDisconnectLayer::http() outside the adapter puts its
+    // Cancellation in the HTTP request; the adapter hands that same one to the
+    // MCP stack, so both layers agree on one token.
+    let (tools, mut events) = Tools::new();
+    let adapter = tower_mcp_cancel::transport::http::StreamableHttpService::new(tools.service());
+    let svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::http())
+        .service(adapter);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let svc = hyper::service::service_fn(move |req| svc.clone().oneshot(req));
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+            .await;
+    });
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let headers = modern_headers("hang");
+    let extra: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    stream
+        .write_all(&raw_post(
+            &tool_call(1, "hang", serde_json::json!({"notify": true})),
+            &extra,
+        ))
+        .await
+        .unwrap();
+    read_until(&mut stream, "notifications/message").await;
+    drop(stream);
+    let seen = events.until(|e| matches!(e, Event::Token(..))).await;
+    assert!(seen.contains(&Event::Token(
+        tower_mcp_cancel::jsonrpc::RequestId::from(1),
+        Some(CancelReason::ClientDisconnected)
+    )));
+}
