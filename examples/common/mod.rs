@@ -268,8 +268,14 @@ fn text_result(text: String) -> Value {
 
 /// `seconds` and `interval_ms` → (number of steps, step length).
 fn steps_of(args: &Value) -> (u64, Duration) {
-    let seconds = args["seconds"].as_f64().unwrap_or(10.0).clamp(0.0, 86_400.0);
-    let interval_ms = args["interval_ms"].as_f64().unwrap_or(100.0).clamp(1.0, 3_600_000.0);
+    let seconds = args["seconds"]
+        .as_f64()
+        .unwrap_or(10.0)
+        .clamp(0.0, 86_400.0);
+    let interval_ms = args["interval_ms"]
+        .as_f64()
+        .unwrap_or(100.0)
+        .clamp(1.0, 3_600_000.0);
     let steps = ((seconds * 1000.0) / interval_ms).ceil().max(1.0) as u64;
     (steps, Duration::from_secs_f64(interval_ms / 1000.0))
 }

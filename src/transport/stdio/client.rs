@@ -244,7 +244,11 @@ impl Shared {
             st.pending.drain().collect()
         };
         if !pending.is_empty() {
-            tracing::info!(requests = pending.len(), why, "stdio client connection closed; failing in-flight requests");
+            tracing::info!(
+                requests = pending.len(),
+                why,
+                "stdio client connection closed; failing in-flight requests"
+            );
         }
         for (_, p) in pending {
             let _ = p.tx.send(Err(closed_error(why)));
@@ -267,7 +271,11 @@ struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        let child = self
+            .child
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(mut child) = child {
             // Our stdin end closes with the writer task; give the child its grace.
             let grace = self.grace;
@@ -289,7 +297,10 @@ async fn reap(child: &mut Child, grace: Duration) -> io::Result<ExitStatus> {
     match tokio::time::timeout(grace, child.wait()).await {
         Ok(status) => status,
         Err(_) => {
-            tracing::warn!(grace_ms = grace.as_millis() as u64, "child did not exit after its stdin closed; killing it");
+            tracing::warn!(
+                grace_ms = grace.as_millis() as u64,
+                "child did not exit after its stdin closed; killing it"
+            );
             child.kill().await?;
             child.wait().await
         }
@@ -339,6 +350,17 @@ impl StdioClient {
         self.shared.closed.load(Ordering::Acquire)
     }
 
+    /// The child's stderr, if the command was spawned with
+    /// `stderr(Stdio::piped())` and it was not taken yet.
+    pub fn take_stderr(&self) -> Option<tokio::process::ChildStderr> {
+        self.handle
+            .child
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .and_then(|c| c.stderr.take())
+    }
+
     /// How many requests are waiting for their response.
     pub fn in_flight(&self) -> usize {
         self.shared.lock().pending.len()
@@ -363,7 +385,10 @@ impl StdioClient {
         }
     }
 
-    fn start(&self, mut req: McpRequest) -> Result<(Guard, oneshot::Receiver<Outcome>, Vec<u8>), BoxError> {
+    fn start(
+        &self,
+        mut req: McpRequest,
+    ) -> Result<(Guard, oneshot::Receiver<Outcome>, Vec<u8>), BoxError> {
         if self.is_closed() {
             return Err(closed_error("client is closed"));
         }
@@ -564,7 +589,10 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> io::Result
     w.write_all(b"\n").await
 }
 
-async fn read_loop<R: tokio::io::AsyncBufRead + Unpin>(mut lines: LineReader<R>, shared: Arc<Shared>) {
+async fn read_loop<R: tokio::io::AsyncBufRead + Unpin>(
+    mut lines: LineReader<R>,
+    shared: Arc<Shared>,
+) {
     let why = loop {
         match lines.next().await {
             Ok(Some(Frame::Line(line))) => on_message(&shared, &line),
@@ -594,7 +622,9 @@ fn on_message(shared: &Shared, line: &[u8]) {
                 }
             },
             None => match r.outcome {
-                Err(e) => tracing::warn!(code = e.code, message = %e.message, "server reported an error about a message it could not read"),
+                Err(e) => {
+                    tracing::warn!(code = e.code, message = %e.message, "server reported an error about a message it could not read")
+                }
                 Ok(_) => tracing::debug!("result without id ignored"),
             },
         },

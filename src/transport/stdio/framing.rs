@@ -113,6 +113,9 @@ mod tests {
                 "buffer capacity {cap}"
             );
         }
-        assert_eq!(frames(b"toolongline", 4, 2).await, vec![Frame::TooLong { len: 11 }]);
+        assert_eq!(
+            frames(b"toolongline", 4, 2).await,
+            vec![Frame::TooLong { len: 11 }]
+        );
     }
 }

@@ -110,6 +110,4 @@ mod framing;
 mod server;
 
 pub use client::{ResponseFuture, StdioClient, StdioClientBuilder, DEFAULT_SHUTDOWN_GRACE};
-pub use server::{
-    serve, serve_stdio, StdioServer, DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE,
-};
+pub use server::{serve, serve_stdio, StdioServer, DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};

@@ -99,7 +99,7 @@ impl StdioServer {
     /// else is answered; then the function returns.
     pub async fn serve_with_shutdown<S, R, W, F>(
         self,
-        service: S,
+        mut service: S,
         reader: R,
         writer: W,
         shutdown: F,
@@ -144,7 +144,7 @@ impl StdioServer {
                         );
                         conn.send(dispatch::encode_error_without_id(&err)).await;
                     }
-                    Ok(Some(Frame::Line(line))) => conn.on_line(&line, &service, &mut tasks).await,
+                    Ok(Some(Frame::Line(line))) => conn.on_line(&line, &mut service, &mut tasks).await,
                 },
             }
         };
@@ -227,7 +227,7 @@ impl Connection {
         let _ = self.tx.send(Outgoing { bytes, scope: None }).await;
     }
 
-    async fn on_line<S>(&self, line: &[u8], service: &S, tasks: &mut JoinSet<()>)
+    async fn on_line<S>(&self, line: &[u8], service: &mut S, tasks: &mut JoinSet<()>)
     where
         S: Service<McpRequest> + Clone + Send + 'static,
         S::Response: Serialize + Send + 'static,
@@ -286,7 +286,7 @@ impl Connection {
         }
     }
 
-    async fn on_request<S>(&self, raw: RawRequest, service: &S, tasks: &mut JoinSet<()>)
+    async fn on_request<S>(&self, raw: RawRequest, service: &mut S, tasks: &mut JoinSet<()>)
     where
         S: Service<McpRequest> + Clone + Send + 'static,
         S::Response: Serialize + Send + 'static,
@@ -294,7 +294,10 @@ impl Connection {
         S::Future: Send + 'static,
     {
         let id = raw.id.clone();
-        let guard = match self.in_flight.register(id.clone(), Some(raw.method.clone())) {
+        let guard = match self
+            .in_flight
+            .register(id.clone(), Some(raw.method.clone()))
+        {
             Ok(g) => g,
             Err(dup) => {
                 tracing::debug!(request_id = %id, "duplicate in-flight id answered with an error");

@@ -1,0 +1,513 @@
+//! The stdio server driver over real in-memory pipes, driven by a raw
+//! JSON-lines peer. Time is paused wherever it matters; ordering comes from
+//! handler events and from `ping` round trips through the one ordered writer.
+#![cfg(feature = "stdio")]
+
+mod stdio_support;
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use stdio_support::*;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tower::util::BoxCloneService;
+use tower::{service_fn, ServiceBuilder};
+use tower_mcp_cancel::jsonrpc::ErrorObject;
+use tower_mcp_cancel::notify::RequestContext;
+use tower_mcp_cancel::transport::stdio::StdioServer;
+use tower_mcp_cancel::{
+    BoxError, CancelOnDisconnectLayer, CancelReason, Cancelled, McpRequest, TimeoutLayer,
+};
+
+type Svc = BoxCloneService<McpRequest, Value, BoxError>;
+
+fn handler(tx: mpsc::UnboundedSender<Ev>, flood: Arc<AtomicUsize>) -> Svc {
+    BoxCloneService::new(service_fn(move |req: McpRequest| {
+        let tx = tx.clone();
+        let flood = flood.clone();
+        async move {
+            let id = req.id().map(|i| i.to_string()).unwrap_or_default();
+            let ctx = RequestContext::of(&req);
+            let params: Value = req.params_as().unwrap_or(Value::Null);
+            match req.method() {
+                "ping" => Ok(json!({})),
+                "echo" => Ok(json!({ "params": params })),
+                "hang" => {
+                    let p = Probe::new(id, tx);
+                    tokio::time::sleep(BOUND).await; // never looks at its token
+                    p.finish();
+                    Ok(json!({}))
+                }
+                "spawn" => {
+                    let p = Probe::new(id.clone(), tx.clone());
+                    let token = ctx.token();
+                    tokio::spawn(async move {
+                        token.cancelled().await;
+                        let _ = tx.send(Ev::Token(id));
+                    });
+                    tokio::time::sleep(BOUND).await;
+                    p.finish();
+                    Ok(json!({}))
+                }
+                "progress" => {
+                    let p = Probe::new(id, tx);
+                    for i in 1..=10 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        ctx.progress(i as f64, Some(10.0), None).await;
+                    }
+                    p.finish();
+                    Ok(json!({ "done": true }))
+                }
+                "flood" => {
+                    let p = Probe::new(id, tx);
+                    let pad = "x".repeat(100);
+                    while ctx
+                        .notify(
+                            "notifications/message",
+                            &json!({"level": "info", "data": pad}),
+                        )
+                        .await
+                    {
+                        if flood.fetch_add(1, Ordering::SeqCst) + 1 >= 1000 {
+                            break;
+                        }
+                    }
+                    p.finish();
+                    Ok(json!({}))
+                }
+                "panic" => panic!("handler panicked on purpose"),
+                "subscriptions/listen" => match params["mode"].as_str() {
+                    Some("ok") => Ok(json!({ "resultType": "complete" })),
+                    Some("teardown") => Err(Box::new(Cancelled::new(CancelReason::Other(
+                        "subscription closed by the server".into(),
+                    ))) as BoxError),
+                    _ => {
+                        let p = Probe::new(id, tx);
+                        tokio::time::sleep(BOUND).await;
+                        p.finish();
+                        Ok(json!({}))
+                    }
+                },
+                other => Err(Box::new(ErrorObject::new(
+                    ErrorObject::METHOD_NOT_FOUND,
+                    format!("no {other}"),
+                )) as BoxError),
+            }
+        }
+    }))
+}
+
+struct H {
+    peer: Peer,
+    ev: mpsc::UnboundedReceiver<Ev>,
+    served: JoinHandle<io::Result<()>>,
+    flood: Arc<AtomicUsize>,
+}
+
+fn start_with(
+    cfg: StdioServer,
+    wrap: impl FnOnce(Svc) -> Svc,
+    buf: usize,
+    shutdown: Option<oneshot::Receiver<()>>,
+) -> H {
+    let (tx, ev) = mpsc::unbounded_channel();
+    let flood = Arc::new(AtomicUsize::new(0));
+    let svc = wrap(handler(tx, flood.clone()));
+    let (peer, r, w) = pipe(buf);
+    let served = tokio::spawn(async move {
+        match shutdown {
+            Some(rx) => {
+                cfg.serve_with_shutdown(svc, r, w, async move {
+                    let _ = rx.await;
+                })
+                .await
+            }
+            None => cfg.serve(svc, r, w).await,
+        }
+    });
+    H {
+        peer,
+        ev,
+        served,
+        flood,
+    }
+}
+
+/// The bare handler: no CancelOnDisconnectLayer, so the driver alone must
+/// turn a cancel into a drop.
+fn start() -> H {
+    start_with(StdioServer::new(), |s| s, 64 * 1024, None)
+}
+
+fn layered(s: Svc) -> Svc {
+    BoxCloneService::new(
+        ServiceBuilder::new()
+            .layer(CancelOnDisconnectLayer::new())
+            .service(s),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn uncooperative_handler_is_dropped_on_cancel_without_any_layer() {
+    let mut h = start();
+    h.peer.request(json!(1), "hang", json!({})).await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Started("1".into()));
+    h.peer.cancel(json!(1), "user pressed stop").await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("1".into()));
+    let lines = h.peer.sync(json!("s")).await;
+    assert_eq!(lines.len(), 1, "nothing but the ping response: {lines:?}");
+    assert!(h.peer.close().await.is_empty());
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_layer_too_the_handler_is_dropped_and_spawned_work_stops_via_token() {
+    for layer in [false, true] {
+        let mut h = if layer {
+            start_with(StdioServer::new(), layered, 64 * 1024, None)
+        } else {
+            start()
+        };
+        h.peer.request(json!("a"), "spawn", json!({})).await;
+        assert_eq!(next_event(&mut h.ev).await, Ev::Started("\"a\"".into()));
+        h.peer.cancel(json!("a"), "stop").await;
+        let mut got = vec![next_event(&mut h.ev).await, next_event(&mut h.ev).await];
+        got.sort_by_key(|e| format!("{e:?}"));
+        assert_eq!(
+            got,
+            vec![Ev::Dropped("\"a\"".into()), Ev::Token("\"a\"".into())]
+        );
+        assert!(h.peer.close().await.is_empty());
+        h.served.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_written_for_a_cancelled_id() {
+    let mut h = start();
+    h.peer
+        .request(
+            json!(7),
+            "progress",
+            json!({"_meta": {"progressToken": "tok7"}}),
+        )
+        .await;
+    // Three progress notifications arrive while the request runs.
+    for i in 1..=3 {
+        let v = h.peer.recv().await.unwrap();
+        assert_eq!(v["method"], "notifications/progress");
+        assert_eq!(v["params"]["progressToken"], "tok7");
+        assert_eq!(v["params"]["progress"], i as f64);
+    }
+    h.peer.cancel(json!(7), "enough").await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Started("7".into()));
+    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("7".into()));
+    // Long past the handler's natural end (1 s) ...
+    tokio::time::advance(Duration::from_secs(5)).await;
+    // ... nothing for id 7 or its token was written: no progress, no response.
+    let lines = h.peer.sync(json!("after")).await;
+    assert_eq!(
+        lines,
+        vec![json!({"jsonrpc": "2.0", "id": "after", "result": {}})]
+    );
+    assert!(h.peer.close().await.is_empty());
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn eof_cancels_everything_and_serve_returns() {
+    let mut h = start();
+    for id in 1..=3 {
+        h.peer.request(json!(id), "hang", json!({})).await;
+    }
+    h.peer.request(json!(4), "spawn", json!({})).await;
+    let mut started = 0;
+    while started < 4 {
+        if let Ev::Started(_) = next_event(&mut h.ev).await {
+            started += 1;
+        }
+    }
+    assert!(h.peer.close().await.is_empty(), "nothing written at EOF");
+    h.served.await.unwrap().unwrap();
+    let mut evs = Vec::new();
+    while let Ok(e) = h.ev.try_recv() {
+        evs.push(e);
+    }
+    for id in ["1", "2", "3", "4"] {
+        assert!(
+            evs.contains(&Ev::Dropped(id.into())),
+            "{id} dropped: {evs:?}"
+        );
+    }
+    assert!(evs.contains(&Ev::Token("4".into())));
+}
+
+#[tokio::test(start_paused = true)]
+async fn malformed_and_oversize_lines_are_answered_and_survived() {
+    let mut h = start_with(
+        StdioServer::new().max_line_bytes(1024),
+        |s| s,
+        64 * 1024,
+        None,
+    );
+    h.peer.send_raw(b"this is not json").await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(v["error"]["code"], -32700);
+    assert!(v.get("id").is_none(), "no id for an unreadable line: {v}");
+
+    let big =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"pad": "x".repeat(5000)}});
+    h.peer.send(big).await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(v["error"]["code"], -32600);
+    assert!(v.get("id").is_none(), "{v}");
+
+    h.peer
+        .send_raw(br#"{"jsonrpc":"1.0","id":9,"method":"ping"}"#)
+        .await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(
+        (v["error"]["code"].clone(), v["id"].clone()),
+        (json!(-32600), json!(9))
+    );
+
+    h.peer
+        .send_raw(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#)
+        .await;
+    assert_eq!(h.peer.recv().await.unwrap()["error"]["code"], -32600);
+    h.peer.send_raw(b"[1,2,3]").await;
+    assert_eq!(h.peer.recv().await.unwrap()["error"]["code"], -32600);
+    h.peer.send_raw(b"   ").await; // a blank line is ignored
+
+    // Malformed cancellations are ignored without an answer.
+    h.peer
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"reason": "no id"}}))
+        .await;
+    h.peer
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled"}))
+        .await;
+    // Other notifications and stray responses are ignored too.
+    h.peer
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    h.peer
+        .send(json!({"jsonrpc": "2.0", "id": 99, "result": {}}))
+        .await;
+
+    h.peer
+        .request(json!(2), "echo", json!({"text": "still here"}))
+        .await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(v["id"], 2);
+    assert_eq!(v["result"]["params"]["text"], "still here");
+    assert!(h.peer.close().await.is_empty());
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_before_request_does_not_poison_it() {
+    let mut h = start();
+    h.peer.cancel(json!(5), "too early").await;
+    h.peer.request(json!(5), "hang", json!({})).await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Started("5".into()));
+    h.peer.sync(json!("s")).await;
+    assert!(h.ev.try_recv().is_err(), "request 5 is still running");
+    // And a cancel after completion is a no-op.
+    h.peer.cancel(json!(6), "early").await;
+    h.peer.request(json!(6), "echo", json!({})).await;
+    assert_eq!(h.peer.recv().await.unwrap()["id"], 6);
+    h.peer.cancel(json!(6), "late").await;
+    h.peer.cancel(json!(6), "duplicate").await;
+    h.peer.cancel(json!(5), "now").await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("5".into()));
+    h.peer.cancel(json!(5), "again").await;
+    assert_eq!(h.peer.sync(json!("t")).await.len(), 1);
+    h.peer.close().await;
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn string_and_integer_ids_are_different_requests_and_zero_is_an_id() {
+    let mut h = start();
+    h.peer.request(json!("1"), "hang", json!({})).await;
+    h.peer.request(json!(1), "hang", json!({})).await;
+    h.peer.request(json!(0), "hang", json!({})).await;
+    for _ in 0..3 {
+        assert!(matches!(next_event(&mut h.ev).await, Ev::Started(_)));
+    }
+    // None of them was taken for a duplicate.
+    assert_eq!(h.peer.sync(json!("s")).await.len(), 1);
+    h.peer.cancel(json!("1"), "string one").await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("\"1\"".into()));
+    h.peer.sync(json!("s2")).await;
+    assert!(h.ev.try_recv().is_err(), "integer 1 still runs");
+    h.peer.cancel(json!(0), "zero").await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("0".into()));
+    h.peer.cancel(json!(1), "integer one").await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("1".into()));
+    h.peer.request(json!(0), "echo", json!({})).await;
+    assert_eq!(h.peer.recv().await.unwrap()["id"], 0);
+    h.peer.close().await;
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn duplicate_in_flight_id_is_an_error_and_the_first_keeps_running() {
+    let mut h = start();
+    h.peer.request(json!(3), "hang", json!({})).await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Started("3".into()));
+    h.peer.request(json!(3), "echo", json!({})).await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(3), json!(-32600))
+    );
+    h.peer.cancel(json!(3), "stop").await;
+    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("3".into()));
+    h.peer.close().await;
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_side_deadline_is_answered_and_a_panic_is_an_internal_error() {
+    let mut h = start_with(
+        StdioServer::new(),
+        |s| {
+            BoxCloneService::new(
+                ServiceBuilder::new()
+                    .layer(CancelOnDisconnectLayer::new())
+                    .layer(TimeoutLayer::new(Duration::from_secs(2)))
+                    .service(s),
+            )
+        },
+        64 * 1024,
+        None,
+    );
+    h.peer.request(json!(1), "hang", json!({})).await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(1), json!(-32603))
+    );
+    assert_eq!(next_event(&mut h.ev).await, Ev::Started("1".into()));
+    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("1".into()));
+    h.peer.request(json!(2), "panic", json!({})).await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(2), json!(-32603))
+    );
+    h.peer.request(json!(3), "nope", json!({})).await;
+    assert_eq!(h.peer.recv().await.unwrap()["error"]["code"], -32601);
+    h.peer.close().await;
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn listen_ended_by_the_server_gets_its_graceful_result() {
+    let mut h = start();
+    h.peer
+        .request(json!("L1"), "subscriptions/listen", json!({"mode": "ok"}))
+        .await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": "L1", "result": {
+            "resultType": "complete",
+            "_meta": {"io.modelcontextprotocol/subscriptionId": "L1"}
+        }})
+    );
+    // Torn down without a result: notifications/cancelled referencing it.
+    h.peer
+        .request(
+            json!(8),
+            "subscriptions/listen",
+            json!({"mode": "teardown"}),
+        )
+        .await;
+    let v = h.peer.recv().await.unwrap();
+    assert_eq!(v["method"], "notifications/cancelled");
+    assert_eq!(v["params"]["requestId"], 8);
+    assert!(v.get("id").is_none());
+    h.peer.close().await;
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn listen_cancelled_by_the_client_gets_nothing_and_no_cancel_for_other_requests() {
+    let mut h = start();
+    h.peer
+        .request(json!("L"), "subscriptions/listen", json!({}))
+        .await;
+    h.peer.request(json!(1), "hang", json!({})).await;
+    for _ in 0..2 {
+        assert!(matches!(next_event(&mut h.ev).await, Ev::Started(_)));
+    }
+    h.peer.cancel(json!("L"), "done listening").await;
+    h.peer.cancel(json!(1), "done").await;
+    for _ in 0..2 {
+        assert!(matches!(next_event(&mut h.ev).await, Ev::Dropped(_)));
+    }
+    let lines = h.peer.sync(json!("s")).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(h.peer.close().await.is_empty());
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_listen_gracefully_and_answers_nothing_else() {
+    let (stop, rx) = oneshot::channel();
+    let mut h = start_with(StdioServer::new(), layered, 64 * 1024, Some(rx));
+    h.peer
+        .request(json!("L"), "subscriptions/listen", json!({}))
+        .await;
+    h.peer.request(json!(1), "hang", json!({})).await;
+    for _ in 0..2 {
+        assert!(matches!(next_event(&mut h.ev).await, Ev::Started(_)));
+    }
+    stop.send(()).unwrap();
+    h.served.await.unwrap().unwrap();
+    let mut lines = Vec::new();
+    while let Some(v) = h.peer.recv().await {
+        lines.push(v);
+    }
+    assert_eq!(
+        lines,
+        vec![json!({"jsonrpc": "2.0", "id": "L", "result": {
+            "resultType": "complete",
+            "_meta": {"io.modelcontextprotocol/subscriptionId": "L"}
+        }})]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reader_that_stops_reading_applies_backpressure() {
+    // A 256-byte pipe and a writer queue of 2 messages.
+    let mut h = start_with(StdioServer::new().write_queue(2), |s| s, 256, None);
+    h.peer.request(json!(1), "flood", json!({})).await;
+    settle().await;
+    let stalled = h.flood.load(Ordering::SeqCst);
+    assert!(stalled > 0, "the handler started sending");
+    settle().await;
+    assert_eq!(
+        h.flood.load(Ordering::SeqCst),
+        stalled,
+        "it is blocked, not buffering"
+    );
+    // queue (2) + one in the writer's hands + what fits in the pipe (256 B).
+    assert!(
+        stalled <= 6,
+        "only a bounded number of messages was accepted: {stalled}"
+    );
+    // Reading again lets it finish.
+    let lines = h.peer.until_response(json!(1)).await;
+    assert_eq!(lines.len(), 1001);
+    assert_eq!(next_event(&mut h.ev).await, Ev::Started("1".into()));
+    assert_eq!(next_event(&mut h.ev).await, Ev::Done("1".into()));
+    h.peer.close().await;
+    h.served.await.unwrap().unwrap();
+}
