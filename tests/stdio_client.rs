@@ -1,0 +1,210 @@
+//! `StdioClient` over an in-memory pipe, against a raw JSON-lines peer that
+//! plays the server: what the client writes, exactly, when a limit fires or
+//! a caller gives up, and what it does with what the server sends.
+#![cfg(feature = "stdio")]
+
+mod stdio_support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use stdio_support::*;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::jsonrpc::ErrorObject;
+use tower_mcp_cancel::transport::stdio::StdioClient;
+use tower_mcp_cancel::{
+    Cancelled, Elapsed, Limit, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+};
+
+fn client() -> (Peer, StdioClient) {
+    let (peer, r, w) = pipe(64 * 1024);
+    (peer, StdioClient::new(r, w))
+}
+
+fn respond(id: &Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": {"ok": true}})
+}
+
+/// The request is answered, and the line after the cancellation is the next
+/// request: exactly one `notifications/cancelled` was written.
+async fn assert_one_cancel(peer: &mut Peer, client: &StdioClient, id: Value, reason_has: &str) {
+    let v = peer.recv().await.unwrap();
+    assert_eq!(v["method"], "notifications/cancelled", "{v}");
+    assert_eq!(v["params"]["requestId"], id);
+    let reason = v["params"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(reason_has),
+        "reason {reason:?} should say {reason_has:?}"
+    );
+    // A late response is ignored quietly.
+    peer.send(respond(&id)).await;
+    let next = tokio::spawn(client.clone().oneshot(McpRequest::new("next", "ping")));
+    let v = peer.recv().await.unwrap();
+    assert_eq!(
+        v["id"], "next",
+        "no second cancellation before the next request: {v}"
+    );
+    peer.send(respond(&json!("next"))).await;
+    assert_eq!(next.await.unwrap().unwrap(), json!({"ok": true}));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_sends_exactly_one_cancel_with_its_reason() {
+    let (mut peer, client) = client();
+    let svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(2)))
+        .service(client.clone());
+    let call = tokio::spawn(svc.oneshot(McpRequest::new(42, "tools/call")));
+    let v = peer.recv().await.unwrap();
+    assert_eq!(
+        (v["id"].clone(), v["method"].clone()),
+        (json!(42), json!("tools/call"))
+    );
+    let err = call.await.unwrap().unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().limit(),
+        Limit::Timeout
+    );
+    assert_one_cancel(&mut peer, &client, json!(42), "timed out").await;
+    assert_eq!(client.in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_hard_maximum_sends_exactly_one_cancel_although_progress_keeps_coming() {
+    let (mut peer, client) = client();
+    let svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(3)))
+        .service(client.clone());
+    let mut call = tokio::spawn(svc.oneshot(McpRequest::new("m", "tools/call")));
+    let v = peer.recv().await.unwrap();
+    // The layer assigned a progress token; the client put it on the wire.
+    let token = v["params"]["_meta"]["progressToken"].clone();
+    assert!(token.is_string() || token.is_number(), "{v}");
+    let mut step = 0;
+    let err = loop {
+        tokio::select! {
+            r = &mut call => break r.unwrap().unwrap_err(),
+            () = tokio::time::sleep(Duration::from_millis(500)) => {
+                step += 1;
+                peer.send(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": step}})).await;
+            }
+        }
+    };
+    assert_eq!(err.downcast_ref::<Elapsed>().unwrap().limit(), Limit::Max);
+    assert!(
+        step >= 5,
+        "progress kept coming past the idle limit ({step} reports)"
+    );
+    assert_one_cancel(&mut peer, &client, json!("m"), "maximum").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_resets_the_idle_limit_and_reaches_the_observer() {
+    let (mut peer, client) = client();
+    let svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(60)))
+        .service(client.clone());
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let req = McpRequest::new(1, "tools/call").with_extension(ProgressObserver::new(move |p| {
+        let _ = seen_tx.send(p.progress);
+    }));
+    let call = tokio::spawn(svc.oneshot(req));
+    let v = peer.recv().await.unwrap();
+    let token = v["params"]["_meta"]["progressToken"].clone();
+    for step in 1..=5 {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        peer.send(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": token, "progress": step}}))
+            .await;
+        assert_eq!(seen.recv().await, Some(step as f64));
+    }
+    // 4 s in, past the 1 s idle limit four times over: still alive.
+    peer.send(respond(&json!(1))).await;
+    assert_eq!(call.await.unwrap().unwrap(), json!({"ok": true}));
+    // Progress after completion goes nowhere.
+    peer.send(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": token, "progress": 99}}))
+        .await;
+    let next = tokio::spawn(client.clone().oneshot(McpRequest::new(2, "ping")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 2);
+    peer.send(respond(&json!(2))).await;
+    next.await.unwrap().unwrap();
+    assert!(seen.try_recv().is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_drops_its_future_cancels_with_caller_dropped() {
+    let (mut peer, client) = client();
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(0, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 0);
+    call.abort();
+    let _ = call.await;
+    assert_one_cancel(&mut peer, &client, json!(0), "caller dropped").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_ids_and_server_cancels() {
+    let (mut peer, mut client) = client();
+    // Assigned ids are unique among in-flight requests.
+    let a = tokio::spawn(client.clone().oneshot(McpRequest::without_id("a")));
+    let b = tokio::spawn(client.clone().oneshot(McpRequest::without_id("b")));
+    let (va, vb) = (peer.recv().await.unwrap(), peer.recv().await.unwrap());
+    assert_ne!(va["id"], vb["id"]);
+    // An explicit id already in flight is refused.
+    let dup = McpRequest::new(va["id"].as_i64().unwrap(), "c");
+    let err = client.ready().await.unwrap().call(dup).await.unwrap_err();
+    assert_eq!(err.downcast_ref::<ErrorObject>().unwrap().code, -32600);
+    // An error response is an Err holding the error object.
+    peer.send(
+        json!({"jsonrpc": "2.0", "id": va["id"], "error": {"code": -32601, "message": "no a"}}),
+    )
+    .await;
+    let err = a.await.unwrap().unwrap_err();
+    assert_eq!(err.downcast_ref::<ErrorObject>().unwrap().code, -32601);
+    // A server's notifications/cancelled (listen teardown) ends the call.
+    peer.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": vb["id"], "reason": "server closing"}}),
+    )
+    .await;
+    let err = b.await.unwrap().unwrap_err();
+    assert!(err.is::<Cancelled>(), "{err}");
+    // Garbage from the server is skipped.
+    peer.send_raw(b"not json").await;
+    let c = tokio::spawn(client.clone().oneshot(McpRequest::new("c", "ping")));
+    assert_eq!(peer.recv().await.unwrap()["id"], "c");
+    peer.send(respond(&json!("c"))).await;
+    c.await.unwrap().unwrap();
+    // The server's output ends: in-flight calls fail, later ones too.
+    let d = tokio::spawn(client.clone().oneshot(McpRequest::new("d", "ping")));
+    assert_eq!(peer.recv().await.unwrap()["id"], "d");
+    drop(peer);
+    assert!(d.await.unwrap().is_err());
+    assert!(client.is_closed());
+    assert!(client
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "x"))
+        .await
+        .is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_before_it_was_written_is_not_sent_nor_cancelled() {
+    let (mut peer, client) = client();
+    // Never polled: registered, then dropped.
+    let fut = client.clone().call(McpRequest::new(1, "never"));
+    drop(fut);
+    let next = tokio::spawn(client.clone().oneshot(McpRequest::new(2, "ping")));
+    assert_eq!(
+        peer.recv().await.unwrap()["id"],
+        2,
+        "request 1 and no cancel for it"
+    );
+    peer.send(respond(&json!(2))).await;
+    next.await.unwrap().unwrap();
+    client.shutdown().await.unwrap();
+    assert!(peer.close().await.is_empty());
+}
