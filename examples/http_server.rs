@@ -1,0 +1,151 @@
+//! The example MCP server over Streamable HTTP (2026-07-28), with axum:
+//! the same tools as the stdio example server (`echo`, `slow`, `spawned`;
+//! `server/discover`, `tools/list`, `initialize`, `ping`), behind the same
+//! server stack (`CancelOnDisconnectLayer`, `TimeoutLayer` 60 s /
+//! `tools/call` 600 s), mounted at `/mcp`.
+//!
+//! ```sh
+//! cargo run --example http_server -- --listen 127.0.0.1:8080 --events
+//! cargo run --example mcp_call -- --url http://127.0.0.1:8080/mcp slow '{"seconds": 3}'
+//! ```
+//!
+//! It logs to stderr (`RUST_LOG` overrides `info`); with `--events` it also
+//! prints `DROPPED <id> <ns>`, `DONE <id> <ns>` and `TOKEN <id> <ns>` lines
+//! there. A client that closes its response stream — Ctrl-C in `mcp_call`,
+//! a client timeout — makes the server log the handler future being dropped
+//! and the token firing with "client disconnected".
+//!
+//! # How it is stacked
+//!
+//! ```text
+//! axum::Router
+//!   ├─ /mcp   StreamableHttpService ─ CancelOnDisconnectLayer ─ TimeoutLayer ─ handler
+//!   ├─ /work  HandleErrorLayer ─ TimeoutLayer (by Mcp-Method) ─ CancelOnDisconnectLayer::http() ─ axum handler
+//!   └─ (all)  tower-http TraceLayer ─ RequestBodyLimitLayer
+//! ```
+//!
+//! `/work` shows the layers around a plain HTTP handler, no MCP body
+//! parsing involved: `CancelOnDisconnectLayer::http()` puts a `Cancellation`
+//! in the request extensions (read with axum's `Extension` extractor) and
+//! fires it when the response is dropped before its end, so the work the
+//! handler spawned stops when the client goes away:
+//!
+//! ```sh
+//! curl -X POST http://127.0.0.1:8080/work   # then Ctrl-C: the server logs "spawned work stopped"
+//! ```
+//!
+//! `TimeoutLayer` over `http::Request` reads the method from the
+//! `Mcp-Method` header, so a gateway can apply per-method deadlines without
+//! parsing the body: here `tools/call` gets 5 s, everything else 20 s:
+//!
+//! ```sh
+//! curl -X POST -H 'Mcp-Method: tools/call' http://127.0.0.1:8080/work  # times out after 5 s
+//! ```
+//!
+//! Ctrl-C stops the server: open `subscriptions/listen` streams get their
+//! graceful result, then the server waits for connections to close.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::Extension;
+use axum::http::StatusCode;
+use axum::routing::post;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::trace::TraceLayer;
+use tower_mcp_cancel::transport::http::{OriginPolicy, StreamableHttpService};
+use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, Cancellation, TimeoutLayer};
+
+/// A plain axum handler that spawns work and lets the token stop it.
+async fn work(Extension(cancellation): Extension<Cancellation>) -> String {
+    let token = cancellation.token();
+    let job = tokio::spawn(async move {
+        for tick in 1..=40u32 {
+            tokio::select! {
+                _ = token.cancelled() => {
+                    tracing::info!(tick, reason = ?cancellation.reason().map(ToString::to_string), "spawned work stopped: token fired");
+                    return format!("stopped at tick {tick}\n");
+                }
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        }
+        "finished 40 ticks\n".to_owned()
+    });
+    job.await.unwrap_or_else(|e| format!("work failed: {e}\n"))
+}
+
+fn listen_addr() -> SocketAddr {
+    let args: Vec<String> = std::env::args().collect();
+    let addr = args
+        .iter()
+        .position(|a| a == "--listen")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+        .unwrap_or("127.0.0.1:8080");
+    addr.parse().unwrap_or_else(|e| {
+        eprintln!("bad --listen address {addr:?}: {e}");
+        std::process::exit(2)
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    common::init_tracing();
+    let opts = common::Options::from_args();
+    let addr = listen_addr();
+    let shutdown = CancellationToken::new();
+
+    let mcp = StreamableHttpService::new(common::server_stack(opts))
+        .origin_policy(OriginPolicy::Localhost)
+        .keep_alive(Some(Duration::from_secs(15)))
+        .shutdown(shutdown.clone());
+
+    let work_route = post(work).layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(|e: BoxError| async move {
+                (StatusCode::GATEWAY_TIMEOUT, format!("{e}\n"))
+            }))
+            .layer(
+                TimeoutLayer::new(Duration::from_secs(20))
+                    .method("tools/call", Duration::from_secs(5)),
+            )
+            .layer(CancelOnDisconnectLayer::http()),
+    );
+
+    let app = axum::Router::new()
+        .route_service("/mcp", mcp)
+        .route("/work", work_route)
+        .layer(
+            ServiceBuilder::new()
+                .layer(TraceLayer::new_for_http())
+                .layer(RequestBodyLimitLayer::new(
+                    StreamableHttpService::<()>::DEFAULT_MAX_BODY_BYTES,
+                )),
+        );
+
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cannot listen on {addr}: {e}");
+            std::process::exit(1);
+        }
+    };
+    tracing::info!(%addr, "MCP endpoint at http://{addr}/mcp");
+    let signal = shutdown.clone();
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutting down");
+            signal.cancel();
+        })
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "server stopped");
+        std::process::exit(1);
+    }
+}
