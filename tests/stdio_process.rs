@@ -1,0 +1,195 @@
+//! `StdioClient` against a real child process: the example server
+//! (`examples/stdio_server.rs`, run with `--events`), whose stderr event
+//! lines tell when a handler future was dropped and when a spawned task saw
+//! its token fire.
+//!
+//! `cargo test` builds the examples before it runs any test, so the binary
+//! is next to this test's executable (`target/<profile>/examples/`); when
+//! it is not (a filtered build), it is built once with `cargo build
+//! --example stdio_server`.
+#![cfg(feature = "stdio")]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{ChildStderr, Command};
+use tower::{ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::transport::stdio::StdioClient;
+use tower_mcp_cancel::{
+    Elapsed, Limit, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+};
+
+/// A guard against hangs only; every wait below ends on an event.
+const BOUND: Duration = Duration::from_secs(60);
+
+fn example_server() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("stdio_server{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--example", "stdio_server"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build --example stdio_server");
+        assert!(status.success(), "building the example server failed");
+    }
+    assert!(
+        bin.exists(),
+        "example server not found at {}",
+        bin.display()
+    );
+    bin
+}
+
+struct Events(Lines<BufReader<ChildStderr>>);
+
+impl Events {
+    /// Waits for the event line `KIND <id>`; other stderr lines are skipped.
+    async fn expect(&mut self, kind: &str, id: &str) {
+        let want = format!("{kind} {id} ");
+        let found = tokio::time::timeout(BOUND, async {
+            while let Some(line) = self.0.next_line().await.unwrap() {
+                if line.starts_with(&want) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .unwrap_or(false);
+        assert!(found, "no `{want}` event line from the server");
+    }
+}
+
+fn spawn_server() -> (StdioClient, Events) {
+    let mut cmd = Command::new(example_server());
+    cmd.arg("--events")
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::piped());
+    let client = StdioClient::builder()
+        .shutdown_grace(Duration::from_secs(5))
+        .spawn(cmd)
+        .expect("spawn the example server");
+    let stderr = client.take_stderr().expect("piped stderr");
+    (client, Events(BufReader::new(stderr).lines()))
+}
+
+fn call(id: serde_json::Value, tool: &str, args: serde_json::Value) -> McpRequest {
+    let req = McpRequest::new(0, "tools/call");
+    let mut req = req.with_params(json!({
+        "name": tool,
+        "arguments": args,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    }));
+    req.set_id(match id {
+        serde_json::Value::String(s) => s.into(),
+        v => v.as_i64().unwrap_or(0).into(),
+    });
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_child_drops_handlers_on_cancel_and_shuts_down() {
+    let (client, mut events) = spawn_server();
+
+    // It is a 2026-07-28 server and its tools work.
+    let res = client
+        .clone()
+        .oneshot(McpRequest::new(1, "server/discover"))
+        .await
+        .unwrap();
+    assert_eq!(res["supportedVersions"][0], "2026-07-28");
+    let res = client
+        .clone()
+        .oneshot(call(json!(2), "echo", json!({"text": "hello"})))
+        .await
+        .unwrap();
+    assert_eq!(res["content"][0]["text"], "hello");
+    events.expect("DONE", "2").await;
+
+    // A fixed timeout: the uncooperative `slow` handler's future is dropped.
+    let err = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_millis(300)))
+        .service(client.clone())
+        .oneshot(call(json!(11), "slow", json!({"seconds": 30})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().limit(),
+        Limit::Timeout
+    );
+    events.expect("DROPPED", "11").await;
+
+    // Work in a spawned task stops through the token.
+    let err = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_millis(300)))
+        .service(client.clone())
+        .oneshot(call(json!("s"), "spawned", json!({"seconds": 30})))
+        .await
+        .unwrap_err();
+    assert!(err.is::<Elapsed>());
+    events.expect("TOKEN", "\"s\"").await;
+
+    // Progress keeps a call alive past its idle limit ...
+    let res = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(400)).max(Duration::from_secs(30)))
+        .service(client.clone())
+        .oneshot(call(
+            json!(20),
+            "slow",
+            json!({"seconds": 1.0, "interval_ms": 50}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res["resultType"], "complete");
+
+    // ... but not past the hard maximum.
+    let err = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(400)).max(Duration::from_millis(700)))
+        .service(client.clone())
+        .oneshot(call(
+            json!(21),
+            "slow",
+            json!({"seconds": 30, "interval_ms": 50}),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.downcast_ref::<Elapsed>().unwrap().limit(), Limit::Max);
+    events.expect("DROPPED", "21").await;
+
+    // Shutdown: stdin closed, the server exits by itself.
+    let status = client.shutdown().await.unwrap().expect("a child");
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_stdin_cancels_in_flight_work_in_the_child() {
+    let (client, mut events) = spawn_server();
+    let (tx, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let req = McpRequest::new(5, "tools/call")
+        .with_params(json!({
+            "name": "slow",
+            "arguments": {"seconds": 30, "interval_ms": 50},
+            "_meta": {"progressToken": "p5"}
+        }))
+        .with_extension(ProgressObserver::new(move |p| {
+            let _ = tx.send(p.progress);
+        }));
+    let pending = tokio::spawn(client.clone().oneshot(req));
+    // The handler runs once it reports progress; then close the child's stdin.
+    let first = tokio::time::timeout(BOUND, progress.recv()).await.unwrap();
+    assert_eq!(first, Some(1.0));
+    let status = client.shutdown().await.unwrap().unwrap();
+    assert!(status.success());
+    assert!(pending.await.unwrap().is_err());
+    events.expect("DROPPED", "5").await;
+}
