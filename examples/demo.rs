@@ -97,7 +97,7 @@ async fn main() {
         .service(service_fn(slow));
     let cancellation = Cancellation::new();
     let token = cancellation.token();
-    tokio::spawn(async move {
+    let watcher = tokio::spawn(async move {
         token.cancelled().await;
         println!("   server: spawned work saw the token fire");
     });
@@ -111,7 +111,81 @@ async fn main() {
         cancellation.cancel(CancelReason::peer(Some("user pressed stop")));
     });
     let r = fut.await;
-    tokio::task::yield_now().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), watcher).await;
     println!("   client: {}", describe(&r, t));
+
+    // 5. Streamable HTTP: the client's timeout closes the response stream,
+    // and that close is the cancellation the server acts on.
+    #[cfg(feature = "http")]
+    http_part().await;
+
     println!("\ndone.");
+}
+
+/// Step 5: a real loopback HTTP server (axum + the Streamable HTTP adapter)
+/// and `HttpClient` under a `TimeoutLayer`.
+#[cfg(feature = "http")]
+async fn http_part() {
+    use tower_mcp_cancel::notify::RequestContext;
+    use tower_mcp_cancel::transport::http::{HttpClient, StreamableHttpService};
+
+    println!("\n5. Streamable HTTP: TimeoutLayer(350 ms) over HttpClient, calling a 1 s tool that streams progress");
+    let (fired_tx, mut fired_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let handler = service_fn(move |req: McpRequest| {
+        let fired_tx = fired_tx.clone();
+        async move {
+            let ctx = RequestContext::of(&req);
+            let token = ctx.token();
+            let cancellation = ctx.cancellation().cloned();
+            tokio::spawn(async move {
+                token.cancelled().await;
+                let reason = cancellation
+                    .and_then(|c| c.reason().map(ToString::to_string))
+                    .unwrap_or_default();
+                let _ = fired_tx.send(reason);
+            });
+            let done = Arc::new(AtomicBool::new(false));
+            let _flag = DropFlag(done.clone(), "slow");
+            for step in 1..=10 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                ctx.progress(step as f64, Some(10.0), None).await;
+            }
+            done.store(true, Ordering::SeqCst);
+            Ok::<_, BoxError>(serde_json::json!({ "resultType": "complete" }))
+        }
+    });
+    let app = axum::Router::new().route_service("/mcp", StreamableHttpService::new(handler));
+    let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+        Ok(l) => l,
+        Err(e) => {
+            println!("   (skipped: cannot bind a loopback port: {e})");
+            return;
+        }
+    };
+    let Ok(addr) = listener.local_addr() else {
+        return;
+    };
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let Ok(uri) = format!("http://{addr}/mcp").parse() else {
+        return;
+    };
+    let mut client = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_millis(350)))
+        .service(HttpClient::new(uri));
+    let req = McpRequest::without_id("tools/call")
+        .with_params(serde_json::json!({
+            "name": "slow",
+            "arguments": { "steps": 10 },
+            "_meta": { "progressToken": "demo" }
+        }))
+        .with_extension(ProgressObserver::new(|p| {
+            println!("   client: progress {}/{} (SSE)", p.progress, p.total.unwrap_or(0.0))
+        }));
+    let t = Instant::now();
+    let r = client.ready().await.unwrap().call(req).await;
+    println!("   client: {} -> response stream closed", describe(&r, t));
+    match tokio::time::timeout(Duration::from_secs(2), fired_rx.recv()).await {
+        Ok(Some(reason)) => println!("   server: token fired: {reason}"),
+        _ => println!("   server: no cancellation seen (unexpected)"),
+    }
 }
