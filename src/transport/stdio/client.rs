@@ -308,7 +308,9 @@ async fn reap(child: &mut Child, grace: Duration) -> io::Result<ExitStatus> {
 }
 
 enum Control {
-    Cancel(Vec<u8>),
+    /// A notification line (a cancellation, or one the caller sends):
+    /// written before any request queued after it, never blocked.
+    Line(Vec<u8>),
     Close,
 }
 
@@ -359,6 +361,24 @@ impl StdioClient {
             .unwrap_or_else(|e| e.into_inner())
             .as_mut()
             .and_then(|c| c.stderr.take())
+    }
+
+    /// Sends a notification to the server (e.g. `notifications/initialized`
+    /// after a legacy `initialize` handshake). It is queued without waiting
+    /// and written before any request sent after it.
+    pub fn notify<P: serde::Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<(), BoxError> {
+        if self.is_closed() {
+            return Err(closed_error("client is closed"));
+        }
+        let line = jsonrpc::encode_notification(method, params);
+        self.shared
+            .ctl
+            .send(Control::Line(line))
+            .map_err(|_| closed_error("writer stopped"))
     }
 
     /// How many requests are waiting for their response.
@@ -484,7 +504,7 @@ impl Drop for Guard {
                 reason: Some(reason.to_string()),
             },
         );
-        if self.shared.ctl.send(Control::Cancel(line)).is_err() {
+        if self.shared.ctl.send(Control::Line(line)).is_err() {
             tracing::debug!(request_id = %self.id, "connection gone; cancellation not sent");
         }
     }
@@ -553,7 +573,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             tokio::select! {
                 biased;
                 c = ctl.recv() => match c {
-                    Some(Control::Cancel(line)) => write_line(&mut w, &line).await?,
+                    Some(Control::Line(line)) => write_line(&mut w, &line).await?,
                     Some(Control::Close) | None => break,
                 },
                 r = requests.recv() => match r {
@@ -571,7 +591,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         }
         // Cancellations are never lost: write what is left of them.
         while let Ok(c) = ctl.try_recv() {
-            if let Control::Cancel(line) = c {
+            if let Control::Line(line) = c {
                 write_line(&mut w, &line).await?;
             }
         }

@@ -1,0 +1,337 @@
+//! `mcp-call`: call one tool on a stdio MCP server, with a progress bar, a
+//! deadline, and Ctrl-C that really cancels.
+//!
+//! ```text
+//! mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]
+//!
+//!   --timeout D   fixed deadline for the call (default 30s; with --idle, none unless given)
+//!   --idle D      idle limit, restarted by each progress notification
+//!   --max D       hard maximum with --idle, which progress does not extend (default 5m)
+//!   key=value     tool arguments; a value that parses as JSON is JSON (n=3, b=true), else a string
+//! ```
+//!
+//! Durations: `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds.
+//!
+//! ```sh
+//! cargo run --example mcp_call -- --idle 2s -- cargo run -q --example stdio_server slow seconds=3
+//! ```
+//!
+//! It probes with `server/discover` (2026-07-28) and falls back to the
+//! `initialize` handshake for older servers. The result is printed as JSON on
+//! stdout. Ctrl-C drops the call — the client sends `notifications/cancelled`
+//! — says so, and exits with status 130; a timeout exits with 124.
+//!
+//! The call itself ([`call_tool`]) takes any `Service<McpRequest>`, so other
+//! transports plug in beside stdio.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use tokio::process::Command;
+use tower::util::BoxCloneService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::cancel::drop_with_reason;
+use tower_mcp_cancel::jsonrpc::PROTOCOL_VERSION_META;
+use tower_mcp_cancel::transport::stdio::StdioClient;
+use tower_mcp_cancel::{
+    BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer,
+    RequestTimeout, TimeoutLayer,
+};
+
+const USAGE: &str = "usage: mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]";
+const MODERN: &str = "2026-07-28";
+const LEGACY: &str = "2025-11-25";
+
+/// The limits of one call.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Fixed deadline.
+    pub timeout: Option<Duration>,
+    /// Idle limit reset by progress (with `max` as the hard cap).
+    pub idle: Option<Duration>,
+    /// Hard maximum with `idle`.
+    pub max: Duration,
+}
+
+/// The parsed command line.
+#[derive(Debug)]
+pub struct Args {
+    /// The limits.
+    pub limits: Limits,
+    /// The server command and its arguments.
+    pub server: Vec<String>,
+    /// The tool name.
+    pub tool: String,
+    /// The tool arguments.
+    pub arguments: serde_json::Map<String, Value>,
+}
+
+/// Parses `500ms`, `30s`, `5m`, `1h`, or seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("bad duration unit in {s:?}")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("bad duration {s:?}"))
+}
+
+/// Parses the command line (without the program name).
+pub fn parse_args(argv: &[String]) -> Result<Args, String> {
+    let split = argv
+        .iter()
+        .position(|a| a == "--")
+        .ok_or("missing `--` before the server command")?;
+    let (opts, rest) = (&argv[..split], &argv[split + 1..]);
+    let mut timeout = None;
+    let mut idle = None;
+    let mut max = Duration::from_secs(300);
+    let mut it = opts.iter();
+    while let Some(o) = it.next() {
+        let mut value = || it.next().ok_or(format!("{o} needs a value"));
+        match o.as_str() {
+            "--timeout" => timeout = Some(parse_duration(value()?)?),
+            "--idle" => idle = Some(parse_duration(value()?)?),
+            "--max" => max = parse_duration(value()?)?,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if timeout.is_none() && idle.is_none() {
+        timeout = Some(Duration::from_secs(30));
+    }
+    // Trailing key=value tokens are the arguments; the token before them is the tool.
+    let n_args = rest.iter().rev().take_while(|a| a.contains('=')).count();
+    let (head, kv) = rest.split_at(rest.len() - n_args);
+    let Some((tool, server)) = head.split_last() else {
+        return Err("missing tool name".into());
+    };
+    if server.is_empty() {
+        return Err("missing server command".into());
+    }
+    let mut arguments = serde_json::Map::new();
+    for pair in kv {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = serde_json::from_str(v).unwrap_or_else(|_| Value::from(v));
+        arguments.insert(k.to_owned(), v);
+    }
+    Ok(Args {
+        limits: Limits { timeout, idle, max },
+        server: server.to_vec(),
+        tool: tool.clone(),
+        arguments,
+    })
+}
+
+fn meta() -> Value {
+    json!({
+        PROTOCOL_VERSION_META: MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "mcp-call", "version": env!("CARGO_PKG_VERSION")},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+/// Which protocol era the server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28: per-request `_meta`.
+    Modern,
+    /// `initialize` handshake done (2025-11-25 and earlier).
+    Legacy,
+}
+
+/// Probes with `server/discover`; on any error falls back to `initialize`
+/// (sent through `svc`) and `notify("notifications/initialized")`.
+pub async fn negotiate<S>(
+    svc: S,
+    notify: impl FnOnce(&str) -> Result<(), BoxError>,
+) -> Result<Era, BoxError>
+where
+    S: Service<McpRequest, Response = Value, Error = BoxError> + Clone,
+{
+    let probe = McpRequest::without_id("server/discover")
+        .with_params(json!({ "_meta": meta() }))
+        .with_extension(RequestTimeout::after(Duration::from_secs(10)));
+    let probed = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(10)))
+        .service(svc.clone())
+        .oneshot(probe)
+        .await;
+    match probed {
+        Ok(r)
+            if r["supportedVersions"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v == MODERN)) =>
+        {
+            return Ok(Era::Modern)
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("mcp-call: server/discover failed ({e}); trying initialize"),
+    }
+    let init = McpRequest::without_id("initialize").with_params(json!({
+        "protocolVersion": LEGACY,
+        "capabilities": {},
+        "clientInfo": {"name": "mcp-call", "version": env!("CARGO_PKG_VERSION")},
+    }));
+    ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(30)))
+        .service(svc)
+        .oneshot(init)
+        .await?;
+    notify("notifications/initialized")?;
+    Ok(Era::Legacy)
+}
+
+/// Calls `tool` with `arguments` over any transport service, under
+/// `limits`, drawing progress on `bar`.
+pub async fn call_tool<S>(
+    svc: S,
+    era: Era,
+    tool: &str,
+    arguments: serde_json::Map<String, Value>,
+    limits: Limits,
+    bar: ProgressBar,
+) -> Result<Value, BoxError>
+where
+    S: Service<McpRequest, Response = Value, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let mut params = json!({ "name": tool, "arguments": arguments });
+    if era == Era::Modern {
+        params["_meta"] = meta();
+    }
+    let req = McpRequest::without_id("tools/call")
+        .with_params(params)
+        .with_extension(ProgressObserver::new(move |p| {
+            let scale = if p.total.is_some_and(|t| t <= 1.0) {
+                100.0
+            } else {
+                1.0
+            };
+            if let Some(total) = p.total {
+                bar.set_length((total * scale) as u64);
+            }
+            bar.set_position((p.progress * scale) as u64);
+            if let Some(m) = &p.message {
+                bar.set_message(m.clone());
+            }
+        }));
+    let mut stack: BoxCloneService<McpRequest, Value, BoxError> = BoxCloneService::new(svc);
+    if let Some(idle) = limits.idle {
+        stack = BoxCloneService::new(
+            ServiceBuilder::new()
+                .layer(ProgressResetLayer::new(idle).max(limits.max))
+                .service(stack),
+        );
+    }
+    if let Some(t) = limits.timeout {
+        stack = BoxCloneService::new(
+            ServiceBuilder::new()
+                .layer(TimeoutLayer::new(t))
+                .service(stack),
+        );
+    }
+    stack.oneshot(req).await
+}
+
+fn progress_bar() -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&argv) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("mcp-call: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut cmd = Command::new(&args.server[0]);
+    cmd.args(&args.server[1..]);
+    let client = match StdioClient::spawn(cmd) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mcp-call: cannot start {:?}: {e}", args.server[0]);
+            return ExitCode::from(2);
+        }
+    };
+    let code = run(&client, args).await;
+    let _ = client.shutdown().await;
+    code
+}
+
+async fn run(client: &StdioClient, args: Args) -> ExitCode {
+    let era = match negotiate(client.clone(), |m| client.notify(m, &json!({}))).await {
+        Ok(era) => era,
+        Err(e) => {
+            eprintln!("mcp-call: could not talk to the server: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let bar = progress_bar();
+    let call = call_tool(
+        client.clone(),
+        era,
+        &args.tool,
+        args.arguments,
+        args.limits,
+        bar.clone(),
+    );
+    let mut call = Box::pin(call);
+    let outcome = tokio::select! {
+        r = &mut call => Some(r),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    bar.finish_and_clear();
+    match outcome {
+        None => {
+            // Dropping the call is the cancellation: the client writes
+            // notifications/cancelled with this reason.
+            drop_with_reason(
+                &CancelReason::Other("interrupted by the user (Ctrl-C)".into()),
+                call,
+            );
+            eprintln!("mcp-call: interrupted; sent notifications/cancelled to the server");
+            ExitCode::from(130)
+        }
+        Some(Ok(result)) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&result).unwrap_or_default()
+            );
+            if result["isError"] == true {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Some(Err(e)) if e.is::<Elapsed>() => {
+            eprintln!("mcp-call: {e}; sent notifications/cancelled to the server");
+            ExitCode::from(124)
+        }
+        Some(Err(e)) => {
+            eprintln!("mcp-call: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
