@@ -76,7 +76,8 @@ async fn header_validation_errors() {
     let mut conn = Conn::connect(addr, Proto::H1).await;
     let body = tool_call(7, "echo", json!({"text": "x"}));
 
-    let cases: Vec<(&str, Vec<(&'static str, String)>, Value, u16, i64)> = vec![
+    type Case = (&'static str, Vec<(&'static str, String)>, Value, u16, i64);
+    let cases: Vec<Case> = vec![
         (
             "missing MCP-Protocol-Version",
             modern("echo")

@@ -269,12 +269,12 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
 /// visible ASCII (spaces inside allowed) and not sentinel-shaped, otherwise
 /// `=?base64?…?=` of its UTF-8.
 pub fn encode_header_value(value: &str) -> String {
-    let plain = !value.is_empty()
-        && value.bytes().all(|b| (0x20..=0x7e).contains(&b))
+    let sentinel_shaped = value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX);
+    let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
         && !value.starts_with(' ')
         && !value.ends_with(' ')
-        && !(value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX));
-    if plain || value.is_empty() {
+        && !sentinel_shaped;
+    if plain {
         value.to_owned()
     } else {
         format!(
