@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+#[cfg(feature = "stdio")]
+mod common;
 use tower_mcp_cancel::{
     BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, McpRequest,
     ProgressObserver, ProgressResetLayer, ProgressTap, RequestTimeout, TimeoutLayer,
@@ -119,6 +121,11 @@ async fn main() {
     #[cfg(feature = "http")]
     http_part().await;
 
+    // 6. The stdio transport over an in-memory pipe: the example server's
+    // stack behind `serve`, and `StdioClient` under the client layers.
+    #[cfg(feature = "stdio")]
+    stdio_part().await;
+
     println!("\ndone.");
 }
 
@@ -179,7 +186,11 @@ async fn http_part() {
             "_meta": { "progressToken": "demo" }
         }))
         .with_extension(ProgressObserver::new(|p| {
-            println!("   client: progress {}/{} (SSE)", p.progress, p.total.unwrap_or(0.0))
+            println!(
+                "   client: progress {}/{} (SSE)",
+                p.progress,
+                p.total.unwrap_or(0.0)
+            )
         }));
     let t = Instant::now();
     let r = client.ready().await.unwrap().call(req).await;
@@ -187,5 +198,151 @@ async fn http_part() {
     match tokio::time::timeout(Duration::from_secs(2), fired_rx.recv()).await {
         Ok(Some(reason)) => println!("   server: token fired: {reason}"),
         _ => println!("   server: no cancellation seen (unexpected)"),
+    }
+}
+
+/// Reports, on the server side of the stdio part, a handler future dropped
+/// before it finished, with the reason its request was cancelled.
+#[cfg(feature = "stdio")]
+struct StdioDropReport {
+    id: String,
+    cancellation: Option<Cancellation>,
+    done: bool,
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+}
+
+#[cfg(feature = "stdio")]
+impl Drop for StdioDropReport {
+    fn drop(&mut self) {
+        if !self.done {
+            let reason = self
+                .cancellation
+                .as_ref()
+                .and_then(|c| c.reason().map(ToString::to_string))
+                .unwrap_or_else(|| "no reason".into());
+            let _ = self.tx.send(format!(
+                "   server: handler future for request {} was DROPPED ({reason})",
+                self.id
+            ));
+        }
+    }
+}
+
+/// Step 6: `serve` and `StdioClient` over `tokio::io::duplex`.
+#[cfg(feature = "stdio")]
+async fn stdio_part() {
+    use tower_mcp_cancel::cancel::drop_with_reason;
+    use tower_mcp_cancel::transport::stdio::{serve, StdioClient};
+
+    println!("\n6. stdio transport over an in-memory pipe (the example server's stack)");
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<String>();
+    // The example server's handler, with a drop report around each call.
+    let handler = service_fn(move |req: McpRequest| {
+        let report = StdioDropReport {
+            id: req.id().map(ToString::to_string).unwrap_or_default(),
+            cancellation: req.extensions().get::<Cancellation>().cloned(),
+            done: false,
+            tx: events_tx.clone(),
+        };
+        async move {
+            let mut report = report;
+            let out = common::handle(req, common::Options::default()).await;
+            report.done = true;
+            out
+        }
+    });
+    let server = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .layer(
+            TimeoutLayer::new(common::DEFAULT_TIMEOUT)
+                .method("tools/call", common::TOOLS_CALL_TIMEOUT),
+        )
+        .service(handler);
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (server_read, server_write) = tokio::io::split(server_io);
+    let (client_read, client_write) = tokio::io::split(client_io);
+    let served = tokio::spawn(serve(server, server_read, server_write));
+    let client = StdioClient::new(client_read, client_write);
+    let slow = |seconds: f64| {
+        McpRequest::without_id("tools/call").with_params(serde_json::json!({
+            "name": "slow",
+            "arguments": { "seconds": seconds, "interval_ms": 100 },
+            "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28" }
+        }))
+    };
+    println!("6a. TimeoutLayer(300 ms) over StdioClient, `slow` for 1 s");
+    let t = Instant::now();
+    let r = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_millis(300)))
+        .service(client.clone())
+        .oneshot(slow(1.0))
+        .await;
+    println!(
+        "   client: {} -> sent notifications/cancelled",
+        describe(&r, t)
+    );
+    report(&mut events).await;
+
+    println!(
+        "6b. ProgressResetLayer(idle 250 ms, max 5 s), `slow` for 1 s with progress every 100 ms"
+    );
+    let t = Instant::now();
+    let req = slow(1.0).with_extension(ProgressObserver::new(|p| {
+        if p.progress as u64 % 3 == 0 {
+            println!(
+                "   client: progress {}/{} (notifications/progress)",
+                p.progress,
+                p.total.unwrap_or(0.0)
+            );
+        }
+    }));
+    let r = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(250)).max(Duration::from_secs(5)))
+        .service(client.clone())
+        .oneshot(req)
+        .await;
+    println!("   client: {}", describe(&r, t));
+
+    println!("6c. Same idle limit, hard max 600 ms, `slow` for 2 s that keeps reporting progress");
+    let t = Instant::now();
+    let req = slow(2.0).with_extension(ProgressObserver::new(|_| {}));
+    let r = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(250)).max(Duration::from_millis(600)))
+        .service(client.clone())
+        .oneshot(req)
+        .await;
+    println!(
+        "   client: {} -> sent notifications/cancelled",
+        describe(&r, t)
+    );
+    report(&mut events).await;
+
+    println!("6d. An explicit cancel: the caller drops a 5 s call after 200 ms");
+    let mut call = Box::pin(client.clone().oneshot(slow(5.0)));
+    let t = Instant::now();
+    let finished = tokio::select! {
+        _ = &mut call => true,
+        () = tokio::time::sleep(Duration::from_millis(200)) => false,
+    };
+    if !finished {
+        drop_with_reason(&CancelReason::Other("user pressed stop".into()), call);
+        println!(
+            "   client: dropped the call after {} ms -> sent notifications/cancelled (\"user pressed stop\")",
+            t.elapsed().as_millis()
+        );
+    }
+    report(&mut events).await;
+
+    // Closing the client closes the server's input; `serve` returns.
+    let _ = client.shutdown().await;
+    let _ = served.await;
+}
+
+/// Prints the server's drop report (waiting for it, bounded).
+#[cfg(feature = "stdio")]
+async fn report(events: &mut tokio::sync::mpsc::UnboundedReceiver<String>) {
+    match tokio::time::timeout(Duration::from_secs(2), events.recv()).await {
+        Ok(Some(line)) => println!("{line}"),
+        _ => println!("   server: (no drop reported; unexpected)"),
     }
 }
