@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel::{
+    BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
+};
 
 type Value = serde_json::Value;
 

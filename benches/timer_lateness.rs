@@ -33,7 +33,10 @@ fn main() {
         let svc = ServiceBuilder::new()
             .layer(TimeoutLayer::new(Duration::from_secs(60)))
             .service(service_fn(|req: McpRequest| {
-                let probe = req.extensions().get::<Arc<Mutex<Option<OnDrop>>>>().cloned();
+                let probe = req
+                    .extensions()
+                    .get::<Arc<Mutex<Option<OnDrop>>>>()
+                    .cloned();
                 async move {
                     let _p = probe.and_then(|p| p.lock().unwrap().take());
                     std::future::pending::<()>().await;

@@ -119,7 +119,13 @@ where
                 continue;
             };
             let reason = CancelReason::Timeout(elapsed);
-            expire(&reason, tap, this.id.as_ref(), this.method.as_ref(), this.cancellation.as_ref());
+            expire(
+                &reason,
+                tap,
+                this.id.as_ref(),
+                this.method.as_ref(),
+                this.cancellation.as_ref(),
+            );
             with_drop_reason(&reason, || this.inner.set(None));
             return Poll::Ready(Err(Box::new(elapsed)));
         }

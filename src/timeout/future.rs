@@ -82,7 +82,12 @@ where
         }
         let elapsed = Elapsed::new(Limit::Timeout, *this.limit);
         let reason = CancelReason::Timeout(elapsed);
-        expire(&reason, this.id.as_ref(), this.method.as_ref(), this.cancellation.as_ref());
+        expire(
+            &reason,
+            this.id.as_ref(),
+            this.method.as_ref(),
+            this.cancellation.as_ref(),
+        );
         with_drop_reason(&reason, || this.inner.set(None));
         Poll::Ready(Err(Box::new(elapsed)))
     }
