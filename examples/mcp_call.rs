@@ -1,9 +1,12 @@
-//! `mcp-call`: call one tool on a stdio MCP server, with a progress bar, a
-//! deadline, and Ctrl-C that really cancels.
+//! `mcp-call`: call one tool on a stdio or Streamable HTTP MCP server, with a
+//! progress bar, a deadline, and Ctrl-C that really cancels.
 //!
 //! ```text
 //! mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]
+//! mcp-call [--timeout 30s] [--idle 10s] [--max 5m] --url http://…/mcp [--http2] <tool> [key=value…]
 //!
+//!   --url URL     call a Streamable HTTP server instead of starting one over stdio
+//!   --http2       with --url: HTTP/2 with prior knowledge (default HTTP/1.1)
 //!   --timeout D   fixed deadline for the call (default 30s; with --idle, none unless given)
 //!   --idle D      idle limit, restarted by each progress notification
 //!   --max D       hard maximum with --idle, which progress does not extend (default 5m)
@@ -14,12 +17,16 @@
 //!
 //! ```sh
 //! cargo run --example mcp_call -- --idle 2s -- cargo run -q --example stdio_server slow seconds=3
+//! cargo run --example http_server &   # then:
+//! cargo run --example mcp_call -- --idle 2s --url http://127.0.0.1:8080/mcp slow seconds=3
 //! ```
 //!
 //! It probes with `server/discover` (2026-07-28) and falls back to the
 //! `initialize` handshake for older servers. The result is printed as JSON on
-//! stdout. Ctrl-C drops the call — the client sends `notifications/cancelled`
-//! — says so, and exits with status 130; a timeout exits with 124.
+//! stdout. Ctrl-C drops the call — over stdio the client sends
+//! `notifications/cancelled`, over HTTP it closes the response stream, which
+//! is the cancellation there — says so, and exits with status 130; a timeout
+//! exits with 124.
 //!
 //! The call itself ([`call_tool`]) takes any `Service<McpRequest>`, so other
 //! transports plug in beside stdio.
@@ -34,13 +41,14 @@ use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::cancel::drop_with_reason;
 use tower_mcp_cancel::jsonrpc::PROTOCOL_VERSION_META;
+use tower_mcp_cancel::transport::http::HttpClient;
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{
     BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer,
     RequestTimeout, TimeoutLayer,
 };
 
-const USAGE: &str = "usage: mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]";
+const USAGE: &str = "usage: mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]\n       mcp-call [--timeout 30s] [--idle 10s] [--max 5m] --url http://…/mcp [--http2] <tool> [key=value…]";
 const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";
 
@@ -60,8 +68,12 @@ pub struct Limits {
 pub struct Args {
     /// The limits.
     pub limits: Limits,
-    /// The server command and its arguments.
+    /// The server command and its arguments (empty with `--url`).
     pub server: Vec<String>,
+    /// The Streamable HTTP endpoint, with `--url`.
+    pub url: Option<String>,
+    /// HTTP/2 with prior knowledge, with `--http2`.
+    pub http2: bool,
     /// The tool name.
     pub tool: String,
     /// The tool arguments.
@@ -87,11 +99,25 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Parses the command line (without the program name).
 pub fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let split = argv
-        .iter()
-        .position(|a| a == "--")
-        .ok_or("missing `--` before the server command")?;
-    let (opts, rest) = (&argv[..split], &argv[split + 1..]);
+    let (opts, rest) = match argv.iter().position(|a| a == "--") {
+        Some(split) => (&argv[..split], &argv[split + 1..]),
+        None if argv.iter().any(|a| a == "--url") => {
+            // No server command: the options, then the tool and its arguments.
+            let mut i = 0;
+            while i < argv.len() && argv[i].starts_with("--") {
+                i += if matches!(argv[i].as_str(), "--http2" | "--help") {
+                    1
+                } else {
+                    2
+                };
+            }
+            let i = i.min(argv.len());
+            (&argv[..i], &argv[i..])
+        }
+        None => return Err("missing `--` before the server command".into()),
+    };
+    let mut url = None;
+    let mut http2 = false;
     let mut timeout = None;
     let mut idle = None;
     let mut max = Duration::from_secs(300);
@@ -102,6 +128,8 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--timeout" => timeout = Some(parse_duration(value()?)?),
             "--idle" => idle = Some(parse_duration(value()?)?),
             "--max" => max = parse_duration(value()?)?,
+            "--url" => url = Some(value()?.clone()),
+            "--http2" => http2 = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -115,8 +143,10 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
     let Some((tool, server)) = head.split_last() else {
         return Err("missing tool name".into());
     };
-    if server.is_empty() {
-        return Err("missing server command".into());
+    match (&url, server.is_empty()) {
+        (None, true) => return Err("missing server command".into()),
+        (Some(_), false) => return Err("give either --url or a server command, not both".into()),
+        _ => {}
     }
     let mut arguments = serde_json::Map::new();
     for pair in kv {
@@ -127,6 +157,8 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
     Ok(Args {
         limits: Limits { timeout, idle, max },
         server: server.to_vec(),
+        url,
+        http2,
         tool: tool.clone(),
         arguments,
     })
@@ -266,6 +298,25 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(url) = args.url.clone() {
+        let uri = match url.parse() {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("mcp-call: bad --url {url:?}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let builder = HttpClient::builder(uri).client_info("mcp-call", env!("CARGO_PKG_VERSION"));
+        let client = if args.http2 {
+            builder.http2_prior_knowledge().build()
+        } else {
+            builder.build()
+        };
+        // Legacy (initialize-era) HTTP servers need sessions, which this
+        // client does not speak: there is no notification to send.
+        let how = "closed the response stream (the server cancels the request)";
+        return run(client, |_| Ok(()), args, how).await;
+    }
     let mut cmd = Command::new(&args.server[0]);
     cmd.args(&args.server[1..]);
     let client = match StdioClient::spawn(cmd) {
@@ -275,13 +326,23 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let code = run(&client, args).await;
+    let how = "sent notifications/cancelled to the server";
+    let code = run(client.clone(), |m| client.notify(m, &json!({})), args, how).await;
     let _ = client.shutdown().await;
     code
 }
 
-async fn run(client: &StdioClient, args: Args) -> ExitCode {
-    let era = match negotiate(client.clone(), |m| client.notify(m, &json!({}))).await {
+async fn run<S>(
+    svc: S,
+    notify: impl FnOnce(&str) -> Result<(), BoxError>,
+    args: Args,
+    how: &str,
+) -> ExitCode
+where
+    S: Service<McpRequest, Response = Value, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let era = match negotiate(svc.clone(), notify).await {
         Ok(era) => era,
         Err(e) => {
             eprintln!("mcp-call: could not talk to the server: {e}");
@@ -290,7 +351,7 @@ async fn run(client: &StdioClient, args: Args) -> ExitCode {
     };
     let bar = progress_bar();
     let call = call_tool(
-        client.clone(),
+        svc,
         era,
         &args.tool,
         args.arguments,
@@ -305,13 +366,14 @@ async fn run(client: &StdioClient, args: Args) -> ExitCode {
     bar.finish_and_clear();
     match outcome {
         None => {
-            // Dropping the call is the cancellation: the client writes
-            // notifications/cancelled with this reason.
+            // Dropping the call is the cancellation: the stdio client writes
+            // notifications/cancelled with this reason, the HTTP client
+            // closes the response stream.
             drop_with_reason(
                 &CancelReason::Other("interrupted by the user (Ctrl-C)".into()),
                 call,
             );
-            eprintln!("mcp-call: interrupted; sent notifications/cancelled to the server");
+            eprintln!("mcp-call: interrupted; {how}");
             ExitCode::from(130)
         }
         Some(Ok(result)) => {
@@ -326,7 +388,7 @@ async fn run(client: &StdioClient, args: Args) -> ExitCode {
             }
         }
         Some(Err(e)) if e.is::<Elapsed>() => {
-            eprintln!("mcp-call: {e}; sent notifications/cancelled to the server");
+            eprintln!("mcp-call: {e}; {how}");
             ExitCode::from(124)
         }
         Some(Err(e)) => {
