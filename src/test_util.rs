@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use tower::{Layer, ServiceBuilder};
 use tower_test::mock;
 
-use crate::{BoxError, McpRequest};
+use crate::McpRequest;
 
 /// Observes a [`DropGuard`]: whether and when it was dropped.
 #[derive(Clone, Debug)]
@@ -131,9 +131,4 @@ pub async fn settle() {
     for _ in 0..64 {
         tokio::task::yield_now().await;
     }
-}
-
-/// Converts any error into a [`BoxError`] (handy in `service_fn` closures).
-pub fn boxed<E: Into<BoxError>>(e: E) -> BoxError {
-    e.into()
 }

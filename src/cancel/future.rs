@@ -10,7 +10,7 @@ use crate::error::{BoxError, Cancelled};
 use crate::jsonrpc::{Method, RequestId};
 
 use super::layer::GuardResponse;
-use super::{current_drop_reason, CancelReason, Cancellation};
+use super::{current_drop_reason, with_drop_reason, CancelReason, Cancellation};
 
 /// Fires a request's [`Cancellation`] with
 /// [`CancelReason::ClientDisconnected`] if dropped while armed; completes it
@@ -127,7 +127,7 @@ where
         // The cancel is checked first: once it is processed, the handler is
         // never polled again, so it cannot produce a response after it.
         if let Poll::Ready(reason) = guard.cancellation().poll_cancelled(cx) {
-            with_reason_set_none(&reason, this.inner.as_mut());
+            with_drop_reason(&reason, || this.inner.set(None));
             let mut guard = this.guard.take().expect("guard present");
             guard.log_cancelled(&reason, "request cancelled; handler future dropped");
             guard.armed = false;
@@ -149,10 +149,4 @@ where
             }
         })
     }
-}
-
-/// Drops the inner future with `reason` visible to whatever it owns (a client
-/// transport below reads it for its `notifications/cancelled`).
-pub(crate) fn with_reason_set_none<F>(reason: &CancelReason, mut slot: Pin<&mut Option<F>>) {
-    super::with_drop_reason(reason, || slot.set(None));
 }
