@@ -624,7 +624,8 @@ pub fn encode_request(id: &RequestId, method: &str, params: Option<&RawValue>) -
 }
 
 /// Serializes a response line (without the trailing newline). `id: None`
-/// writes `"id": null`, for errors about unreadable requests.
+/// leaves the id out, for errors about requests whose id could not be read
+/// (the 2026-07-28 schema makes it optional on error responses).
 pub fn encode_response<T: Serialize + ?Sized>(
     id: Option<&RequestId>,
     outcome: Result<&T, &ErrorObject>,
@@ -632,9 +633,11 @@ pub fn encode_response<T: Serialize + ?Sized>(
     struct R<'a, T: ?Sized>(Option<&'a RequestId>, Result<&'a T, &'a ErrorObject>);
     impl<T: Serialize + ?Sized> Serialize for R<'_, T> {
         fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let mut m = s.serialize_map(Some(3))?;
+            let mut m = s.serialize_map(None)?;
             m.serialize_entry("jsonrpc", "2.0")?;
-            m.serialize_entry("id", &self.0)?;
+            if let Some(id) = self.0 {
+                m.serialize_entry("id", id)?;
+            }
             match self.1 {
                 Ok(result) => m.serialize_entry("result", result)?,
                 Err(error) => m.serialize_entry("error", error)?,

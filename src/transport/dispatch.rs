@@ -41,7 +41,7 @@ pub fn answer<T: Serialize>(id: &RequestId, outcome: Result<T, BoxError>) -> Opt
 /// not be read (unparseable or oversize line). The 2026-07-28 schema makes
 /// `id` optional on error responses for exactly this case.
 pub fn encode_error_without_id(error: &crate::jsonrpc::ErrorObject) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({ "jsonrpc": "2.0", "error": error })).unwrap_or_default()
+    jsonrpc::encode_response::<()>(None, Err(error))
 }
 
 /// The result a server sends when it ends a `subscriptions/listen` stream
