@@ -66,6 +66,10 @@ pub mod transport;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod __fuzz;
+
 pub use builder::ServiceBuilderExt;
 pub use cancel::{CancelOnDisconnectLayer, CancelReason, Cancellation, InFlight};
 pub use error::{BoxError, Cancelled, Elapsed, Limit};

@@ -400,6 +400,21 @@ async fn exchange(
         _ => None,
     };
     let res = inner.client.request(http_req).await?;
+    read_response(res, id, tap, token).await
+}
+
+/// Reads the answer to request `id` out of a response: a JSON body, or an
+/// SSE stream whose progress goes to `tap`.
+pub(crate) async fn read_response<B>(
+    res: http::Response<B>,
+    id: &RequestId,
+    tap: Option<ProgressTap>,
+    token: Option<jsonrpc::ProgressToken>,
+) -> Result<serde_json::Value, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let status = res.status();
     let mime = res
         .headers()

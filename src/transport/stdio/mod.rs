@@ -106,7 +106,7 @@
 //! See [`StdioClient`].
 
 mod client;
-mod framing;
+pub(crate) mod framing;
 mod server;
 
 pub use client::{ResponseFuture, StdioClient, StdioClientBuilder, DEFAULT_SHUTDOWN_GRACE};
