@@ -40,6 +40,7 @@ pub const DEFAULT_WRITE_QUEUE: usize = 64;
 pub struct StdioServer {
     max_line_bytes: usize,
     write_queue: usize,
+    registry: Option<InFlight>,
 }
 
 impl Default for StdioServer {
@@ -55,6 +56,7 @@ impl StdioServer {
         Self {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             write_queue: DEFAULT_WRITE_QUEUE,
+            registry: None,
         }
     }
 
@@ -76,6 +78,15 @@ impl StdioServer {
     /// of growing its memory.
     pub fn write_queue(mut self, messages: usize) -> Self {
         self.write_queue = messages.max(1);
+        self
+    }
+
+    /// Uses `registry` as the connection's [`InFlight`] registry instead of a
+    /// fresh one, so that it can be observed from outside (its `len()` as an
+    /// in-flight gauge, in tests or metrics). Ids are only meaningful within
+    /// one connection: give each served connection its own registry.
+    pub fn in_flight(mut self, registry: InFlight) -> Self {
+        self.registry = Some(registry);
         self
     }
 
@@ -117,7 +128,7 @@ impl StdioServer {
         let close = CancellationToken::new();
         let mut writer_task = tokio::spawn(write_loop(writer, rx, close.clone()));
         let conn = Connection {
-            in_flight: InFlight::new(),
+            in_flight: self.registry.clone().unwrap_or_default(),
             tx,
         };
         let mut tasks = JoinSet::new();
