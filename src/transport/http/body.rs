@@ -59,8 +59,10 @@ pub(crate) struct Exchange {
     rx: mpsc::Receiver<Outgoing>,
     cancellation: Cancellation,
     id: RequestId,
-    /// For `subscriptions/listen`: the server-wide shutdown signal.
+    /// The server-wide shutdown signal: it cancels the request (a listen
+    /// stream gets its graceful result).
     shutdown: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    is_listen: bool,
     /// A notification taken in the first phase, to send first.
     front: Option<Vec<u8>>,
     /// The final response, once produced, waiting for queued notifications.
@@ -78,8 +80,10 @@ impl Exchange {
         guard: Option<DisconnectGuard>,
         id: RequestId,
         shutdown: Option<tokio_util::sync::CancellationToken>,
+        is_listen: bool,
     ) -> Self {
         Self {
+            is_listen,
             fut: Some(fut),
             detach_on_drop: guard.is_none(),
             guard,
@@ -107,17 +111,26 @@ impl Exchange {
     /// known (stored in `last`, or `None` for nothing).
     fn poll_call(&mut self, cx: &mut Context<'_>) -> Poll<CallOutcome> {
         if let Some(shutdown) = self.shutdown.as_mut() {
-            if shutdown.as_mut().poll(cx).is_ready() {
-                // The server ends the subscription: drop the handler with
-                // that reason, then answer with the graceful listen result.
+            if self.fut.is_some() && shutdown.as_mut().poll(cx).is_ready() {
+                // The server shuts down: drop the handler with that reason.
+                // A listen stream then gets its graceful result; any other
+                // request gets nothing (the response ends without an answer).
+                self.shutdown = None;
                 let reason = CancelReason::Shutdown;
                 self.cancellation.cancel(reason.clone());
-                tracing::info!(request_id = %self.id, "server shutting down: subscriptions/listen ended gracefully");
                 let fut = self.fut.take();
                 with_drop_reason(&reason, move || drop(fut));
                 if let Some(mut g) = self.guard.take() {
                     g.disarm();
                 }
+                if !self.is_listen {
+                    tracing::info!(request_id = %self.id, %reason, "request cancelled: server shutting down");
+                    return Poll::Ready(CallOutcome {
+                        bytes: None,
+                        error_code: None,
+                    });
+                }
+                tracing::info!(request_id = %self.id, "server shutting down: subscriptions/listen ended gracefully");
                 let result = dispatch::listen_result(&self.id, serde_json::json!({}));
                 return Poll::Ready(CallOutcome {
                     bytes: Some(crate::jsonrpc::encode_response(Some(&self.id), Ok(&result))),

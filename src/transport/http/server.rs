@@ -57,6 +57,9 @@
 //!    the client closes it (the handler is dropped, token fired), or the
 //!    [shutdown token](StreamableHttpService::shutdown) fires (the handler is
 //!    dropped and the graceful listen result is sent, then the stream closes).
+//! 6. The [shutdown token](StreamableHttpService::shutdown) cancels every
+//!    other request in flight too, with `CancelReason::Shutdown`: `503` if
+//!    no byte was sent yet, otherwise the SSE stream ends without an answer.
 //!
 //! # Earlier revisions (2025-03-26 … 2025-11-25)
 //!
@@ -95,7 +98,7 @@ use crate::cancel::DisconnectGuard;
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, Message, SUBSCRIPTIONS_LISTEN};
 use crate::transport::dispatch;
-use crate::{Cancellation, McpRequest};
+use crate::{CancelReason, Cancellation, McpRequest};
 
 use super::body::{CallFuture, CallOutcome, Exchange, First, ResponseBody};
 use super::validation::{
@@ -232,9 +235,16 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
-    /// Sets the server's shutdown token: when it fires, every open
-    /// `subscriptions/listen` stream ends gracefully (its handler dropped, the
-    /// listen result sent, the stream closed).
+    /// Sets the server's shutdown token: when it fires, every request in
+    /// flight on this endpoint is cancelled with
+    /// [`CancelReason::Shutdown`](crate::CancelReason::Shutdown) (its
+    /// handler future dropped, its token fired): one still waiting for its
+    /// first byte is answered `503` with no body, an SSE stream ends without
+    /// an answer, and an open `subscriptions/listen` stream gets its graceful
+    /// result before it closes. Requests arriving later get `503` without
+    /// their handler being called. Fire the same token as axum's
+    /// `with_graceful_shutdown` signal (or hyper-util's graceful shutdown) so
+    /// the server returns as soon as those responses are out.
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
         self.config_mut().shutdown = Some(token);
         self
@@ -548,17 +558,27 @@ where
         };
         CallOutcome { bytes, error_code }
     });
-    let shutdown = if is_listen {
-        config.shutdown.clone()
-    } else {
-        None
-    };
-    let mut exchange = Exchange::new(call, rx, cancellation, guard, id, shutdown);
+    let shutdown = config.shutdown.clone();
+    let mut exchange = Exchange::new(
+        call,
+        rx,
+        cancellation.clone(),
+        guard,
+        id,
+        shutdown,
+        is_listen,
+    );
     if is_listen {
         return Ok(sse_response(exchange, config.keep_alive));
     }
     match std::future::poll_fn(|cx| exchange.poll_first(cx)).await {
         First::Stream => Ok(sse_response(exchange, config.keep_alive)),
+        First::Done(CallOutcome {
+            bytes: None,
+            error_code: _,
+        }) if cancellation.reason() == Some(&CancelReason::Shutdown) => {
+            Ok(plain(StatusCode::SERVICE_UNAVAILABLE))
+        }
         First::Done(CallOutcome {
             bytes: None,
             error_code: _,
