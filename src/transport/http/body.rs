@@ -191,6 +191,11 @@ impl Exchange {
     pub(crate) fn call_finished(&self) -> bool {
         self.fut.is_none()
     }
+
+    /// The request's id.
+    pub(crate) fn id(&self) -> &RequestId {
+        &self.id
+    }
 }
 
 impl Stream for Exchange {
@@ -304,6 +309,9 @@ pin_project! {
     /// Dropping an SSE body before its end (the client went away) drops the
     /// handler future and fires its cancellation token.
     pub struct ResponseBody {
+        // An SSE comment sent before anything else (the switch to SSE of a
+        // silent handler).
+        prelude: Option<Bytes>,
         #[pin]
         kind: Kind,
     }
@@ -332,6 +340,7 @@ impl ResponseBody {
     /// A complete body.
     pub fn full(bytes: impl Into<Bytes>) -> Self {
         Self {
+            prelude: None,
             kind: Kind::Full {
                 body: Full::new(bytes.into()),
             },
@@ -352,13 +361,22 @@ impl ResponseBody {
                 body: SseBody::new(exchange),
             },
         };
-        Self { kind }
+        Self {
+            prelude: None,
+            kind,
+        }
+    }
+
+    /// Starts the body with an SSE comment line (`:` and a blank line).
+    pub(crate) fn comment_first(&mut self) {
+        self.prelude = Some(Bytes::from_static(b":\n\n"));
     }
 }
 
 impl From<Full<Bytes>> for ResponseBody {
     fn from(body: Full<Bytes>) -> Self {
         Self {
+            prelude: None,
             kind: Kind::Full { body },
         }
     }
@@ -372,7 +390,11 @@ impl Body for ResponseBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.project().kind.project() {
+        let this = self.project();
+        if let Some(comment) = this.prelude.take() {
+            return Poll::Ready(Some(Ok(Frame::data(comment))));
+        }
+        match this.kind.project() {
             KindProj::Full { body } => body.poll_frame(cx).map_err(|e| match e {}),
             KindProj::Sse { body } => body.poll_frame(cx).map_err(Into::into),
             KindProj::SseNoKeepAlive { body } => body.poll_frame(cx).map_err(Into::into),
@@ -380,6 +402,9 @@ impl Body for ResponseBody {
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.prelude.is_some() {
+            return false;
+        }
         match &self.kind {
             Kind::Full { body } => body.is_end_stream(),
             Kind::Sse { body } => body.is_end_stream(),
@@ -389,7 +414,7 @@ impl Body for ResponseBody {
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Full { body } => body.size_hint(),
+            Kind::Full { body } if self.prelude.is_none() => body.size_hint(),
             _ => SizeHint::default(),
         }
     }

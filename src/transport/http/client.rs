@@ -15,6 +15,18 @@
 //! [`ProgressResetLayer`](crate::ProgressResetLayer) above therefore cancels
 //! per spec when its limit fires.
 //!
+//! **`x-mcp-header`**: the client learns each tool's annotations from the
+//! `tools/list` results that pass through it (per client; clones share
+//! them). A tool whose annotations break the spec's constraints is removed
+//! from the result the caller gets, with a `warn` naming the tool and the
+//! reason; for the others, each `tools/call` carries the present, non-null
+//! annotated arguments in `Mcp-Param-{Name}` headers (Base64 sentinel when
+//! needed). Schemas can also be given by hand
+//! ([`HttpClientBuilder::tool_schema`], [`HttpClient::register_tool_schema`]).
+//! A `HeaderMismatch` (`-32020`) answer comes back as that [`ErrorObject`];
+//! the spec's SHOULD — list the tools again and retry — is left to the
+//! caller: a `tools/list` through this client refreshes what it knows.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
@@ -38,7 +50,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -59,6 +71,7 @@ use crate::jsonrpc::{
 };
 use crate::{McpRequest, ProgressObserver, ProgressTap};
 
+use super::param_headers::{InvalidParamHeader, ToolHeaderMap};
 use super::server::PROTOCOL_VERSION;
 use super::validation::{
     encode_header_value, name_field, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER,
@@ -123,6 +136,17 @@ struct Inner {
     client_info: Option<serde_json::Value>,
     headers: HeaderMap,
     next_id: AtomicI64,
+    tools: RwLock<ToolHeaderMap>,
+}
+
+impl Inner {
+    fn tools(&self) -> std::sync::RwLockReadGuard<'_, ToolHeaderMap> {
+        self.tools.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tools_mut(&self) -> std::sync::RwLockWriteGuard<'_, ToolHeaderMap> {
+        self.tools.write().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The Streamable HTTP client: `Service<McpRequest, Response = serde_json::Value>`.
@@ -150,6 +174,7 @@ pub struct HttpClientBuilder {
     protocol_version: String,
     client_info: Option<serde_json::Value>,
     headers: HeaderMap,
+    tools: ToolHeaderMap,
 }
 
 impl HttpClientBuilder {
@@ -186,6 +211,25 @@ impl HttpClientBuilder {
         self
     }
 
+    /// Registers a tool's `inputSchema` by hand, so its `x-mcp-header`
+    /// parameters are mirrored without a `tools/list` first. An invalid
+    /// annotation is logged (`warn`) and the tool left unregistered; use
+    /// [`param_headers`](Self::param_headers) with a [`ToolHeaderMap`] to
+    /// see the error.
+    pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
+        if let Err(e) = self.tools.insert(tool, input_schema) {
+            tracing::warn!(tool = %crate::cancel::sanitize_reason(tool), reason = %e, "tool definition rejected: invalid x-mcp-header annotation");
+        }
+        self
+    }
+
+    /// Starts from these tools' annotations (a later `tools/list` adds to
+    /// and replaces them).
+    pub fn param_headers(mut self, tools: ToolHeaderMap) -> Self {
+        self.tools = tools;
+        self
+    }
+
     /// Builds the client.
     pub fn build(self) -> HttpClient {
         let mut builder = Client::builder(TokioExecutor::new());
@@ -200,6 +244,7 @@ impl HttpClientBuilder {
                 client_info: self.client_info,
                 headers: self.headers,
                 next_id: AtomicI64::new(1),
+                tools: RwLock::new(self.tools),
             }),
         }
     }
@@ -222,12 +267,30 @@ impl HttpClient {
                 "version": env!("CARGO_PKG_VERSION"),
             })),
             headers: HeaderMap::new(),
+            tools: ToolHeaderMap::new(),
         }
     }
 
     /// The endpoint.
     pub fn uri(&self) -> &Uri {
         &self.inner.uri
+    }
+
+    /// Registers (or replaces) a tool's `inputSchema`, whose `x-mcp-header`
+    /// parameters are then mirrored on `tools/call`. An invalid schema is
+    /// refused and forgets what was known of the tool.
+    pub fn register_tool_schema(
+        &self,
+        tool: &str,
+        input_schema: &serde_json::Value,
+    ) -> Result<(), InvalidParamHeader> {
+        self.inner.tools_mut().insert(tool, input_schema)
+    }
+
+    /// A copy of what the client knows of the tools' `x-mcp-header`
+    /// annotations.
+    pub fn param_headers(&self) -> ToolHeaderMap {
+        self.inner.tools().clone()
     }
 }
 
@@ -289,6 +352,7 @@ impl Service<McpRequest> for HttpClient {
         let tap = req.extensions().get::<ProgressTap>().cloned();
         let observer = req.extensions().get::<ProgressObserver>().cloned();
         let token = req.progress_token().cloned();
+        let is_tools_list = req.method() == "tools/list";
         let mut log = DropLog {
             id: id.clone(),
             method: req.method().to_owned(),
@@ -303,10 +367,27 @@ impl Service<McpRequest> for HttpClient {
                     return Err(e.into());
                 }
             };
-            let out = exchange(&inner, http_req, &id, tap, observer, token).await;
+            let mut out = exchange(&inner, http_req, &id, tap, observer, token).await;
             log.finish();
+            if is_tools_list {
+                if let Ok(result) = out.as_mut() {
+                    learn_tools(&inner, result);
+                }
+            }
             out
         })
+    }
+}
+
+/// Records the tools' annotations and drops the invalid tools from `result`.
+fn learn_tools(inner: &Inner, result: &mut serde_json::Value) {
+    let rejected = inner.tools_mut().learn_tools_list(result);
+    for r in rejected {
+        tracing::warn!(
+            tool = %crate::cancel::sanitize_reason(&r.name),
+            reason = %r.error,
+            "tool definition rejected: invalid x-mcp-header annotation; removed from the tools/list result"
+        );
     }
 }
 
@@ -352,6 +433,18 @@ fn prepare(
         .and_then(|f| obj.get(f))
         .and_then(|v| v.as_str())
         .map(encode_header_value);
+    let param_headers = if method == "tools/call" {
+        let tool = obj.get("name").and_then(|v| v.as_str());
+        let known = tool.and_then(|t| inner.tools().get_shared(t));
+        match known {
+            Some(h) => h
+                .headers_for(obj.get("arguments"))
+                .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?,
+            None => Vec::new(),
+        }
+    } else {
+        Vec::new()
+    };
     let params = serde_json::value::to_raw_value(&obj)
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
     let body = jsonrpc::encode_request(id, method, Some(&params));
@@ -380,6 +473,9 @@ fn prepare(
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
     for (k, v) in &inner.headers {
         http_req.headers_mut().append(k.clone(), v.clone());
+    }
+    for (k, v) in param_headers {
+        http_req.headers_mut().insert(k, v);
     }
     Ok(http_req)
 }

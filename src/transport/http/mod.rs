@@ -12,6 +12,10 @@
 //!   cancellation.
 //! * [`validation`] — the `Origin`, `Accept` and request-metadata header
 //!   checks, and the Base64 sentinel encoding of header values.
+//! * [`param_headers`] — `x-mcp-header` annotations of tool schemas and the
+//!   `Mcp-Param-{Name}` headers they designate ([`ToolHeaderMap`]): the client
+//!   learns them from `tools/list` and mirrors arguments, the server checks
+//!   the headers against the body.
 //!
 //! ```
 //! use tower::{service_fn, Service, ServiceExt};
@@ -37,11 +41,13 @@
 
 mod body;
 pub mod client;
+pub mod param_headers;
 pub mod server;
 pub mod validation;
 
 pub use body::{ResponseBody, TokioTimer};
 pub use client::{HttpClient, HttpClientBuilder, HttpClientError};
+pub use param_headers::{ParamHeaders, ToolHeaderMap};
 pub use server::{
     LegacyRequests, ResponseFuture, StreamableHttpLayer, StreamableHttpService, LEGACY_VERSIONS,
     PROTOCOL_VERSION,

@@ -41,7 +41,13 @@
 //! 3. A request: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` checked
 //!    against the body → `400` with `HeaderMismatch` (`-32020`); an
 //!    unsupported version → `400` with `UnsupportedProtocolVersion`
-//!    (`-32022`, `data.supported`).
+//!    (`-32022`, `data.supported`). For a `tools/call` of a tool whose
+//!    schema the adapter was given ([`param_headers`](StreamableHttpService::param_headers),
+//!    [`tool_schema`](StreamableHttpService::tool_schema),
+//!    [`tools`](StreamableHttpService::tools)), its `Mcp-Param-{Name}`
+//!    headers too (see [`param_headers`](super::param_headers)): a missing,
+//!    different, unreadable or repeated one → `400` with `HeaderMismatch`
+//!    naming it.
 //! 4. The call: the request gets a [`Cancellation`] and a
 //!    [`Notifier`](crate::Notifier) in its extensions (plus the HTTP request's
 //!    own extensions and its `HeaderMap`). If the handler answers before it
@@ -50,8 +56,12 @@
 //!    errors, `200` otherwise). If a notification comes first, the response
 //!    becomes `text/event-stream`: the request's notifications, then the
 //!    answer, which ends the stream; `X-Accel-Buffering: no`; `:` keep-alive
-//!    comments when quiet. A call that ends with
-//!    [`Cancelled`](crate::Cancelled) answers `204` with no body.
+//!    comments when quiet. A handler still silent after
+//!    [`sse_after`](StreamableHttpService::sse_after) (10 s by default) gets
+//!    the SSE shape too — a `:` comment at once, keep-alives, then its
+//!    answer — so that an idle proxy does not cut a long quiet call. A call
+//!    that ends with [`Cancelled`](crate::Cancelled) answers `204` with no
+//!    body.
 //! 5. `subscriptions/listen` streams at once and stays open until the handler
 //!    ends (its result, with the subscription id added, closes the stream),
 //!    the client closes it (the handler is dropped, token fired), or the
@@ -63,6 +73,9 @@
 //!
 //! # Earlier revisions (2025-03-26 … 2025-11-25)
 //!
+//! A request without `MCP-Protocol-Version` is rejected, unless
+//! [`missing_version_as_2025_03_26`](StreamableHttpService::missing_version_as_2025_03_26)
+//! is on: it is then a 2025-03-26 request like those below.
 //! A request whose `MCP-Protocol-Version` is an earlier revision is passed to
 //! the MCP service unchanged, without the 2026 header checks (those clients
 //! do not send `Mcp-Method` or `_meta` versions), and — by default — a
@@ -101,9 +114,10 @@ use crate::transport::dispatch;
 use crate::{CancelReason, Cancellation, McpRequest};
 
 use super::body::{CallFuture, CallOutcome, Exchange, First, ResponseBody};
+use super::param_headers::ToolHeaderMap;
 use super::validation::{
-    check_accept, check_content_type, check_request_headers, protocol_version_header,
-    MirroredParams, OriginPolicy, Rejection,
+    check_accept, check_content_type, check_param_headers, check_request_headers,
+    protocol_version_header, MirroredParams, OriginPolicy, Rejection, PROTOCOL_VERSION_HEADER,
 };
 
 /// The protocol revision this adapter implements.
@@ -111,6 +125,15 @@ pub const PROTOCOL_VERSION: &str = "2026-07-28";
 
 /// The earlier revisions recognized as legacy by default.
 pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// The revision a request without `MCP-Protocol-Version` is taken for when
+/// [`StreamableHttpService::missing_version_as_2025_03_26`] is on.
+pub const ASSUMED_LEGACY_VERSION: &str = "2025-03-26";
+
+/// The default of [`StreamableHttpService::sse_after`]: a handler silent for
+/// this long gets an SSE response with keep-alives instead of a JSON answer
+/// at the end.
+pub const DEFAULT_SSE_AFTER: Duration = Duration::from_secs(10);
 
 /// What the adapter does with a request from an earlier revision
 /// (`MCP-Protocol-Version: 2025-…`).
@@ -137,6 +160,9 @@ struct Config {
     legacy: LegacyRequests,
     shutdown: Option<CancellationToken>,
     queue: usize,
+    param_headers: Arc<ToolHeaderMap>,
+    missing_version_legacy: bool,
+    sse_after: Option<Duration>,
 }
 
 impl Default for Config {
@@ -150,6 +176,9 @@ impl Default for Config {
             legacy: LegacyRequests::Serve,
             shutdown: None,
             queue: 32,
+            param_headers: Arc::new(ToolHeaderMap::new()),
+            missing_version_legacy: false,
+            sse_after: Some(DEFAULT_SSE_AFTER),
         }
     }
 }
@@ -162,6 +191,9 @@ impl fmt::Debug for Config {
             .field("keep_alive", &self.keep_alive)
             .field("supported", &self.supported)
             .field("legacy", &self.legacy)
+            .field("param_headers", &self.param_headers.len())
+            .field("missing_version_legacy", &self.missing_version_legacy)
+            .field("sse_after", &self.sse_after)
             .finish()
     }
 }
@@ -187,8 +219,10 @@ impl<S> StreamableHttpService<S> {
     pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
 
     /// The adapter around `inner`, with the defaults: localhost origins only,
-    /// 4 MiB bodies, keep-alive every 15 s, 2026-07-28 supported, earlier
-    /// revisions served without cancel-on-disconnect.
+    /// 4 MiB bodies, keep-alive every 15 s, SSE after 10 s of silence,
+    /// 2026-07-28 supported, earlier revisions served without
+    /// cancel-on-disconnect, a request without `MCP-Protocol-Version`
+    /// rejected, no `Mcp-Param-*` checks (no tool schemas known).
     pub fn new(inner: S) -> Self {
         Self {
             inner,
@@ -233,6 +267,74 @@ impl<S> StreamableHttpService<S> {
     pub fn legacy_requests(mut self, legacy: LegacyRequests) -> Self {
         self.config_mut().legacy = legacy;
         self
+    }
+
+    /// Treats a request without an `MCP-Protocol-Version` header as protocol
+    /// version `2025-03-26` (the spec's MAY, for clients older than
+    /// 2025-06-18, which did not send it): it then follows the
+    /// [`LegacyRequests`] setting like any 2025 request. Off by default: such
+    /// a request is rejected with `400` `HeaderMismatch`.
+    ///
+    /// A body that carries `_meta["io.modelcontextprotocol/protocolVersion"]`
+    /// is not from such a client, and stays rejected: leaving the header
+    /// out must not be a way around the modern header checks.
+    pub fn missing_version_as_2025_03_26(mut self, on: bool) -> Self {
+        self.config_mut().missing_version_legacy = on;
+        self
+    }
+
+    /// Sets how long a handler may stay silent before the answer switches to
+    /// SSE (`None`: never). A handler that sends no notification is normally
+    /// answered with `application/json` once it is done; until then nothing
+    /// is written, and an idle proxy or client timeout may cut the
+    /// connection. After this delay the response becomes
+    /// `text/event-stream` instead: an SSE comment at once, then keep-alive
+    /// comments at the [keep-alive](Self::keep_alive) interval, then the
+    /// handler's notifications and answer. Comments are never progress: a
+    /// client's idle limit is not reset by them. A disconnect still cancels.
+    ///
+    /// Default: 10 s ([`DEFAULT_SSE_AFTER`]). The spec makes clients accept
+    /// both shapes, so the switch costs nothing to a conforming client, while
+    /// common proxy idle limits are 30–60 s: the first bytes at 10 s and then
+    /// every 15 s stay well inside them. What changes for a slow handler is
+    /// that its answer comes with status `200` inside the stream even when it
+    /// is an error (e.g. `-32601`, which is `404` as JSON).
+    pub fn sse_after(mut self, delay: Option<Duration>) -> Self {
+        self.config_mut().sse_after = delay;
+        self
+    }
+
+    /// Sets the `x-mcp-header` annotations of the tools: for a `tools/call`
+    /// of a tool in the map, each annotated argument present (non-null) in
+    /// the body must come with its `Mcp-Param-{Name}` header, equal after
+    /// decoding (integers numerically), or the request is rejected with
+    /// `400` `HeaderMismatch` naming the header. Other `Mcp-Param-*` headers
+    /// are ignored, and so are calls of tools not in the map.
+    pub fn param_headers(mut self, tools: ToolHeaderMap) -> Self {
+        self.config_mut().param_headers = Arc::new(tools);
+        self
+    }
+
+    /// Adds one tool's `inputSchema` to the [`param_headers`](Self::param_headers)
+    /// map. An invalid annotation is logged (`warn`) and the tool left out —
+    /// conforming clients do not list it either.
+    pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
+        let map = Arc::make_mut(&mut self.config_mut().param_headers);
+        if let Err(e) = map.insert(tool, input_schema) {
+            tracing::warn!(tool = %crate::cancel::sanitize_reason(tool), reason = %e, "tool has an invalid x-mcp-header annotation; its Mcp-Param headers are not checked");
+        }
+        self
+    }
+
+    /// Sets the [`param_headers`](Self::param_headers) map from the server's
+    /// `tools/list` result (`{"tools": [...]}`) or a bare array of tool
+    /// definitions; invalid tools are logged (`warn`) and left out.
+    pub fn tools(self, tools: &serde_json::Value) -> Self {
+        let (map, rejected) = ToolHeaderMap::from_tools(tools);
+        for r in rejected {
+            tracing::warn!(tool = %crate::cancel::sanitize_reason(&r.name), reason = %r.error, "tool has an invalid x-mcp-header annotation; its Mcp-Param headers are not checked");
+        }
+        self.param_headers(map)
     }
 
     /// Sets the server's shutdown token: when it fires, every request in
@@ -489,8 +591,16 @@ where
         Ok(Message::Request(r)) => r,
     };
 
-    let version = protocol_version_header(&parts.headers);
-    let legacy = version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v));
+    let mirrored = MirroredParams::read(raw.params.as_deref());
+    let assumed = config.missing_version_legacy
+        && !parts.headers.contains_key(PROTOCOL_VERSION_HEADER)
+        && mirrored.protocol_version().is_none();
+    let version = if assumed {
+        Some(ASSUMED_LEGACY_VERSION)
+    } else {
+        protocol_version_header(&parts.headers)
+    };
+    let legacy = assumed || version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v));
     if legacy {
         if config.legacy == LegacyRequests::Reject {
             return Err(Rejection::new(
@@ -504,7 +614,6 @@ where
             ));
         }
     } else {
-        let mirrored = MirroredParams::read(raw.params.as_deref());
         check_request_headers(
             &parts.headers,
             &raw.id,
@@ -512,6 +621,14 @@ where
             &mirrored,
             &config.supported,
         )?;
+        if raw.method == "tools/call" && !config.param_headers.is_empty() {
+            check_param_headers(
+                &parts.headers,
+                &raw.id,
+                raw.params.as_deref(),
+                &config.param_headers,
+            )?;
+        }
     }
 
     // The call.
@@ -534,7 +651,7 @@ where
     let guard = cancel_on_disconnect.then(|| {
         DisconnectGuard::new(cancellation.clone(), Some(id.clone()), Some(method.clone()))
     });
-    tracing::debug!(request_id = %id, %method, legacy, "MCP request over HTTP");
+    tracing::debug!(request_id = %id, %method, legacy, assumed_version = assumed, "MCP request over HTTP");
 
     let answer_id = id.clone();
     let call: CallFuture = Box::pin(async move {
@@ -571,7 +688,28 @@ where
     if is_listen {
         return Ok(sse_response(exchange, config.keep_alive));
     }
-    match std::future::poll_fn(|cx| exchange.poll_first(cx)).await {
+    let first = match config.sse_after {
+        None => Some(std::future::poll_fn(|cx| exchange.poll_first(cx)).await),
+        Some(delay) => {
+            let switch = tokio::time::sleep(delay);
+            tokio::pin!(switch);
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(first) = exchange.poll_first(cx) {
+                    return Poll::Ready(Some(first));
+                }
+                switch.as_mut().poll(cx).map(|()| None)
+            })
+            .await
+        }
+    };
+    let Some(first) = first else {
+        // Silent for too long: stream, so that bytes flow while it works.
+        tracing::debug!(request_id = %exchange.id(), "handler silent past sse_after; answering with SSE keep-alives");
+        let mut res = sse_response(exchange, config.keep_alive);
+        res.body_mut().comment_first();
+        return Ok(res);
+    };
+    match first {
         First::Stream => Ok(sse_response(exchange, config.keep_alive)),
         First::Done(CallOutcome {
             bytes: None,

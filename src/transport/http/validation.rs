@@ -183,7 +183,7 @@ impl Rejection {
         Self { status, id, error }
     }
 
-    fn header_mismatch(id: &RequestId, message: String) -> Self {
+    pub(crate) fn header_mismatch(id: &RequestId, message: String) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             Some(id.clone()),
@@ -463,6 +463,36 @@ pub(crate) fn check_request_headers(
         }
     }
     Ok(())
+}
+
+/// Checks the `Mcp-Param-*` headers of a modern `tools/call` against its
+/// `arguments`, for tools in `tools`; calls of other tools pass.
+pub(crate) fn check_param_headers(
+    headers: &HeaderMap,
+    id: &RequestId,
+    params: Option<&RawValue>,
+    tools: &super::param_headers::ToolHeaderMap,
+) -> Result<(), Rejection> {
+    #[derive(Deserialize)]
+    struct Call {
+        #[serde(default)]
+        name: Option<serde_json::Value>,
+        #[serde(default)]
+        arguments: Option<serde_json::Value>,
+    }
+    let Some(call) = params.and_then(|p| serde_json::from_str::<Call>(p.get()).ok()) else {
+        return Ok(());
+    };
+    let Some(tool) = call
+        .name
+        .as_ref()
+        .and_then(|n| n.as_str())
+        .and_then(|n| tools.get(n))
+    else {
+        return Ok(());
+    };
+    tool.check(headers, call.arguments.as_ref())
+        .map_err(|message| Rejection::header_mismatch(id, message))
 }
 
 #[cfg(test)]
