@@ -4,7 +4,7 @@
 //! endpoint into one call of an MCP request service (your layer stack), and
 //! whose response owns that call: **dropping the response — the future, or
 //! the SSE body once streaming — drops the handler future and fires its
-//! [`Cancellation`] with [`CancelReason::ClientDisconnected`](crate::CancelReason::ClientDisconnected)**. hyper drops
+//! [`Cancellation`] with [`CancelReason::ClientDisconnected`]**. hyper drops
 //! them when the client closes the connection (HTTP/1.1) or resets the stream
 //! (HTTP/2), so a client that goes away cancels its request, as the spec says.
 //!
@@ -339,7 +339,7 @@ impl<S> StreamableHttpService<S> {
 
     /// Sets the server's shutdown token: when it fires, every request in
     /// flight on this endpoint is cancelled with
-    /// [`CancelReason::Shutdown`](crate::CancelReason::Shutdown) (its
+    /// [`CancelReason::Shutdown`] (its
     /// handler future dropped, its token fired): one still waiting for its
     /// first byte is answered `503` with no body, an SSE stream ends without
     /// an answer, and an open `subscriptions/listen` stream gets its graceful

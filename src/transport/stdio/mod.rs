@@ -66,7 +66,9 @@
 //! * Requests run concurrently, each in its own task, each registered in the
 //!   connection's [`InFlight`](crate::InFlight) registry; a second request
 //!   with an id that is in flight is answered with `-32600`. `"1"` and `1`
-//!   are different ids; `0` is an ordinary one.
+//!   are different ids; `0` is an ordinary one. At most
+//!   [`StdioServer::max_in_flight`] requests (default 1024) run at once;
+//!   one more is answered with `-32603` at once, and reading goes on.
 //! * `notifications/cancelled` for an in-flight id cancels it: the driver
 //!   drops the service future at once (it races it against the request's
 //!   [`Cancellation`](crate::Cancellation) itself, so this holds without a
@@ -110,4 +112,7 @@ pub(crate) mod framing;
 mod server;
 
 pub use client::{ResponseFuture, StdioClient, StdioClientBuilder, DEFAULT_SHUTDOWN_GRACE};
-pub use server::{serve, serve_stdio, StdioServer, DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
+pub use server::{
+    serve, serve_stdio, StdioServer, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_WRITE_QUEUE,
+};

@@ -28,6 +28,8 @@ use crate::{CancelReason, Cancelled, InFlight, McpRequest};
 pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 /// The default capacity of the writer queue, in messages.
 pub const DEFAULT_WRITE_QUEUE: usize = 64;
+/// The default number of requests one connection may have in flight.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// Configuration of the stdio server driver.
 ///
@@ -40,6 +42,7 @@ pub const DEFAULT_WRITE_QUEUE: usize = 64;
 pub struct StdioServer {
     max_line_bytes: usize,
     write_queue: usize,
+    max_in_flight: usize,
     registry: Option<InFlight>,
 }
 
@@ -51,11 +54,13 @@ impl Default for StdioServer {
 
 impl StdioServer {
     /// Defaults: lines up to [`DEFAULT_MAX_LINE_BYTES`], a writer queue of
-    /// [`DEFAULT_WRITE_QUEUE`] messages.
+    /// [`DEFAULT_WRITE_QUEUE`] messages, [`DEFAULT_MAX_IN_FLIGHT`] requests
+    /// in flight.
     pub fn new() -> Self {
         Self {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             write_queue: DEFAULT_WRITE_QUEUE,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             registry: None,
         }
     }
@@ -78,6 +83,18 @@ impl StdioServer {
     /// of growing its memory.
     pub fn write_queue(mut self, messages: usize) -> Self {
         self.write_queue = messages.max(1);
+        self
+    }
+
+    /// How many requests the connection may have in flight (default
+    /// [`DEFAULT_MAX_IN_FLIGHT`]). A request beyond it is answered at once
+    /// with `-32603` ("too many requests in flight") instead of being run,
+    /// and reading goes on, so cancellations still get through. With the
+    /// bounded writer queue this bounds what a peer that sends without
+    /// reading can make the server hold: once the queue is full the reader
+    /// waits to queue the next answer and stops reading.
+    pub fn max_in_flight(mut self, requests: usize) -> Self {
+        self.max_in_flight = requests.max(1);
         self
     }
 
@@ -129,6 +146,7 @@ impl StdioServer {
         let mut writer_task = tokio::spawn(write_loop(writer, rx, close.clone()));
         let conn = Connection {
             in_flight: self.registry.clone().unwrap_or_default(),
+            max_in_flight: self.max_in_flight,
             tx,
         };
         let mut tasks = JoinSet::new();
@@ -228,6 +246,7 @@ where
 
 struct Connection {
     in_flight: InFlight,
+    max_in_flight: usize,
     tx: mpsc::Sender<Outgoing>,
 }
 
@@ -305,6 +324,19 @@ impl Connection {
         S::Future: Send + 'static,
     {
         let id = raw.id.clone();
+        if self.in_flight.len() >= self.max_in_flight {
+            tracing::debug!(request_id = %id, max = self.max_in_flight, "request refused: too many in flight");
+            let err = ErrorObject::new(
+                ErrorObject::INTERNAL_ERROR,
+                format!(
+                    "Internal error: too many requests in flight on this connection (limit {})",
+                    self.max_in_flight
+                ),
+            );
+            self.send(jsonrpc::encode_response::<()>(Some(&id), Err(&err)))
+                .await;
+            return;
+        }
         let guard = match self
             .in_flight
             .register(id.clone(), Some(raw.method.clone()))
