@@ -2,11 +2,16 @@
 //! a ready `service_fn` (figures 1 and 2 of BENCHMARKS.md).
 //!
 //! `cargo bench --bench layers`
+//!
+//! For instruction counts, which do not depend on what else the machine is
+//! doing: `LAYERS_PROFILE=<stack>:<calls>` runs exactly that many calls of
+//! one stack (`bare`, `tower`, `timeout`, `full`) and exits, e.g.
+//! `LAYERS_PROFILE=full:100000 valgrind --tool=callgrind target/release/deps/layers-…`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::{
     BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
@@ -73,5 +78,51 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// Runs `calls` calls of one stack and exits (see the module docs).
+fn profile(spec: &str) {
+    let (stack, calls) = spec.split_once(':').unwrap_or((spec, "100000"));
+    let calls: u64 = calls.parse().expect("LAYERS_PROFILE=<stack>:<calls>");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let took = match stack {
+        "bare" => run(&rt, service_fn(ready_handler), calls),
+        "tower" => run(
+            &rt,
+            ServiceBuilder::new()
+                .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(30)))
+                .service(service_fn(ready_handler)),
+            calls,
+        ),
+        "timeout" => run(
+            &rt,
+            ServiceBuilder::new()
+                .layer(TimeoutLayer::new(Duration::from_secs(30)))
+                .service(service_fn(ready_handler)),
+            calls,
+        ),
+        "full" => run(
+            &rt,
+            ServiceBuilder::new()
+                .layer(CancelOnDisconnectLayer::new())
+                .layer(TimeoutLayer::new(Duration::from_secs(30)))
+                .layer(ProgressResetLayer::new(Duration::from_secs(10)))
+                .service(service_fn(ready_handler)),
+            calls,
+        ),
+        other => panic!("unknown stack {other:?}: bare, tower, timeout or full"),
+    };
+    println!("{stack}: {calls} calls in {took:?}");
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(spec) = std::env::var("LAYERS_PROFILE") {
+        profile(&spec);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -11,7 +11,7 @@ use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 mod common;
 use tower_mcp_cancel::{
     BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, McpRequest,
-    ProgressObserver, ProgressResetLayer, ProgressTap, RequestTimeout, TimeoutLayer,
+    ProgressObserver, ProgressResetLayer, RequestTimeout, TimeoutLayer,
 };
 
 /// Records that the future holding it was dropped before finishing.
@@ -31,7 +31,7 @@ async fn slow(req: McpRequest) -> Result<serde_json::Value, BoxError> {
     let steps = args["steps"].as_u64().unwrap_or(10);
     let done = Arc::new(AtomicBool::new(false));
     let _flag = DropFlag(done.clone(), "slow");
-    let tap = req.extensions().get::<ProgressTap>().cloned();
+    let tap = req.progress_tap().cloned();
     for step in 1..=steps {
         tokio::time::sleep(Duration::from_millis(100)).await;
         if let Some(tap) = &tap {
@@ -104,7 +104,7 @@ async fn main() {
         println!("   server: spawned work saw the token fire");
     });
     let req = call(4, 10)
-        .with_extension(cancellation.clone())
+        .with_cancellation(cancellation.clone())
         .with_extension(RequestTimeout::after(Duration::from_secs(5)));
     let t = Instant::now();
     let fut = svc.ready().await.unwrap().call(req);
@@ -240,7 +240,7 @@ async fn stdio_part() {
     let handler = service_fn(move |req: McpRequest| {
         let report = StdioDropReport {
             id: req.id().map(ToString::to_string).unwrap_or_default(),
-            cancellation: req.extensions().get::<Cancellation>().cloned(),
+            cancellation: req.cancellation().cloned(),
             done: false,
             tx: events_tx.clone(),
         };

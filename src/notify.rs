@@ -138,8 +138,8 @@ impl RequestContext {
         let ext = req.extensions();
         Self {
             notifier: ext.get::<Notifier>().cloned(),
-            tap: ext.get::<ProgressTap>().cloned(),
-            cancellation: ext.get::<Cancellation>().cloned(),
+            tap: req.progress_tap().cloned(),
+            cancellation: req.cancellation().cloned(),
         }
     }
 

@@ -9,8 +9,10 @@
 
 use http::Extensions;
 use serde_json::value::RawValue;
+use tokio::time::Instant;
 
 use crate::jsonrpc::{self, Method, ProgressToken, RawRequest, RequestId};
+use crate::{Cancellation, ProgressTap};
 
 /// An MCP request: id, method, raw params, progress token and extensions.
 ///
@@ -31,6 +33,12 @@ pub struct McpRequest {
     /// Set when the progress token was assigned after decoding, so `params`
     /// must be rewritten before the request goes on the wire.
     token_pending: bool,
+    // The two per-request values every stack sets are kept out of the
+    // extension map: inserting into it allocates a map and a box per value,
+    // which was most of the layers' per-call cost.
+    cancellation: Option<Cancellation>,
+    tap: Option<ProgressTap>,
+    started: Option<Instant>,
     extensions: Extensions,
 }
 
@@ -117,6 +125,39 @@ impl McpRequest {
         self.progress_token.as_ref()
     }
 
+    /// The request's [`Cancellation`]: set by
+    /// [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) or by the
+    /// transport, or given by the caller with [`with_cancellation`](Self::with_cancellation).
+    /// One put in the extensions by the caller is found too.
+    ///
+    /// ```
+    /// use tower_mcp_cancel::{Cancellation, McpRequest};
+    /// let c = Cancellation::new();
+    /// let req = McpRequest::new(1, "tools/call").with_cancellation(c.clone());
+    /// assert!(req.cancellation().is_some());
+    /// ```
+    pub fn cancellation(&self) -> Option<&Cancellation> {
+        self.cancellation
+            .as_ref()
+            .or_else(|| self.extensions.get::<Cancellation>())
+    }
+
+    /// Sets the request's [`Cancellation`], builder style (a client that
+    /// wants to cancel a call itself keeps a clone).
+    pub fn with_cancellation(mut self, cancellation: Cancellation) -> Self {
+        self.cancellation = Some(cancellation);
+        self
+    }
+
+    /// The request's [`ProgressTap`], set by
+    /// [`ProgressResetLayer`](crate::ProgressResetLayer). One put in the
+    /// extensions by the caller is found too.
+    pub fn progress_tap(&self) -> Option<&ProgressTap> {
+        self.tap
+            .as_ref()
+            .or_else(|| self.extensions.get::<ProgressTap>())
+    }
+
     /// The extensions.
     pub fn extensions(&self) -> &Extensions {
         &self.extensions
@@ -142,6 +183,9 @@ impl From<RawRequest> for McpRequest {
             params: r.params,
             progress_token: r.progress_token,
             token_pending: false,
+            cancellation: None,
+            tap: None,
+            started: None,
             extensions: Extensions::new(),
         }
     }
@@ -167,6 +211,32 @@ pub trait RequestView {
     fn extensions(&self) -> &Extensions;
     /// The request's extensions, mutably.
     fn extensions_mut(&mut self) -> &mut Extensions;
+    /// The request's [`Cancellation`], if a layer, transport or caller set
+    /// one. Default: looked up in the extensions.
+    fn cancellation(&self) -> Option<&Cancellation> {
+        self.extensions().get::<Cancellation>()
+    }
+    /// Sets the request's [`Cancellation`]. Default: inserted in the
+    /// extensions. Override both with a field of your own request type to
+    /// spare the extension map's allocations.
+    fn set_cancellation(&mut self, cancellation: Cancellation) {
+        self.extensions_mut().insert(cancellation);
+    }
+    /// The request's [`ProgressTap`]. Default: looked up in the extensions.
+    fn progress_tap(&self) -> Option<&ProgressTap> {
+        self.extensions().get::<ProgressTap>()
+    }
+    /// Sets the request's [`ProgressTap`]. Default: inserted in the
+    /// extensions.
+    fn set_progress_tap(&mut self, tap: ProgressTap) {
+        self.extensions_mut().insert(tap);
+    }
+    /// When the request started: the instant its deadlines count from. The
+    /// first call fixes it, so every layer of a stack measures from the same
+    /// instant (and reads the clock once). Default: now, not remembered.
+    fn started_at(&mut self) -> Instant {
+        Instant::now()
+    }
 }
 
 impl RequestView for McpRequest {
@@ -189,6 +259,21 @@ impl RequestView for McpRequest {
     }
     fn extensions_mut(&mut self) -> &mut Extensions {
         &mut self.extensions
+    }
+    fn cancellation(&self) -> Option<&Cancellation> {
+        McpRequest::cancellation(self)
+    }
+    fn set_cancellation(&mut self, cancellation: Cancellation) {
+        self.cancellation = Some(cancellation);
+    }
+    fn progress_tap(&self) -> Option<&ProgressTap> {
+        McpRequest::progress_tap(self)
+    }
+    fn set_progress_tap(&mut self, tap: ProgressTap) {
+        self.tap = Some(tap);
+    }
+    fn started_at(&mut self) -> Instant {
+        *self.started.get_or_insert_with(Instant::now)
     }
 }
 

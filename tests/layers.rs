@@ -12,7 +12,7 @@ use tower_mcp_cancel::test_util::{mock_stack, settle, DropProbe};
 use tower_mcp_cancel::transport::dispatch;
 use tower_mcp_cancel::{
     CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, Limit, McpRequest,
-    ProgressLimits, ProgressObserver, ProgressResetLayer, ProgressTap, RequestTimeout, RequestView,
+    ProgressLimits, ProgressObserver, ProgressResetLayer, RequestTimeout, RequestView,
     ServiceBuilderExt, TimeoutLayer,
 };
 
@@ -230,7 +230,7 @@ async fn server_side_timeout_fires_the_token_and_answers_an_error() {
         .layer(CancelOnDisconnectLayer::new())
         .layer(TimeoutLayer::new(Duration::from_secs(1)))
         .service(service_fn(move |r: McpRequest| {
-            let c = r.extensions().get::<Cancellation>().unwrap().clone();
+            let c = r.cancellation().unwrap().clone();
             let t = t.clone();
             tokio::spawn(async move {
                 let reason = c.cancelled().await;
@@ -274,11 +274,7 @@ fn progress_service(
 > + Clone {
     let probe = Arc::new(Mutex::new(probe));
     service_fn(move |r: McpRequest| {
-        let tap = r
-            .extensions()
-            .get::<ProgressTap>()
-            .cloned()
-            .expect("tap in extensions");
+        let tap = r.progress_tap().cloned().expect("tap set by the layer");
         let schedule = schedule.clone();
         let guard = probe.lock().unwrap().take();
         async move {
@@ -390,7 +386,7 @@ async fn progress_after_completion_is_ignored_and_observers_see_the_stream() {
     let mut svc = ServiceBuilder::new()
         .layer(ProgressResetLayer::new(Duration::from_secs(1)))
         .service(service_fn(move |r: McpRequest| {
-            let tap = r.extensions().get::<ProgressTap>().unwrap().clone();
+            let tap = r.progress_tap().unwrap().clone();
             t.lock().unwrap().push(tap.clone());
             async move {
                 tap.record(0.25, Some(1.0), Some("a".into()));
@@ -420,7 +416,7 @@ async fn tokens_are_assigned_unique_and_existing_ones_kept() {
         .layer(ProgressResetLayer::new(Duration::from_secs(1)))
         .service(service_fn(move |r: McpRequest| {
             t.lock().unwrap().push(r.progress_token().cloned());
-            let tap_token = r.extensions().get::<ProgressTap>().unwrap().token().clone();
+            let tap_token = r.progress_tap().unwrap().token().clone();
             assert_eq!(Some(&tap_token), r.progress_token());
             async { ok() }
         }));
@@ -592,7 +588,7 @@ async fn layer_creates_a_cancellation_when_the_transport_gave_none() {
     let mut svc = ServiceBuilder::new()
         .layer(CancelOnDisconnectLayer::new())
         .service(service_fn(move |r: McpRequest| {
-            *s.lock().unwrap() = r.extensions().get::<Cancellation>().cloned();
+            *s.lock().unwrap() = r.cancellation().cloned();
             async {
                 pending::<()>().await;
                 ok()
@@ -627,7 +623,7 @@ async fn registry_races_ids_and_string_vs_integer() {
             .ready()
             .await
             .unwrap()
-            .call(McpRequest::new(id, "x").with_extension(reg.cancellation().clone()));
+            .call(McpRequest::new(id, "x").with_cancellation(reg.cancellation().clone()));
         tasks.push(tokio::spawn(async move {
             let out = fut.await;
             drop(reg);
@@ -684,9 +680,7 @@ mod http_form {
         let mut svc = ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::http())
             .service(service_fn(move |req: http::Request<()>| {
-                c2.lock()
-                    .unwrap()
-                    .push(req.extensions().get::<Cancellation>().unwrap().clone());
+                c2.lock().unwrap().push(req.cancellation().unwrap().clone());
                 async move {
                     let (tx, rx) = futures_channel_stream();
                     tx.send(Ok(Frame::data(Bytes::from_static(b"event 1"))))
@@ -718,7 +712,7 @@ mod http_form {
         let mut svc = ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::http())
             .service(service_fn(|req: http::Request<()>| {
-                let token = req.extensions().get::<Cancellation>().unwrap().token();
+                let token = req.cancellation().unwrap().token();
                 async move {
                     let _ = token;
                     Ok::<_, BoxError>(http::Response::new(Full::new(Bytes::from_static(b"done"))))
@@ -787,8 +781,8 @@ async fn full_stack_composes_in_service_builder() {
         .progress_reset(Duration::from_secs(2))
         .service(service_fn(move |r: McpRequest| {
             let g = guard.lock().unwrap().take();
-            let tap = r.extensions().get::<ProgressTap>().cloned();
-            let has_cancellation = r.extensions().get::<Cancellation>().is_some();
+            let tap = r.progress_tap().cloned();
+            let has_cancellation = r.cancellation().is_some();
             async move {
                 let _g = g;
                 assert!(tap.is_some() && has_cancellation);

@@ -1,10 +1,9 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 
 use crate::error::{BoxError, Cancelled};
 use crate::jsonrpc::{Method, RequestId};
@@ -18,11 +17,13 @@ use super::{current_drop_reason, with_drop_reason, CancelReason, Cancellation};
 ///
 /// If the drop happens inside a [`drop_with_reason`](super::drop_with_reason) scope (a limit fired
 /// above), that reason is used instead.
+///
+/// The guard reads no clock: the timer layers log how long a request ran
+/// when they end it, and a disconnect is logged with its id and method.
 pub struct DisconnectGuard {
     cancellation: Cancellation,
     id: Option<RequestId>,
     method: Option<Method>,
-    started: Instant,
     armed: bool,
 }
 
@@ -33,7 +34,6 @@ impl DisconnectGuard {
             cancellation,
             id,
             method,
-            started: Instant::now(),
             armed: true,
         }
     }
@@ -61,7 +61,6 @@ impl DisconnectGuard {
             request_id = self.id.as_ref().map(tracing::field::display),
             method = self.method.as_deref().unwrap_or(""),
             %reason,
-            elapsed_ms = self.started.elapsed().as_millis() as u64,
             "{what}"
         );
     }
@@ -91,6 +90,7 @@ impl std::fmt::Debug for DisconnectGuard {
 
 pin_project! {
     /// Response future of [`CancelOnDisconnect`](super::CancelOnDisconnect).
+    #[project = Projection]
     pub struct ResponseFuture<F, G> {
         #[pin]
         inner: Option<F>,
@@ -102,12 +102,27 @@ pin_project! {
 }
 
 impl<F, G> ResponseFuture<F, G> {
+    #[inline]
     pub(crate) fn new(inner: F, guard: DisconnectGuard) -> Self {
         Self {
             inner: Some(inner),
             guard: Some(guard),
             _g: PhantomData,
         }
+    }
+}
+
+impl<F, G> Projection<'_, F, G> {
+    /// Ends a cancelled request: the handler future is dropped (inside the
+    /// reason's scope, so a client transport below knows why), logged, and
+    /// the guard disarmed (the cancellation already holds the outcome).
+    #[cold]
+    fn cancelled(&mut self, reason: CancelReason) -> BoxError {
+        with_drop_reason(&reason, || self.inner.set(None));
+        let mut guard = self.guard.take().expect("guard present");
+        guard.log_cancelled(&reason, "request cancelled; handler future dropped");
+        guard.armed = false;
+        Box::new(Cancelled::new(reason))
     }
 }
 
@@ -126,19 +141,26 @@ where
         };
         // The cancel is checked first: once it is processed, the handler is
         // never polled again, so it cannot produce a response after it.
-        if let Poll::Ready(reason) = guard.cancellation().poll_cancelled(cx) {
-            with_drop_reason(&reason, || this.inner.set(None));
-            let mut guard = this.guard.take().expect("guard present");
-            guard.log_cancelled(&reason, "request cancelled; handler future dropped");
-            guard.armed = false;
-            return Poll::Ready(Err(Box::new(Cancelled::new(reason))));
+        if let Some(reason) = guard.cancellation().reason().cloned() {
+            return Poll::Ready(Err(this.cancelled(reason)));
         }
         let inner = this
             .inner
             .as_mut()
             .as_pin_mut()
             .expect("inner present while guard is");
-        let out = ready!(inner.poll(cx));
+        let out = match inner.poll(cx) {
+            Poll::Ready(out) => out,
+            Poll::Pending => {
+                // Only a request that is still running needs waking on a
+                // cancel; a cancel that landed while the handler was being
+                // polled is seen here.
+                return match guard.cancellation().poll_cancelled(cx) {
+                    Poll::Ready(reason) => Poll::Ready(Err(this.cancelled(reason))),
+                    Poll::Pending => Poll::Pending,
+                };
+            }
+        };
         this.inner.set(None);
         let guard = this.guard.take().expect("guard present");
         Poll::Ready(match out {

@@ -138,12 +138,13 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline]
     fn call(&mut self, mut req: R) -> Self::Future {
-        let cancellation = match req.extensions().get::<Cancellation>() {
+        let cancellation = match req.cancellation() {
             Some(c) => c.clone(),
             None => {
                 let c = Cancellation::new();
-                req.extensions_mut().insert(c.clone());
+                req.set_cancellation(c.clone());
                 c
             }
         };

@@ -20,14 +20,14 @@
 //!     .layer(CancelOnDisconnectLayer::new())
 //!     .service(service_fn(|req: McpRequest| async move {
 //!         // The handler (and anything it spawns) sees the token.
-//!         let token = req.extensions().get::<Cancellation>().unwrap().token();
+//!         let token = req.cancellation().unwrap().token();
 //!         token.cancelled().await;
 //!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({}))
 //!     }));
 //!
-//! // The transport supplies the cancel signal through the extensions.
+//! // The transport supplies the cancel signal with the request.
 //! let cancellation = Cancellation::new();
-//! let req = McpRequest::new(1, "tools/call").with_extension(cancellation.clone());
+//! let req = McpRequest::new(1, "tools/call").with_cancellation(cancellation.clone());
 //! let call = svc.ready().await.unwrap().call(req);
 //! cancellation.cancel(CancelReason::peer(Some("user pressed stop")));
 //! let err = call.await.unwrap_err();

@@ -28,8 +28,10 @@ pin_project! {
         inner: Option<F>,
         // One timer for both limits: it is set to whichever comes first, the
         // idle deadline (moved by progress) or the hard maximum.
-        #[pin]
-        timer: Sleep,
+        // Made when the inner future first returns `Pending` (a request ready
+        // at once never touches the timer wheel); both deadlines are fixed
+        // from `call`.
+        timer: Option<Pin<Box<Sleep>>>,
         tap: CloseOnDrop,
         seen: u64,
         idle_deadline: Instant,
@@ -42,21 +44,21 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
+    #[inline]
     pub(crate) fn new(
         inner: F,
+        now: Instant,
         tap: ProgressTap,
         limits: ProgressLimits,
         id: Option<RequestId>,
         method: Option<Method>,
         cancellation: Option<Cancellation>,
     ) -> Self {
-        let now = Instant::now();
         let idle_deadline = now + limits.idle;
         let max_deadline = limits.max.map(|m| now + m);
-        let first = max_deadline.map_or(idle_deadline, |m| m.min(idle_deadline));
         Self {
             inner: Some(inner),
-            timer: sleep_until(first),
+            timer: None,
             tap: CloseOnDrop(tap),
             seen: 0,
             idle_deadline,
@@ -99,10 +101,18 @@ where
             let next = this
                 .max_deadline
                 .map_or(*this.idle_deadline, |m| m.min(*this.idle_deadline));
-            this.timer.as_mut().reset(next);
+            if let Some(timer) = this.timer.as_mut() {
+                timer.as_mut().reset(next);
+            }
         }
+        let timer = this.timer.get_or_insert_with(|| {
+            let first = this
+                .max_deadline
+                .map_or(*this.idle_deadline, |m| m.min(*this.idle_deadline));
+            Box::pin(sleep_until(first))
+        });
         loop {
-            if this.timer.as_mut().poll(cx).is_pending() {
+            if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             let now = Instant::now();
@@ -115,7 +125,7 @@ where
                 let next = this
                     .max_deadline
                     .map_or(*this.idle_deadline, |m| m.min(*this.idle_deadline));
-                this.timer.as_mut().reset(next);
+                timer.as_mut().reset(next);
                 continue;
             };
             let reason = CancelReason::Timeout(elapsed);

@@ -10,7 +10,6 @@ use tower_service::Service;
 use crate::error::BoxError;
 use crate::jsonrpc::ProgressToken;
 use crate::request::RequestView;
-use crate::Cancellation;
 
 use super::future::ResponseFuture;
 use super::{ProgressObserver, ProgressTap};
@@ -162,6 +161,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline]
     fn call(&mut self, mut req: R) -> Self::Future {
         let limits = req
             .extensions()
@@ -178,10 +178,19 @@ where
         };
         let observer = req.extensions().get::<ProgressObserver>().cloned();
         let tap = ProgressTap::new(token, observer);
-        req.extensions_mut().insert(tap.clone());
-        let cancellation = req.extensions().get::<Cancellation>().cloned();
+        req.set_progress_tap(tap.clone());
+        let cancellation = req.cancellation().cloned();
         let id = req.request_id();
         let method = req.mcp_method();
-        ResponseFuture::new(self.inner.call(req), tap, limits, id, method, cancellation)
+        let started = req.started_at();
+        ResponseFuture::new(
+            self.inner.call(req),
+            started,
+            tap,
+            limits,
+            id,
+            method,
+            cancellation,
+        )
     }
 }

@@ -21,7 +21,7 @@
 //! let mut svc = ServiceBuilder::new()
 //!     .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(60)))
 //!     .service(service_fn(|req: McpRequest| async move {
-//!         let tap = req.extensions().get::<ProgressTap>().unwrap().clone();
+//!         let tap: ProgressTap = req.progress_tap().unwrap().clone();
 //!         // 5 s of work, reporting progress every 500 ms: never idle for 1 s.
 //!         for step in 1..=10 {
 //!             tokio::time::sleep(Duration::from_millis(500)).await;

@@ -4,7 +4,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::with_drop_reason;
 use crate::error::{BoxError, Elapsed, Limit};
@@ -16,8 +16,12 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: Option<F>,
-        #[pin]
-        sleep: Option<Sleep>,
+        // The deadline is fixed at `call`; the timer behind it is made (and
+        // registered) only when the inner future first returns `Pending`, so
+        // a request that is ready at once never touches the timer wheel, and
+        // the future stays small.
+        deadline: Option<Instant>,
+        sleep: Option<Pin<Box<Sleep>>>,
         limit: Duration,
         id: Option<RequestId>,
         method: Option<Method>,
@@ -26,8 +30,10 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
+    #[inline]
     pub(crate) fn new(
         inner: F,
+        deadline: Instant,
         limit: Duration,
         id: Option<RequestId>,
         method: Option<Method>,
@@ -35,7 +41,8 @@ impl<F> ResponseFuture<F> {
     ) -> Self {
         Self {
             inner: Some(inner),
-            sleep: Some(sleep(limit)),
+            deadline: Some(deadline),
+            sleep: None,
             limit,
             id,
             method,
@@ -43,9 +50,11 @@ impl<F> ResponseFuture<F> {
         }
     }
 
+    #[inline]
     pub(crate) fn unlimited(inner: F) -> Self {
         Self {
             inner: Some(inner),
+            deadline: None,
             sleep: None,
             limit: Duration::ZERO,
             id: None,
@@ -74,10 +83,13 @@ where
             this.inner.set(None);
             return Poll::Ready(out.map_err(Into::into));
         }
-        let Some(sleep) = this.sleep.as_pin_mut() else {
+        let Some(deadline) = *this.deadline else {
             return Poll::Pending;
         };
-        if sleep.poll(cx).is_pending() {
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(sleep_until(deadline)));
+        if sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
         let elapsed = Elapsed::new(Limit::Timeout, *this.limit);

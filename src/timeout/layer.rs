@@ -7,7 +7,6 @@ use tower_service::Service;
 
 use crate::error::BoxError;
 use crate::request::RequestView;
-use crate::Cancellation;
 
 use super::future::ResponseFuture;
 use super::{RequestTimeout, TimeoutPolicy};
@@ -119,7 +118,8 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: R) -> Self::Future {
+    #[inline]
+    fn call(&mut self, mut req: R) -> Self::Future {
         let method = req.mcp_method();
         let limit = match req.extensions().get::<RequestTimeout>() {
             Some(t) => t.0,
@@ -128,8 +128,16 @@ where
         let Some(limit) = limit else {
             return ResponseFuture::unlimited(self.inner.call(req));
         };
-        let cancellation = req.extensions().get::<Cancellation>().cloned();
+        let cancellation = req.cancellation().cloned();
         let id = req.request_id();
-        ResponseFuture::new(self.inner.call(req), limit, id, method, cancellation)
+        let deadline = req.started_at() + limit;
+        ResponseFuture::new(
+            self.inner.call(req),
+            deadline,
+            limit,
+            id,
+            method,
+            cancellation,
+        )
     }
 }

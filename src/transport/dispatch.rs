@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use crate::error::{server_answer, BoxError, ServerAnswer};
 use crate::jsonrpc::{self, RawRequest, RequestId};
 use crate::notify::{Notifier, Outgoing};
-use crate::{Cancellation, McpRequest};
+use crate::{Cancellation, McpRequest, RequestView};
 
 /// Builds the request the service sees: the [`Cancellation`] (the transport's
 /// cancel signal and the handler's token) and a [`Notifier`] in its
@@ -20,7 +20,7 @@ pub fn prepare(
 ) -> McpRequest {
     let notifier = Notifier::new(tx, raw.progress_token.clone(), cancellation.clone());
     let mut req = McpRequest::from(raw);
-    req.extensions_mut().insert(cancellation);
+    req.set_cancellation(cancellation);
     req.extensions_mut().insert(notifier);
     req
 }

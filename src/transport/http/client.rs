@@ -349,7 +349,7 @@ impl Service<McpRequest> for HttpClient {
         // Everything that needs the request is done before the future, so
         // the future holds only what it sends and where progress goes.
         let prepared = prepare(&inner, &id, &req);
-        let tap = req.extensions().get::<ProgressTap>().cloned();
+        let tap = req.progress_tap().cloned();
         let observer = req.extensions().get::<ProgressObserver>().cloned();
         let token = req.progress_token().cloned();
         let is_tools_list = req.method() == "tools/list";
@@ -547,10 +547,10 @@ where
                     }
                 }
                 Ok(Message::Notification(n)) => {
-                    tracing::debug!(request_id = %id, method = %n.method, "notification on the response stream");
+                    tracing::debug!(request_id = %id, method = ?n.method, "notification on the response stream");
                 }
                 Ok(Message::Request(r)) => {
-                    tracing::debug!(request_id = %id, method = %r.method, "server request on the response stream ignored (not allowed in 2026-07-28)");
+                    tracing::debug!(request_id = %id, method = ?r.method, "server request on the response stream ignored (not allowed in 2026-07-28)");
                 }
                 Err(e) => {
                     tracing::debug!(request_id = %id, error = %e, "undecodable SSE event ignored");

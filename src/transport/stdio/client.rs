@@ -413,7 +413,7 @@ impl StdioClient {
             return Err(closed_error("client is closed"));
         }
         let token = req.progress_token().cloned();
-        let tap = match (&token, req.extensions().get::<ProgressTap>()) {
+        let tap = match (&token, req.progress_tap()) {
             (_, Some(tap)) => Some(tap.clone()),
             (Some(t), None) => req
                 .extensions()
@@ -643,7 +643,7 @@ fn on_message(shared: &Shared, line: &[u8]) {
             },
             None => match r.outcome {
                 Err(e) => {
-                    tracing::warn!(code = e.code, message = %e.message, "server reported an error about a message it could not read")
+                    tracing::warn!(code = e.code, message = ?e.message, "server reported an error about a message it could not read")
                 }
                 Ok(_) => tracing::debug!("result without id ignored"),
             },
@@ -689,10 +689,10 @@ fn on_message(shared: &Shared, line: &[u8]) {
         }
         Ok(Message::Notification(n)) => match &shared.sink {
             Some(sink) => sink(&n),
-            None => tracing::debug!(method = %n.method, "server notification ignored"),
+            None => tracing::debug!(method = ?n.method, "server notification ignored"),
         },
         Ok(Message::Request(r)) => {
-            tracing::warn!(request_id = %r.id, method = %r.method, "request from the server ignored (stdio servers send none)");
+            tracing::warn!(request_id = %r.id, method = ?r.method, "request from the server ignored (stdio servers send none)");
         }
         Err(e) => tracing::warn!(error = %e, "malformed line from the server ignored"),
     }
