@@ -193,3 +193,51 @@ async fn closing_stdin_cancels_in_flight_work_in_the_child() {
     assert!(pending.await.unwrap().is_err());
     events.expect("DROPPED", "5").await;
 }
+
+/// A child that ignores its closed stdin but exits on SIGTERM is terminated,
+/// not killed: its exit code is its own (the shell's trap), not signal 9.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_child_that_ignores_eof_gets_sigterm_before_sigkill() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("trap 'exit 7' TERM; while :; do sleep 0.01; done")
+        .kill_on_drop(true);
+    let client = StdioClient::builder()
+        .shutdown_grace(Duration::from_millis(200))
+        .spawn(cmd)
+        .unwrap();
+    let status = tokio::time::timeout(BOUND, client.shutdown())
+        .await
+        .expect("shutdown is bounded")
+        .unwrap()
+        .expect("a child");
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "exited through its TERM trap: {status:?}"
+    );
+    assert_eq!(status.signal(), None);
+}
+
+/// A child that ignores SIGTERM too is killed after the second grace period.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_child_that_ignores_sigterm_is_killed() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("trap '' TERM; while :; do sleep 0.01; done")
+        .kill_on_drop(true);
+    let client = StdioClient::builder()
+        .shutdown_grace(Duration::from_millis(100))
+        .spawn(cmd)
+        .unwrap();
+    let status = tokio::time::timeout(BOUND, client.shutdown())
+        .await
+        .expect("shutdown is bounded")
+        .unwrap()
+        .expect("a child");
+    assert_eq!(status.signal(), Some(9), "killed: {status:?}");
+}

@@ -89,8 +89,9 @@ impl StdioClientBuilder {
         self
     }
 
-    /// How long a child process gets to exit after its stdin was closed
-    /// before it is killed.
+    /// How long a child process gets to exit after its stdin was closed,
+    /// before it is sent SIGTERM (Unix), and again after that before it is
+    /// killed (SIGKILL), as the stdio transport asks.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -293,18 +294,42 @@ impl Drop for Handle {
     }
 }
 
+/// The stdio transport's shutdown: stdin is already closed; wait `grace`
+/// for the child to exit, then SIGTERM (Unix) and wait `grace` again, then
+/// SIGKILL.
 async fn reap(child: &mut Child, grace: Duration) -> io::Result<ExitStatus> {
-    match tokio::time::timeout(grace, child.wait()).await {
-        Ok(status) => status,
-        Err(_) => {
-            tracing::warn!(
-                grace_ms = grace.as_millis() as u64,
-                "child did not exit after its stdin closed; killing it"
-            );
-            child.kill().await?;
-            child.wait().await
+    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+        return status;
+    }
+    let grace_ms = grace.as_millis() as u64;
+    #[cfg(unix)]
+    if let Some(pid) = child.id() {
+        tracing::warn!(
+            grace_ms,
+            "child did not exit after its stdin closed; sending SIGTERM"
+        );
+        match terminate(pid) {
+            Ok(()) => {
+                if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+                    return status;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "SIGTERM failed"),
         }
     }
+    tracing::warn!(grace_ms, "child still running; killing it");
+    child.kill().await?;
+    child.wait().await
+}
+
+#[cfg(unix)]
+fn terminate(pid: u32) -> io::Result<()> {
+    use rustix::process::{kill_process, Pid, Signal};
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| io::Error::other("child pid out of range"))?;
+    kill_process(pid, Signal::TERM).map_err(io::Error::from)
 }
 
 enum Control {
@@ -388,7 +413,8 @@ impl StdioClient {
 
     /// Closes the connection: pending cancellations are written, the
     /// server's input is closed, in-flight calls fail; a child process gets
-    /// the grace period to exit and is killed after it. Returns the child's
+    /// the grace period to exit, then SIGTERM and the grace period again,
+    /// then SIGKILL. Returns the child's
     /// exit status (`None` for a stream pair, or when already shut down).
     pub async fn shutdown(&self) -> io::Result<Option<ExitStatus>> {
         let _ = self.shared.ctl.send(Control::Close);
