@@ -64,12 +64,25 @@ macro_rules! string_or_integer {
         }
 
         /// Formats the value as JSON: strings quoted, integers bare, so that
-        /// `"1"` and `1` stay distinguishable in logs.
+        /// `"1"` and `1` stay distinguishable in logs. Every control
+        /// character is escaped (also DEL and the C1 range, which JSON would
+        /// leave as they are), so a value from the wire cannot break a log
+        /// line.
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 match self {
                     Self::Number(n) => write!(f, "{n}"),
-                    Self::String(s) => write!(f, "{}", serde_json::Value::from(&**s)),
+                    Self::String(s) => {
+                        let json = serde_json::Value::from(&**s).to_string();
+                        for c in json.chars() {
+                            if c.is_control() {
+                                write!(f, "\\u{:04x}", c as u32)?;
+                            } else {
+                                fmt::Write::write_char(f, c)?;
+                            }
+                        }
+                        Ok(())
+                    }
                 }
             }
         }

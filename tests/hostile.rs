@@ -673,6 +673,100 @@ async fn a_huge_reason_with_control_characters_is_truncated_and_sanitized_in_log
     }
 }
 
+/// Asserts that captured log output has no control character in any line.
+fn assert_clean_logs(out: &str) {
+    for line in out.lines() {
+        assert!(
+            !line.chars().any(char::is_control),
+            "a control character reached the logs: {line:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn method_names_and_ids_from_the_wire_carry_no_control_characters_into_logs() {
+    use http_support::{raw_post, read_until, Proto};
+    use tower_mcp_cancel::transport::http::StreamableHttpService;
+
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let evil = "evil\n2026-01-01T00:00:00Z  INFO forged line\r\u{1b}[31m\u{0}\u{85}";
+
+    // stdio server: a notification, a request and a cancel, all with
+    // control characters in their method or id.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut conn = connect(work_service(tx), StdioServer::new(), 64 * 1024);
+    conn.peer
+        .send(json!({"jsonrpc": "2.0", "method": evil}))
+        .await;
+    conn.peer
+        .send(json!({"jsonrpc": "2.0", "id": evil, "method": evil}))
+        .await;
+    let started = next_started(&mut rx).await;
+    conn.peer
+        .send(json!({"jsonrpc": "2.0", "id": evil, "method": evil}))
+        .await; // a duplicate id
+    assert_eq!(conn.peer.recv().await.unwrap()["error"]["code"], -32600);
+    conn.peer
+        .cancel(json!(format!("{evil}-unknown")), evil)
+        .await;
+    conn.peer.cancel(json!(evil), evil).await;
+    conn.peer.sync(json!("s")).await;
+    settle().await;
+    assert!(started.probe.was_cancelled());
+    assert!(conn.peer.close().await.is_empty());
+    conn.served.await.unwrap().unwrap();
+
+    // HTTP server: a notification with such a method.
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let (closed_tx, _closed) = mpsc::unbounded_channel();
+    let addr = http_support::serve(
+        StreamableHttpService::new(work_service(tx)),
+        Proto::H1,
+        closed_tx,
+    )
+    .await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(&raw_post(
+        &json!({"jsonrpc": "2.0", "method": evil}),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+        ],
+    ))
+    .await
+    .unwrap();
+    assert!(read_until(&mut s, "\r\n\r\n")
+        .await
+        .starts_with("HTTP/1.1 202"));
+
+    // stdio client: a hostile server sends a request and a notification.
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let client = StdioClient::new(r, w);
+    peer.send(json!({"jsonrpc": "2.0", "id": evil, "method": evil}))
+        .await;
+    peer.send(json!({"jsonrpc": "2.0", "method": evil})).await;
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "ping")));
+    let v = peer.recv().await.unwrap();
+    assert_eq!(v["id"], 1);
+    peer.send(json!({"jsonrpc": "2.0", "id": 1, "result": {}}))
+        .await;
+    call.await.unwrap().unwrap();
+
+    let out = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        out.contains("forged line"),
+        "the strings were logged:\n{out}"
+    );
+    assert_clean_logs(&out);
+}
+
 // ---------------------------------------------------------------------------
 // A peer that stops reading; a flood of unknown cancels.
 
@@ -681,7 +775,9 @@ async fn a_reader_that_stops_reading_gets_backpressure_with_flat_memory_and_no_d
     const N: usize = 20_000;
     const MAX_IN_FLIGHT: usize = 16;
     let (tx, _rx) = mpsc::unbounded_channel();
-    let cfg = StdioServer::new().write_queue(4).max_in_flight(MAX_IN_FLIGHT);
+    let cfg = StdioServer::new()
+        .write_queue(4)
+        .max_in_flight(MAX_IN_FLIGHT);
     let conn = connect(work_service(tx), cfg, 4 * 1024);
     let Peer { mut w, r } = conn.peer;
     let pad = "p".repeat(200);

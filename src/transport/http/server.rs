@@ -455,7 +455,7 @@ where
                 match handle(inner, config, req).await {
                     Ok(res) => res,
                     Err(rejection) => {
-                        tracing::debug!(status = %rejection.status, code = rejection.error.code, message = %rejection.error.message, "request rejected");
+                        tracing::debug!(status = %rejection.status, code = rejection.error.code, message = ?rejection.error.message, "request rejected");
                         rejection.into_response().map(ResponseBody::from)
                     }
                 }
@@ -575,7 +575,7 @@ where
             ))
         }
         Ok(Message::Notification(n)) => {
-            tracing::debug!(method = %n.method, "notification accepted");
+            tracing::debug!(method = ?n.method, "notification accepted");
             return Ok(plain(StatusCode::ACCEPTED));
         }
         Ok(Message::Response(r)) => {
@@ -651,7 +651,7 @@ where
     let guard = cancel_on_disconnect.then(|| {
         DisconnectGuard::new(cancellation.clone(), Some(id.clone()), Some(method.clone()))
     });
-    tracing::debug!(request_id = %id, %method, legacy, assumed_version = assumed, "MCP request over HTTP");
+    tracing::debug!(request_id = %id, ?method, legacy, assumed_version = assumed, "MCP request over HTTP");
 
     let answer_id = id.clone();
     let call: CallFuture = Box::pin(async move {

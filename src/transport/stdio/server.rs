@@ -292,7 +292,7 @@ impl Connection {
 
     fn on_notification(&self, n: RawNotification) {
         if n.method != jsonrpc::CANCELLED {
-            tracing::debug!(method = %n.method, "notification from the client ignored");
+            tracing::debug!(method = ?n.method, "notification from the client ignored");
             return;
         }
         let params = n
