@@ -83,6 +83,9 @@ async fn call(req: &McpRequest) -> Result<Value, ErrorObject> {
             probe.finish();
             Ok(text(format!("slept {steps} steps")))
         }
-        _ => Err(ErrorObject::new(ErrorObject::INVALID_PARAMS, "unknown tool")),
+        _ => Err(ErrorObject::new(
+            ErrorObject::INVALID_PARAMS,
+            "unknown tool",
+        )),
     }
 }

@@ -27,7 +27,8 @@ pub fn router() -> McpRouter {
             let (steps, interval) = steps_of(&args);
             for i in 1..=steps {
                 tokio::time::sleep(interval).await;
-                ctx.report_progress(i as f64, Some(steps as f64), None).await;
+                ctx.report_progress(i as f64, Some(steps as f64), None)
+                    .await;
             }
             probe.finish();
             Ok(CallToolResult::text(format!("slept {steps} steps")))

@@ -124,7 +124,7 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                             tower_mcp_cancel_benchmarks::peer_tower_mcp::router(),
                         )
                         .stateless(tower_mcp::stateless::StatelessConfig::new())
-                        .into_router();
+                        .into_router_at("/mcp");
                         let a = serve(router).await;
                         (a, a)
                     }

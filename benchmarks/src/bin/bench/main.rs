@@ -208,7 +208,10 @@ async fn figure4(smoke: bool, t: &mut Tables) {
     };
     let mut ours_p = (Duration::ZERO, Duration::ZERO);
     for (i, (s, samples, secs)) in servers.iter().enumerate() {
-        eprintln!("figure 4: {} × cancel of slow({secs} s) on {}", samples, s.name);
+        eprintln!(
+            "figure 4: {} × cancel of slow({secs} s) on {}",
+            samples, s.name
+        );
         let mut c = stdio::Conn::open(*s).await;
         let mut drops = Vec::new();
         let mut tokens = Vec::new();
@@ -247,7 +250,11 @@ async fn figure4(smoke: bool, t: &mut Tables) {
         let token = if tokens.is_empty() {
             "never fired".to_owned()
         } else {
-            format!("{} / {}", fmt_d(pct(&tokens, 0.5)), fmt_d(pct(&tokens, 0.99)))
+            format!(
+                "{} / {}",
+                fmt_d(pct(&tokens, 0.5)),
+                fmt_d(pct(&tokens, 0.99))
+            )
         };
         if i == 0 {
             ours_p = (pct(&drops, 0.5), pct(&drops, 0.99));
@@ -300,8 +307,15 @@ async fn figure5(smoke: bool, t: &mut Tables) {
         let version = "2026-07-28";
         for proto in ["1.1", "2"] {
             for when in [When::BeforeFirstByte, When::MidSse] {
-                let addr = if when == When::MidSse { sse_addr } else { json_addr };
-                eprintln!("figure 5: {} HTTP/{proto} {when:?} × {samples}", peer.name());
+                let addr = if when == When::MidSse {
+                    sse_addr
+                } else {
+                    json_addr
+                };
+                eprintln!(
+                    "figure 5: {} HTTP/{proto} {when:?} × {samples}",
+                    peer.name()
+                );
                 let mut h2 = if proto == "2" {
                     Some(http::H2::connect(addr).await)
                 } else {
@@ -351,7 +365,11 @@ async fn figure5(smoke: bool, t: &mut Tables) {
                 let token = if tokens.is_empty() {
                     "never fired".to_owned()
                 } else {
-                    format!("{} / {}", fmt_d(pct(&tokens, 0.5)), fmt_d(pct(&tokens, 0.99)))
+                    format!(
+                        "{} / {}",
+                        fmt_d(pct(&tokens, 0.5)),
+                        fmt_d(pct(&tokens, 0.99))
+                    )
                 };
                 if peer == Peer::Ours {
                     worst_ours = worst_ours.max(if drops.len() == ok {
@@ -480,8 +498,16 @@ fn figures12(dir: &Path, t: &mut Tables) {
     );
     let _ = writeln!(out, "| --- | --- | --- | --- |");
     let rows: [(&str, &str, Option<f64>); 4] = [
-        ("baseline: bare service_fn", "bare `service_fn` (context)", None),
-        ("tower::timeout::Timeout", "`tower::timeout::Timeout` (baseline)", None),
+        (
+            "baseline: bare service_fn",
+            "bare `service_fn` (context)",
+            None,
+        ),
+        (
+            "tower::timeout::Timeout",
+            "`tower::timeout::Timeout` (baseline)",
+            None,
+        ),
         ("TimeoutLayer", "`TimeoutLayer`", Some(1.05)),
         (
             "full stack",
@@ -527,7 +553,10 @@ fn figure7(file: &Path, t: &mut Tables) {
     };
     let field = |name: &str| {
         let i = line.find(name)? + name.len();
-        line[i..].split_whitespace().next().and_then(parse_debug_duration)
+        line[i..]
+            .split_whitespace()
+            .next()
+            .and_then(parse_debug_duration)
     };
     let (Some(p50), Some(p99), Some(max)) = (field("p50 "), field("p99 "), field("max ")) else {
         eprintln!("cannot parse {line:?}");

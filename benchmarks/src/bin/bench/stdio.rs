@@ -148,7 +148,12 @@ impl Conn {
             .await
             .ok()
             .flatten();
-        assert_eq!(got.as_deref(), Some("\"init\""), "{}: no initialize answer", server.name);
+        assert_eq!(
+            got.as_deref(),
+            Some("\"init\""),
+            "{}: no initialize answer",
+            server.name
+        );
         conn.replies.acquire().await.unwrap().forget();
         conn.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
             .await;

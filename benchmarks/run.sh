@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every figure of BENCHMARKS.md and rewrites its tables:
+#   1-2  criterion, `cargo bench --bench layers` (main crate)
+#   7    `cargo bench --bench timer_lateness` (main crate)
+#   3-6  the bench binary of this package, against rmcp and tower-mcp
+#
+#   bash benchmarks/run.sh            # everything, rewrites BENCHMARKS.md
+#   bash benchmarks/run.sh --smoke    # a few seconds: figures 3-6, our servers only, prints, writes nothing
+#
+# The main crate uses its own target dir (target/), this package its own
+# (benchmarks/target/), so building rmcp never touches the crate's build.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+export CARGO_TERM_COLOR=never
+
+echo "== build benchmarks package (release)"
+cargo build --release --manifest-path "$here/Cargo.toml"
+bench="$here/target/release/bench"
+
+if [[ "${1:-}" == "--smoke" ]]; then
+    exec "$bench" --smoke
+fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== figures 1-2: cargo bench --bench layers"
+(cd "$root" && cargo bench --bench layers)
+echo "== figure 7: cargo bench --bench timer_lateness"
+(cd "$root" && cargo bench --bench timer_lateness) | tee "$tmp/lateness.txt"
+
+echo "== figures 3-6"
+criterion_dir="${CARGO_TARGET_DIR:-$root/target}/criterion"
+"$bench" --criterion "$criterion_dir" --lateness "$tmp/lateness.txt" --write "$root/BENCHMARKS.md"
