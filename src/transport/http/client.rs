@@ -49,7 +49,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
@@ -499,6 +499,68 @@ async fn exchange(
     read_response(res, id, tap, token).await
 }
 
+/// A response body that fails once more than `limit` bytes arrive without
+/// the SSE parser giving out an event (`pending` is reset at each event), so
+/// a server streaming one endless event cannot grow the client's memory.
+struct EventBounded<B> {
+    inner: B,
+    pending: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+/// The error of an [`EventBounded`] body.
+#[derive(Debug)]
+enum EventBoundedError {
+    Body(BoxError),
+    TooLarge(usize),
+}
+
+impl fmt::Display for EventBoundedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Body(e) => write!(f, "response body: {e}"),
+            Self::TooLarge(limit) => write!(f, "SSE event larger than {limit} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for EventBoundedError {}
+
+impl<B> http_body::Body for EventBounded<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    type Data = Bytes;
+    type Error = EventBoundedError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let len = frame.data_ref().map_or(0, Bytes::len);
+                let pending = this.pending.fetch_add(len, Ordering::Relaxed) + len;
+                if pending > this.limit {
+                    return Poll::Ready(Some(Err(EventBoundedError::TooLarge(this.limit))));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                Poll::Ready(Some(Err(EventBoundedError::Body(Box::new(e)))))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+}
+
 /// Reads the answer to request `id` out of a response: a JSON body, or an
 /// SSE stream whose progress goes to `tap`.
 pub(crate) async fn read_response<B>(
@@ -520,9 +582,18 @@ where
         .map(|v| v.trim().to_ascii_lowercase())
         .unwrap_or_default();
     if status.is_success() && mime == "text/event-stream" {
-        let mut events = SseStream::new(res.into_body());
+        let pending = Arc::new(AtomicUsize::new(0));
+        let body = EventBounded {
+            inner: res.into_body(),
+            pending: pending.clone(),
+            limit: MAX_RESPONSE_BYTES,
+        };
+        let mut events = SseStream::new(body);
         while let Some(event) = events.next().await {
             let event = event?;
+            // The parser buffers an event until its blank line: what it may
+            // hold is what arrived since the last event it gave out.
+            pending.store(0, Ordering::Relaxed);
             let Some(data) = event.data else { continue };
             if !matches!(event.event.as_deref(), None | Some("message")) {
                 continue;
@@ -596,5 +667,66 @@ fn outcome(
     match outcome {
         Ok(raw) => Ok(serde_json::from_str(raw.get())?),
         Err(e) => Err(Box::new(e)),
+    }
+}
+
+#[cfg(test)]
+mod event_bound_tests {
+    use super::*;
+    use http_body_util::StreamBody;
+
+    fn sse(
+        body: impl http_body::Body<Data = Bytes, Error = std::io::Error> + Unpin,
+    ) -> http::Response<impl http_body::Body<Data = Bytes, Error = std::io::Error> + Unpin> {
+        http::Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(body)
+            .unwrap()
+    }
+
+    /// A server streaming one `data:` line that never ends is cut off at the
+    /// limit instead of growing the client's memory without bound.
+    #[tokio::test]
+    async fn an_endless_sse_event_is_refused() {
+        let chunk = Bytes::from(vec![b'x'; 1 << 20]);
+        let head = futures_util::stream::once(std::future::ready(Ok(http_body::Frame::data(
+            Bytes::from_static(b"data: "),
+        ))));
+        let endless = futures_util::stream::repeat_with(move || {
+            Ok::<_, std::io::Error>(http_body::Frame::data(chunk.clone()))
+        });
+        let body = StreamBody::new(head.chain(endless));
+        let res = sse(body);
+        let err = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            read_response(res, &RequestId::Number(1), None, None),
+        )
+        .await
+        .expect("bounded")
+        .unwrap_err();
+        assert!(err.to_string().contains("SSE event larger than"), "{err}");
+    }
+
+    /// Many small events add up to far more than the limit and are fine: the
+    /// bound is per event.
+    #[tokio::test]
+    async fn the_bound_is_per_event() {
+        let progress = Bytes::from_static(
+            b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/ping\"}\n\n",
+        );
+        let n = (MAX_RESPONSE_BYTES / progress.len()) + 1000;
+        let events = futures_util::stream::iter(
+            (0..n).map(move |_| Ok::<_, std::io::Error>(http_body::Frame::data(progress.clone()))),
+        );
+        let last = futures_util::stream::once(std::future::ready(Ok(http_body::Frame::data(
+            Bytes::from_static(
+                b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"ok\":true}}\n\n",
+            ),
+        ))));
+        let res = sse(StreamBody::new(events.chain(last)));
+        let v = read_response(res, &RequestId::Number(1), None, None)
+            .await
+            .unwrap();
+        assert_eq!(v["ok"], true);
     }
 }
