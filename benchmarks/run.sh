@@ -14,13 +14,16 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 export CARGO_TERM_COLOR=never
 
-echo "== build benchmarks package (release)"
-cargo build --release --manifest-path "$here/Cargo.toml"
 bench="$here/target/release/bench"
-
 if [[ "${1:-}" == "--smoke" ]]; then
+    # Without the `peers` feature: rmcp and tower-mcp are not built (CI runs this).
+    echo "== build benchmarks package (release, no peers)"
+    cargo build --release --manifest-path "$here/Cargo.toml" --no-default-features
     exec "$bench" --smoke
 fi
+
+echo "== build benchmarks package (release)"
+cargo build --release --manifest-path "$here/Cargo.toml"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

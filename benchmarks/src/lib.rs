@@ -171,5 +171,7 @@ pub fn steps_of(args: &serde_json::Value) -> (u64, Duration) {
 }
 
 pub mod ours;
+#[cfg(feature = "peers")]
 pub mod peer_rmcp;
+#[cfg(feature = "peers")]
 pub mod peer_tower_mcp;

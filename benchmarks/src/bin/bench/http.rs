@@ -8,7 +8,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -101,11 +100,17 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                         let a = serve(svc).await;
                         (a, a)
                     }
+                    #[cfg(not(feature = "peers"))]
+                    Peer::Rmcp | Peer::TowerMcp => {
+                        panic!("built without the `peers` feature: only --smoke runs")
+                    }
+                    #[cfg(feature = "peers")]
                     Peer::Rmcp => {
                         use rmcp::transport::streamable_http_server::{
                             session::local::LocalSessionManager, StreamableHttpServerConfig,
                             StreamableHttpService,
                         };
+                        use std::sync::Arc;
                         let mk = |json: bool| {
                             let config = StreamableHttpServerConfig::default()
                                 .with_legacy_session_mode(false)
@@ -119,6 +124,7 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                         };
                         (serve(mk(true)).await, serve(mk(false)).await)
                     }
+                    #[cfg(feature = "peers")]
                     Peer::TowerMcp => {
                         let router = tower_mcp::HttpTransport::new(
                             tower_mcp_cancel_benchmarks::peer_tower_mcp::router(),

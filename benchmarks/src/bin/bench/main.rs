@@ -627,6 +627,10 @@ fn rewrite(path: &Path, tables: &Tables) -> std::io::Result<()> {
 
 fn main() {
     let a = args();
+    if !a.smoke && !cfg!(feature = "peers") {
+        eprintln!("built without the `peers` feature: only `bench --smoke` runs");
+        std::process::exit(2);
+    }
     let mut tables = Tables::new();
     if let Some(dir) = &a.criterion {
         figures12(dir, &mut tables);
