@@ -247,3 +247,37 @@ async fn the_hard_maximum_fires_despite_progress() {
         .iter()
         .any(|e| matches!(e, Event::Dropped(i) if *i == RequestId::from(1))));
 }
+
+/// Over HTTP/2, concurrent first calls share one connection attempt driven
+/// by one of them. Cancelling that one (dropping it while the connection is
+/// being made) must not fail the others: they were never sent, and the
+/// client sends them again.
+#[tokio::test]
+async fn cancelling_the_call_that_drives_the_h2_connect_fails_no_other() {
+    let (addr, _tools, _events) = serve_tools(Proto::H2, |s| s).await;
+    for round in 0..20 {
+        let c = client(addr, Proto::H2);
+        let mut first = Box::pin(c.clone().oneshot(call("echo", json!({"text": "a"}))));
+        let others: Vec<_> = (0..4)
+            .map(|i| {
+                c.clone()
+                    .oneshot(call("echo", json!({"text": format!("b{i}")})))
+            })
+            .collect();
+        // Start the first call (it begins connecting), then drop it.
+        assert!(poll_once(first.as_mut()).await.is_pending());
+        let others = futures_util::future::join_all(others);
+        let mut others = Box::pin(others);
+        assert!(poll_once(others.as_mut()).await.is_pending());
+        drop(first);
+        for (i, r) in bounded(others).await.into_iter().enumerate() {
+            let v = r.unwrap_or_else(|e| panic!("round {round}, call b{i}: {e:?}"));
+            assert_eq!(v["content"][0]["text"], format!("b{i}"));
+        }
+    }
+}
+
+async fn poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+    let mut f = Some(f);
+    std::future::poll_fn(|cx| std::task::Poll::Ready(f.take().unwrap().poll(cx))).await
+}

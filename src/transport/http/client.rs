@@ -495,8 +495,52 @@ async fn exchange(
         (None, Some(obs), Some(t)) => Some(ProgressTap::new(t.clone(), Some(obs))),
         _ => None,
     };
-    let res = inner.client.request(http_req).await?;
+    let res = send(&inner.client, http_req).await?;
     read_response(res, id, tap, token).await
+}
+
+/// How often a request is tried again when the connection pool gave up on
+/// it before it was sent (see [`send`]).
+const CHECKOUT_RETRIES: usize = 3;
+
+/// Sends `req`, trying again when hyper-util's pool reports
+/// `CheckoutNoLongerWanted`: over HTTP/2, concurrent first requests share one
+/// connection attempt, driven by one of them; if that one is cancelled
+/// (dropped), the others fail with that error although nothing was sent, so
+/// sending them again is safe and loses nothing.
+async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+    let mut attempt = 0;
+    let mut req = req;
+    loop {
+        let again = (attempt < CHECKOUT_RETRIES).then(|| copy_request(&req));
+        match client.request(req).await {
+            Err(e) if e.is_connect() && again.is_some() && is_checkout_gone(&e) => {
+                attempt += 1;
+                tracing::debug!(
+                    attempt,
+                    "connection attempt given up by the pool; sending again"
+                );
+                req = again.expect("checked above");
+            }
+            other => return other,
+        }
+    }
+}
+
+fn is_checkout_gone(e: &hyper_util::client::legacy::Error) -> bool {
+    format!("{e:?}").contains("CheckoutNoLongerWanted")
+}
+
+fn copy_request(req: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut copy = Request::new(req.body().clone());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    copy
 }
 
 /// A response body that fails once more than `limit` bytes arrive without
