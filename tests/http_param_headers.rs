@@ -133,10 +133,28 @@ async fn client_learns_from_tools_list_and_mirrors_into_headers() {
 
     for proto in [Proto::H1, Proto::H2] {
         let (addr, calls) = start(proto).await;
-        let mut c = client(addr, proto);
         let args =
             json!({"region": "Hello, 世界", "limit": 42, "opts": {"dry": true}, "sql": "SELECT 1"});
 
+        // By default a refused call makes the client list the tools and
+        // send it again, with the headers: the caller sees the answer, and
+        // the handler ran once.
+        let mut fresh = client(addr, proto);
+        let r = call(
+            &mut fresh,
+            "tools/call",
+            json!({"name": "query", "arguments": args}),
+        )
+        .await
+        .expect("sent again after listing the tools");
+        assert_eq!(r["headers"]["mcp-param-limit"], "42", "{r}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
+        assert_eq!(fresh.param_headers().get("query").unwrap().len(), 3);
+        calls.store(0, Ordering::SeqCst);
+
+        let mut c = builder(addr, proto)
+            .relist_on_header_mismatch(false)
+            .build();
         // Before the client knows the schema it sends no Mcp-Param-*: the
         // server, which knows it, refuses the call naming the header.
         let err = call(
@@ -260,7 +278,9 @@ async fn client_learns_from_tools_list_and_mirrors_into_headers() {
         )
         .await
         .is_ok());
-        let mut fresh = client(addr, proto);
+        let mut fresh = builder(addr, proto)
+            .relist_on_header_mismatch(false)
+            .build();
         assert!(call(
             &mut fresh,
             "tools/call",

@@ -23,9 +23,11 @@
 //! annotated arguments in `Mcp-Param-{Name}` headers (Base64 sentinel when
 //! needed). Schemas can also be given by hand
 //! ([`HttpClientBuilder::tool_schema`], [`HttpClient::register_tool_schema`]).
-//! A `HeaderMismatch` (`-32020`) answer comes back as that [`ErrorObject`];
-//! the spec's SHOULD — list the tools again and retry — is left to the
-//! caller: a `tools/list` through this client refreshes what it knows.
+//! When a `tools/call` is refused with `HeaderMismatch` (`-32020`), the
+//! client lists the tools again and, if that changed the headers the call
+//! carries, sends it once more (the spec's SHOULD;
+//! [`HttpClientBuilder::relist_on_header_mismatch`] turns it off); otherwise
+//! the error comes back as that [`ErrorObject`].
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -137,6 +139,7 @@ struct Inner {
     headers: HeaderMap,
     next_id: AtomicI64,
     tools: RwLock<ToolHeaderMap>,
+    relist_on_mismatch: bool,
 }
 
 impl Inner {
@@ -175,9 +178,20 @@ pub struct HttpClientBuilder {
     client_info: Option<serde_json::Value>,
     headers: HeaderMap,
     tools: ToolHeaderMap,
+    relist_on_mismatch: bool,
 }
 
 impl HttpClientBuilder {
+    /// Whether a `tools/call` refused with `HeaderMismatch` (`-32020`) makes
+    /// the client list the tools again and, if that changed the
+    /// `Mcp-Param-*` headers the call carries, send it once more (the
+    /// spec's SHOULD; default: on). The refused call never reached the
+    /// handler, so sending it again cannot run it twice.
+    pub fn relist_on_header_mismatch(mut self, on: bool) -> Self {
+        self.relist_on_mismatch = on;
+        self
+    }
+
     /// Speak HTTP/2 without upgrade (prior knowledge, `h2c`), one stream per
     /// request over a shared connection.
     pub fn http2_prior_knowledge(mut self) -> Self {
@@ -245,6 +259,7 @@ impl HttpClientBuilder {
                 headers: self.headers,
                 next_id: AtomicI64::new(1),
                 tools: RwLock::new(self.tools),
+                relist_on_mismatch: self.relist_on_mismatch,
             }),
         }
     }
@@ -268,6 +283,7 @@ impl HttpClient {
             })),
             headers: HeaderMap::new(),
             tools: ToolHeaderMap::new(),
+            relist_on_mismatch: true,
         }
     }
 
@@ -347,18 +363,32 @@ impl Service<McpRequest> for HttpClient {
             }
         };
         // Everything that needs the request is done before the future, so
-        // the future holds only what it sends and where progress goes.
+        // the future holds only what it sends and where progress goes (and,
+        // for a tools/call, the request, in case it must be sent again).
         let prepared = prepare(&inner, &id, &req);
         let tap = req.progress_tap().cloned();
         let observer = req.extensions().get::<ProgressObserver>().cloned();
         let token = req.progress_token().cloned();
         let is_tools_list = req.method() == "tools/list";
+        // What a second attempt after a HeaderMismatch needs: the request
+        // (to mirror its arguments again), the headers first sent, and the
+        // progress routing.
         let mut log = DropLog {
             id: id.clone(),
             method: req.method().to_owned(),
             started: Instant::now(),
             done: false,
         };
+        // What a second attempt after a HeaderMismatch needs: the request
+        // (to mirror its arguments again), the headers first sent, and the
+        // progress routing.
+        let retry = (inner.relist_on_mismatch && req.method() == "tools/call").then(|| Retry {
+            sent: prepared.as_ref().map(param_headers_of).unwrap_or_default(),
+            tap: tap.clone(),
+            observer: observer.clone(),
+            token: token.clone(),
+            req,
+        });
         Box::pin(async move {
             let http_req = match prepared {
                 Ok(r) => r,
@@ -368,6 +398,13 @@ impl Service<McpRequest> for HttpClient {
                 }
             };
             let mut out = exchange(&inner, http_req, &id, tap, observer, token).await;
+            if let Some(retry) = retry {
+                if is_header_mismatch(&out) {
+                    if let Some(again) = retry.again(&inner, &id).await {
+                        out = again;
+                    }
+                }
+            }
             log.finish();
             if is_tools_list {
                 if let Ok(result) = out.as_mut() {
@@ -377,6 +414,73 @@ impl Service<McpRequest> for HttpClient {
             out
         })
     }
+}
+
+/// A `tools/call` that may be sent again after a `HeaderMismatch`.
+struct Retry {
+    req: McpRequest,
+    sent: Vec<(HeaderName, HeaderValue)>,
+    tap: Option<ProgressTap>,
+    observer: Option<ProgressObserver>,
+    token: Option<jsonrpc::ProgressToken>,
+}
+
+/// The most `tools/list` pages read when listing again.
+const RELIST_PAGES: usize = 32;
+
+impl Retry {
+    /// Lists the tools again; if that changed the call's `Mcp-Param-*`
+    /// headers, sends it once more and returns that outcome.
+    async fn again(
+        self,
+        inner: &Inner,
+        id: &RequestId,
+    ) -> Option<Result<serde_json::Value, BoxError>> {
+        if let Err(e) = relist(inner).await {
+            tracing::debug!(error = %e, "listing the tools again after a header mismatch failed");
+            return None;
+        }
+        let http_req = prepare(inner, id, &self.req).ok()?;
+        if param_headers_of(&http_req) == self.sent {
+            return None; // the same headers would be refused again
+        }
+        tracing::debug!(request_id = %id, "tool schema changed; sending the call again");
+        Some(exchange(inner, http_req, id, self.tap, self.observer, self.token).await)
+    }
+}
+
+fn param_headers_of(req: &Request<Full<Bytes>>) -> Vec<(HeaderName, HeaderValue)> {
+    req.headers()
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("mcp-param-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn is_header_mismatch(out: &Result<serde_json::Value, BoxError>) -> bool {
+    matches!(out, Err(e) if e.downcast_ref::<ErrorObject>().is_some_and(|e| e.code == ErrorObject::HEADER_MISMATCH))
+}
+
+/// Lists the tools (every page, up to [`RELIST_PAGES`]) so that the client
+/// learns their current annotations.
+async fn relist(inner: &Inner) -> Result<(), BoxError> {
+    let mut cursor: Option<String> = None;
+    for _ in 0..RELIST_PAGES {
+        let id = RequestId::Number(inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let params = match &cursor {
+            Some(c) => serde_json::json!({ "cursor": c }),
+            None => serde_json::json!({}),
+        };
+        let req = McpRequest::new(id.clone(), "tools/list").with_params(params);
+        let http_req = prepare(inner, &id, &req)?;
+        let mut result = exchange(inner, http_req, &id, None, None, None).await?;
+        learn_tools(inner, &mut result);
+        match result.get("nextCursor").and_then(|c| c.as_str()) {
+            Some(c) if !c.is_empty() => cursor = Some(c.to_owned()),
+            _ => return Ok(()),
+        }
+    }
+    Ok(())
 }
 
 /// Records the tools' annotations and drops the invalid tools from `result`.
