@@ -98,19 +98,15 @@ where
             *this.seen = epoch;
             let at = tap.last_at().unwrap_or_else(Instant::now);
             *this.idle_deadline = at + this.limits.idle;
-            let next = this
-                .max_deadline
-                .map_or(*this.idle_deadline, |m| m.min(*this.idle_deadline));
+            let next = earlier(*this.idle_deadline, *this.max_deadline);
             if let Some(timer) = this.timer.as_mut() {
                 timer.as_mut().reset(next);
             }
         }
-        let timer = this.timer.get_or_insert_with(|| {
-            let first = this
-                .max_deadline
-                .map_or(*this.idle_deadline, |m| m.min(*this.idle_deadline));
-            Box::pin(sleep_until(first))
-        });
+        let first = earlier(*this.idle_deadline, *this.max_deadline);
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(sleep_until(first)));
         loop {
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
@@ -122,10 +118,9 @@ where
                 Elapsed::new(Limit::Idle, this.limits.idle)
             } else {
                 // Woken for a deadline that has since moved.
-                let next = this
-                    .max_deadline
-                    .map_or(*this.idle_deadline, |m| m.min(*this.idle_deadline));
-                timer.as_mut().reset(next);
+                timer
+                    .as_mut()
+                    .reset(earlier(*this.idle_deadline, *this.max_deadline));
                 continue;
             };
             let reason = CancelReason::Timeout(elapsed);
@@ -140,6 +135,12 @@ where
             return Poll::Ready(Err(Box::new(elapsed)));
         }
     }
+}
+
+/// The deadline the one timer is set to: the idle one, or the hard maximum
+/// when that comes first.
+fn earlier(idle: Instant, max: Option<Instant>) -> Instant {
+    max.map_or(idle, |m| m.min(idle))
 }
 
 /// The cold path of an expiry: log, close the tap, fire the token.

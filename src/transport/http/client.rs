@@ -370,9 +370,6 @@ impl Service<McpRequest> for HttpClient {
         let observer = req.extensions().get::<ProgressObserver>().cloned();
         let token = req.progress_token().cloned();
         let is_tools_list = req.method() == "tools/list";
-        // What a second attempt after a HeaderMismatch needs: the request
-        // (to mirror its arguments again), the headers first sent, and the
-        // progress routing.
         let mut log = DropLog {
             id: id.clone(),
             method: req.method().to_owned(),
