@@ -289,3 +289,39 @@ async fn keep_alive_comments_flow_on_a_quiet_stream() {
     drop(stream);
     events.until(|e| matches!(e, Event::Dropped(_))).await;
 }
+
+#[tokio::test]
+async fn a_handler_that_ends_as_cancelled_on_its_own_still_gets_an_answer() {
+    for proto in [Proto::H1, Proto::H2] {
+        let (addr, _tools, _events) = serve_tools(proto, |s| s).await;
+        let mut conn = Conn::connect(addr, proto).await;
+        // Before any notification: a JSON answer.
+        let (status, h, body) = post_json(
+            &mut conn,
+            &tool_call(1, "give_up", json!({})),
+            &modern("give_up"),
+        )
+        .await;
+        assert_eq!(status, 200, "{proto:?}: {body}");
+        assert_eq!(h["content-type"], "application/json");
+        assert_eq!(error_code(&body), -32603);
+        assert!(body.contains("the handler gave up"), "{body}");
+        // After a notification: the SSE stream ends with the error answer.
+        let (status, h, body) = post_json(
+            &mut conn,
+            &tool_call(2, "give_up", json!({"notify": true})),
+            &modern("give_up"),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(h["content-type"], "text/event-stream");
+        let datas: Vec<Value> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| serde_json::from_str(d.trim()).unwrap())
+            .collect();
+        assert_eq!(datas.len(), 2, "{body}");
+        assert_eq!(datas[1]["id"], 2);
+        assert_eq!(datas[1]["error"]["code"], -32603);
+    }
+}

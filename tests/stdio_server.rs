@@ -80,6 +80,14 @@ fn handler(tx: mpsc::UnboundedSender<Ev>, flood: Arc<AtomicUsize>) -> Svc {
                     Ok(json!({}))
                 }
                 "panic" => panic!("handler panicked on purpose"),
+                // Ends itself as Cancelled although nobody cancelled it.
+                "give_up" => Err(Box::new(Cancelled::new(CancelReason::Other(
+                    "the handler gave up".into(),
+                ))) as BoxError),
+                "unserializable" => {
+                    let sent = ctx.notify("notifications/message", &Unserializable).await;
+                    Ok(json!({ "sent": sent }))
+                }
                 "subscriptions/listen" => match params["mode"].as_str() {
                     Some("ok") => Ok(json!({ "resultType": "complete" })),
                     Some("teardown") => Err(Box::new(Cancelled::new(CancelReason::Other(
@@ -99,6 +107,15 @@ fn handler(tx: mpsc::UnboundedSender<Ev>, flood: Arc<AtomicUsize>) -> Svc {
             }
         }
     }))
+}
+
+/// A value whose serialization fails.
+struct Unserializable;
+
+impl serde::Serialize for Unserializable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("cannot be serialized"))
+    }
 }
 
 struct H {
@@ -510,4 +527,177 @@ async fn a_reader_that_stops_reading_applies_backpressure() {
     assert_eq!(next_event(&mut h.ev).await, Ev::Done("1".into()));
     h.peer.close().await;
     h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_ends_as_cancelled_on_its_own_still_gets_an_answer() {
+    for wrap in [|s| s, layered] {
+        let mut h = start_with(StdioServer::new(), wrap, 64 * 1024, None);
+        h.peer.request(json!(1), "give_up", json!({})).await;
+        let lines = h.peer.sync(json!("s")).await;
+        let answer = lines
+            .iter()
+            .find(|v| v["id"] == 1)
+            .unwrap_or_else(|| panic!("no answer for request 1: {lines:?}"));
+        assert_eq!(answer["error"]["code"], -32603, "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("the handler gave up"),
+            "{answer}"
+        );
+        h.peer.close().await;
+        h.served.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_duplicate_in_flight_id_is_answered_without_that_id() {
+    // Also when the connection is at its in-flight limit: the refusal must
+    // not carry the id of the request that is running either.
+    for limit in [1024, 1] {
+        let mut h = start_with(
+            StdioServer::new().max_in_flight(limit),
+            |s| s,
+            64 * 1024,
+            None,
+        );
+        h.peer.request(json!(3), "hang", json!({})).await;
+        assert_eq!(next_event(&mut h.ev).await, Ev::Started("3".into()));
+        h.peer.request(json!(3), "echo", json!({})).await;
+        let v = h.peer.recv().await.unwrap();
+        assert!(
+            v.get("id").is_none(),
+            "limit {limit}: answered with the running request's id: {v}"
+        );
+        assert!(v["error"]["code"].is_i64(), "{v}");
+        // The first request is unaffected and still cancellable.
+        h.peer.cancel(json!(3), "stop").await;
+        assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("3".into()));
+        let lines = h.peer.sync(json!("s")).await;
+        assert_eq!(lines.len(), 1, "nothing for id 3: {lines:?}");
+        h.peer.close().await;
+        h.served.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_notification_that_cannot_be_serialized_writes_nothing() {
+    let mut h = start();
+    h.peer.request(json!(1), "unserializable", json!({})).await;
+    let lines = h.peer.until_response(json!(1)).await;
+    assert_eq!(lines.len(), 1, "only the response: {lines:?}");
+    assert_eq!(
+        lines[0]["result"]["sent"], false,
+        "notify must report the failure"
+    );
+    h.peer.close().await;
+    h.served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn raw_json_results_are_written_on_one_line() {
+    use serde_json::value::RawValue;
+    let svc = service_fn(|req: McpRequest| async move {
+        let pretty = serde_json::to_string_pretty(&json!({
+            "resultType": "complete",
+            "content": [{"type": "text", "text": "line one\nline two"}],
+            "method": req.method(),
+        }))
+        .unwrap();
+        assert!(pretty.contains('\n'));
+        Ok::<_, BoxError>(RawValue::from_string(pretty).unwrap())
+    });
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let served = tokio::spawn(StdioServer::new().serve(svc, r, w));
+    peer.request(json!(1), "tools/call", json!({})).await;
+    // Peer::recv parses every line: a broken line fails here.
+    let v = peer.recv().await.unwrap();
+    assert_eq!(v["id"], 1);
+    assert_eq!(v["result"]["content"][0]["text"], "line one\nline two");
+    assert_eq!(v["result"]["method"], "tools/call");
+    assert!(peer.close().await.is_empty());
+    served.await.unwrap().unwrap();
+}
+
+/// Many requests whose handlers leave a reporter running on another thread
+/// that keeps sending progress after the handler returned: the window
+/// between "is the request still running?" and "queue the message" is hit
+/// constantly. Nothing may reach the wire for a request after its response,
+/// and every reporter must be told the request is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_message_for_a_request_after_its_response() {
+    const REQUESTS: usize = 100;
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
+    let svc = service_fn(move |req: McpRequest| {
+        let done_tx = done_tx.clone();
+        async move {
+            let ctx = RequestContext::of(&req);
+            let (started_tx, started_rx) = oneshot::channel();
+            let rt = tokio::runtime::Handle::current();
+            // A thread of its own, so that it races the driver for real.
+            tokio::task::spawn_blocking(move || {
+                rt.block_on(async move {
+                    let mut started_tx = Some(started_tx);
+                    let mut sent = 0usize;
+                    while ctx.progress(sent as f64 + 1.0, None, None).await {
+                        sent += 1;
+                        if sent == 3 {
+                            if let Some(tx) = started_tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                    }
+                    let _ = done_tx.send(sent);
+                })
+            });
+            let _ = started_rx.await;
+            Ok::<_, BoxError>(json!({"resultType": "complete"}))
+        }
+    });
+    let (mut peer, r, w) = pipe(1 << 20);
+    let served = tokio::spawn(StdioServer::new().serve(svc, r, w));
+    for i in 0..REQUESTS {
+        peer.request(
+            json!(i),
+            "tools/call",
+            json!({"_meta": {"progressToken": i}}),
+        )
+        .await;
+    }
+    let mut answered = std::collections::HashSet::new();
+    let mut late = Vec::new();
+    while answered.len() < REQUESTS {
+        let v = peer.recv().await.expect("stream ended early");
+        if v.get("method").is_some() {
+            let token = v["params"]["progressToken"].as_u64().unwrap();
+            if answered.contains(&token) {
+                late.push(v);
+            }
+        } else {
+            answered.insert(v["id"].as_u64().unwrap());
+        }
+    }
+    // Every reporter learns that its request is over, and stops.
+    for _ in 0..REQUESTS {
+        tokio::time::timeout(BOUND, done_rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // Whatever was still queued reaches the peer before the ping's answer.
+    for v in peer.sync(json!("s")).await {
+        if v.get("method").is_some() {
+            late.push(v);
+        }
+    }
+    assert!(
+        late.is_empty(),
+        "{} progress messages after their response, e.g. {}",
+        late.len(),
+        late[0]
+    );
+    peer.close().await;
+    served.await.unwrap().unwrap();
 }

@@ -125,6 +125,7 @@ impl Tools {
     /// * `hang {notify: bool}` — optionally sends a notification, then never answers;
     /// * `progress {steps, ms}` — progress every `ms`, then answers;
     /// * `quiet_then {ms}` — one `notifications/message`, then silence for `ms`, then answers;
+    /// * `give_up {notify: bool}` — optionally notifies, then ends as `Cancelled` on its own;
     /// * `wait_release` — waits until the test releases it.
     ///
     /// Every call spawns a watcher reporting when the token fires. Any other
@@ -208,6 +209,21 @@ impl Tools {
                     tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(1000)))
                         .await;
                     json!({"resultType": "complete"})
+                }
+                "give_up" => {
+                    // Ends as Cancelled on its own, optionally after a
+                    // notification (an SSE response); nobody cancelled it.
+                    if args["notify"].as_bool().unwrap_or(false) {
+                        ctx.notify(
+                            "notifications/message",
+                            &json!({"level": "info", "data": "trying"}),
+                        )
+                        .await;
+                    }
+                    probe.finished = true;
+                    return Err(Box::new(tower_mcp_cancel::Cancelled::new(
+                        CancelReason::Other("the handler gave up".into()),
+                    )));
                 }
                 "wait_release" => {
                     self.release.notified().await;
