@@ -109,39 +109,3 @@ impl fmt::Display for Cancelled {
 }
 
 impl std::error::Error for Cancelled {}
-
-/// What a server transport does with a failed call.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ServerAnswer {
-    /// Answer with this JSON-RPC error.
-    Error(ErrorObject),
-    /// Write nothing: the request was cancelled.
-    Nothing,
-}
-
-/// Maps a service error to what a server must answer.
-///
-/// [`Cancelled`] answers nothing; [`Elapsed`] and [`ErrorObject`] answer with
-/// an error; anything else is an internal error carrying its message.
-///
-/// ```
-/// use tower_mcp_cancel::{error::{server_answer, ServerAnswer}, CancelReason, Cancelled};
-///
-/// let e: tower_mcp_cancel::BoxError = Box::new(Cancelled::new(CancelReason::ClientDisconnected));
-/// assert_eq!(server_answer(&*e), ServerAnswer::Nothing);
-/// ```
-pub fn server_answer(error: &(dyn std::error::Error + 'static)) -> ServerAnswer {
-    if error.is::<Cancelled>() {
-        return ServerAnswer::Nothing;
-    }
-    if let Some(e) = error.downcast_ref::<Elapsed>() {
-        return ServerAnswer::Error(e.to_error_object());
-    }
-    if let Some(e) = error.downcast_ref::<ErrorObject>() {
-        return ServerAnswer::Error(e.clone());
-    }
-    ServerAnswer::Error(ErrorObject::new(
-        ErrorObject::INTERNAL_ERROR,
-        error.to_string(),
-    ))
-}

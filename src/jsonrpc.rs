@@ -603,8 +603,30 @@ pub struct ProgressParams {
     pub message: Option<String>,
 }
 
-/// Serializes a notification line (without the trailing newline).
-pub fn encode_notification<P: Serialize + ?Sized>(method: &str, params: &P) -> Vec<u8> {
+/// Serializes `value` as one line of JSON (without the trailing newline).
+///
+/// `serde_json` writes no whitespace of its own and escapes control
+/// characters inside strings, so the only line breaks its output can hold
+/// come from raw JSON passed through verbatim ([`RawValue`]: a client's raw
+/// params, a handler's raw result, a body forwarded from HTTP), where they
+/// are insignificant whitespace between tokens. They become spaces: every
+/// message is exactly one line, whatever its source.
+fn to_line<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
+    let mut bytes = serde_json::to_vec(value)?;
+    for b in bytes.iter_mut() {
+        if *b == b'\n' || *b == b'\r' {
+            *b = b' ';
+        }
+    }
+    Ok(bytes)
+}
+
+/// Serializes a notification line (without the trailing newline). Fails
+/// only when `params` cannot be serialized.
+pub fn encode_notification<P: Serialize + ?Sized>(
+    method: &str,
+    params: &P,
+) -> Result<Vec<u8>, serde_json::Error> {
     struct N<'a, P: ?Sized>(&'a str, &'a P);
     impl<P: Serialize + ?Sized> Serialize for N<'_, P> {
         fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -615,11 +637,15 @@ pub fn encode_notification<P: Serialize + ?Sized>(method: &str, params: &P) -> V
             m.end()
         }
     }
-    serde_json::to_vec(&N(method, params)).unwrap_or_default()
+    to_line(&N(method, params))
 }
 
 /// Serializes a request line (without the trailing newline).
-pub fn encode_request(id: &RequestId, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+pub fn encode_request(
+    id: &RequestId,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<Vec<u8>, serde_json::Error> {
     struct R<'a>(&'a RequestId, &'a str, Option<&'a RawValue>);
     impl Serialize for R<'_> {
         fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -633,12 +659,13 @@ pub fn encode_request(id: &RequestId, method: &str, params: Option<&RawValue>) -
             m.end()
         }
     }
-    serde_json::to_vec(&R(id, method, params)).unwrap_or_default()
+    to_line(&R(id, method, params))
 }
 
 /// Serializes a response line (without the trailing newline). `id: None`
 /// leaves the id out, for errors about requests whose id could not be read
-/// (the 2026-07-28 schema makes it optional on error responses).
+/// (the 2026-07-28 schema makes it optional on error responses). A result
+/// that cannot be serialized is answered with an internal error instead.
 pub fn encode_response<T: Serialize + ?Sized>(
     id: Option<&RequestId>,
     outcome: Result<&T, &ErrorObject>,
@@ -658,15 +685,19 @@ pub fn encode_response<T: Serialize + ?Sized>(
             m.end()
         }
     }
-    match serde_json::to_vec(&R(id, outcome)) {
+    match to_line(&R(id, outcome)) {
         Ok(v) => v,
         // A result that cannot be serialized becomes an internal error, never a panic.
         Err(e) => {
+            tracing::warn!(error = %e, "result not serializable; answered with an internal error");
             let err = ErrorObject::new(
                 ErrorObject::INTERNAL_ERROR,
                 format!("result not serializable: {e}"),
             );
-            serde_json::to_vec(&R::<()>(id, Err(&err))).unwrap_or_default()
+            // An id, a code and a message: this cannot fail.
+            to_line(&R::<()>(id, Err(&err))).unwrap_or_else(|_| {
+                br#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"Internal error"}}"#.to_vec()
+            })
         }
     }
 }
@@ -811,14 +842,30 @@ mod tests {
                 request_id: RequestId::from(1),
                 reason: Some("t".into()),
             },
-        );
+        )
+        .unwrap();
         assert!(Message::decode(&line).is_ok());
         assert!(!line.contains(&b'\n'));
-        let line = encode_request(&RequestId::from(0), "ping", None);
+        let line = encode_request(&RequestId::from(0), "ping", None).unwrap();
         assert!(matches!(
             Message::decode(&line).unwrap(),
             Message::Request(_)
         ));
+    }
+
+    #[test]
+    fn raw_json_is_written_on_one_line() {
+        let pretty = "{\r\n  \"text\": \"a\\nb\",\n  \"n\": [\n    1\n  ]\n}";
+        let raw = RawValue::from_string(pretty.to_owned()).unwrap();
+        let line = encode_request(&RequestId::from(1), "tools/call", Some(&raw)).unwrap();
+        assert!(!line.contains(&b'\n') && !line.contains(&b'\r'));
+        let Message::Request(r) = Message::decode(&line).unwrap() else {
+            panic!()
+        };
+        let v: serde_json::Value = serde_json::from_str(r.params.unwrap().get()).unwrap();
+        assert_eq!(v, serde_json::json!({"text": "a\nb", "n": [1]}));
+        let line = encode_response(Some(&RequestId::from(1)), Ok(&raw));
+        assert!(!line.contains(&b'\n'));
     }
 
     #[test]

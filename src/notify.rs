@@ -3,10 +3,10 @@
 //!
 //! A server transport gives each request a [`Notifier`] (in its extensions)
 //! that queues messages to that request's peer: the shared stdio writer, or
-//! the request's own SSE stream over HTTP. Every queued message carries the
-//! request's [`Cancellation`], and the writer drops it unsent if the request
-//! was cancelled by the time it would be written: nothing is ever written for
-//! a request after its cancel was processed.
+//! the request's own SSE stream over HTTP. Nothing is ever written for a
+//! request after its end: once its response is queued or it is cancelled,
+//! [`Notifier::notify`] refuses (and says so with `false`), and what was
+//! queued for a request that is then cancelled is dropped unsent.
 
 use std::fmt;
 
@@ -15,31 +15,21 @@ use tokio::sync::mpsc;
 
 use crate::jsonrpc::{self, ProgressParams, ProgressToken};
 use crate::progress::RecordOutcome;
+use crate::transport::call::outbox::{Outgoing, Scope};
 use crate::{Cancellation, ProgressTap, RequestView};
 
-/// One encoded message on its way to the peer (no trailing newline).
-#[derive(Debug)]
-pub struct Outgoing {
-    /// The JSON-RPC message.
-    pub bytes: Vec<u8>,
-    /// The request this message belongs to. The writer skips the message if
-    /// that request has been cancelled.
-    pub scope: Option<Cancellation>,
-}
-
-impl Outgoing {
-    /// Whether the message must still be written.
-    pub fn is_live(&self) -> bool {
-        !self.scope.as_ref().is_some_and(Cancellation::is_cancelled)
-    }
-}
-
 /// Sends notifications that belong to one request.
+///
+/// A server transport puts one in each request's extensions. Its messages
+/// go through the request's outgoing gate: once the request's response (or
+/// the teardown of a listen stream) is queued, or the request is
+/// cancelled, nothing more of it is queued, whichever task sends it, and
+/// messages still queued for a cancelled request are dropped unsent.
 #[derive(Clone)]
 pub struct Notifier {
     tx: mpsc::Sender<Outgoing>,
     progress_token: Option<ProgressToken>,
-    cancellation: Cancellation,
+    scope: Scope,
 }
 
 impl fmt::Debug for Notifier {
@@ -53,15 +43,15 @@ impl fmt::Debug for Notifier {
 impl Notifier {
     /// A notifier for one request. `progress_token` is the token the peer sent
     /// (progress is only sent for a token the peer provided).
-    pub fn new(
+    pub(crate) fn new(
         tx: mpsc::Sender<Outgoing>,
         progress_token: Option<ProgressToken>,
-        cancellation: Cancellation,
+        scope: Scope,
     ) -> Self {
         Self {
             tx,
             progress_token,
-            cancellation,
+            scope,
         }
     }
 
@@ -70,25 +60,39 @@ impl Notifier {
         self.progress_token.as_ref()
     }
 
-    /// Queues a notification for this request, waiting for queue space (a
-    /// slow peer slows the handler instead of growing memory). Returns
-    /// `false` without sending once the request has ended or the connection
-    /// is gone.
-    pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
-        if self.cancellation.is_finished() {
-            return false;
-        }
-        let bytes = jsonrpc::encode_notification(method, params);
-        self.tx
-            .send(Outgoing {
-                bytes,
-                scope: Some(self.cancellation.clone()),
-            })
-            .await
-            .is_ok()
+    /// The request's cancellation.
+    pub fn cancellation(&self) -> &Cancellation {
+        self.scope.cancellation()
     }
 
-    /// Sends `notifications/progress` if the peer asked for progress.
+    /// Queues a notification for this request, waiting for queue space (a
+    /// slow peer slows the handler instead of growing memory).
+    ///
+    /// Returns `true` if the message was queued ahead of the request's end:
+    /// it reaches the peer unless the request is cancelled before the
+    /// writer gets to it. Returns `false`, and sends nothing, once the
+    /// request is over (answered or cancelled) or the connection is gone —
+    /// a reporter should stop then — and when `params` cannot be
+    /// serialized (logged at `warn`).
+    pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
+        if !self.scope.is_open() {
+            return false;
+        }
+        let bytes = match jsonrpc::encode_notification(method, params) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(method, error = %e, "notification not sent: its params cannot be serialized");
+                return false;
+            }
+        };
+        match self.tx.reserve().await {
+            Ok(permit) => self.scope.send(permit, bytes),
+            Err(_) => false,
+        }
+    }
+
+    /// Sends `notifications/progress` if the peer asked for progress; see
+    /// [`notify`](Self::notify) for what the result means.
     pub async fn progress(
         &self,
         progress: f64,

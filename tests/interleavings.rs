@@ -38,7 +38,6 @@ use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::progress::RecordOutcome;
 use tower_mcp_cancel::test_util::{DropGuard, DropProbe};
-use tower_mcp_cancel::transport::dispatch;
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{
     CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, Limit, McpRequest,
@@ -361,13 +360,6 @@ async fn layer_schedule(ops: Vec<LayerOp>) -> Result<(), TestCaseError> {
                 let join = tokio::spawn(async move {
                     let out = fut.await;
                     let seen = classify(&out);
-                    // What a server transport writes for it.
-                    let written = dispatch::answer(&RequestId::from(n as i64), out).is_some();
-                    assert_eq!(
-                        written,
-                        seen != Seen::Cancelled,
-                        "{seen:?} written={written}"
-                    );
                     outs.lock().unwrap().entry(n).or_default().push(seen);
                     drop(guard);
                 });

@@ -373,23 +373,6 @@ async fn string_and_integer_ids_are_different_requests_and_zero_is_an_id() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn duplicate_in_flight_id_is_an_error_and_the_first_keeps_running() {
-    let mut h = start();
-    h.peer.request(json!(3), "hang", json!({})).await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Started("3".into()));
-    h.peer.request(json!(3), "echo", json!({})).await;
-    let v = h.peer.recv().await.unwrap();
-    assert_eq!(
-        (v["id"].clone(), v["error"]["code"].clone()),
-        (json!(3), json!(-32600))
-    );
-    h.peer.cancel(json!(3), "stop").await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("3".into()));
-    h.peer.close().await;
-    h.served.await.unwrap().unwrap();
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_server_side_deadline_is_answered_and_a_panic_is_an_internal_error() {
     let mut h = start_with(
         StdioServer::new(),
@@ -699,5 +682,31 @@ async fn no_message_for_a_request_after_its_response() {
         late[0]
     );
     peer.close().await;
+    served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn raw_params_from_a_client_are_sent_on_one_line() {
+    use serde_json::value::RawValue;
+    use tower::ServiceExt;
+    use tower_mcp_cancel::transport::stdio::StdioClient;
+    // What an HTTP-to-stdio gateway forwards: a body as the client wrote it.
+    let body = "{\n  \"name\": \"echo\",\n  \"arguments\": {\"text\": \"a\\nb\"}\n}";
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server_io);
+    let (cr, cw) = tokio::io::split(client_io);
+    let echo = service_fn(|req: McpRequest| async move {
+        Ok::<_, BoxError>(json!({ "params": req.params_as::<Value>()? }))
+    });
+    let served = tokio::spawn(StdioServer::new().serve(echo, sr, sw));
+    let client = StdioClient::new(cr, cw);
+    let mut req = McpRequest::new(1, "tools/call");
+    req.set_raw_params(Some(RawValue::from_string(body.into()).unwrap()));
+    let res = tokio::time::timeout(BOUND, client.clone().oneshot(req))
+        .await
+        .expect("no answer: the server could not read the request")
+        .unwrap();
+    assert_eq!(res["params"]["arguments"]["text"], "a\nb");
+    client.shutdown().await.unwrap();
     served.await.unwrap().unwrap();
 }

@@ -1,6 +1,6 @@
-//! Transports: what both share ([`dispatch`]), stdio, and Streamable HTTP.
+//! Transports: stdio and Streamable HTTP, on one request lifecycle.
 
-pub mod dispatch;
+pub(crate) mod call;
 #[cfg(feature = "stdio")]
 pub mod stdio;
 

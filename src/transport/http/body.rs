@@ -1,12 +1,12 @@
 //! The response side of one MCP request over HTTP: the [`Exchange`] that owns
-//! the handler future (first inside the response future, then inside the SSE
+//! the request's call (first inside the response future, then inside the SSE
 //! body), and [`ResponseBody`], the body type of the server adapter.
 //!
-//! Dropping an [`Exchange`] before it produced the final response drops the
-//! handler future and fires its [`Cancellation`] with
-//! [`CancelReason::ClientDisconnected`](crate::CancelReason::ClientDisconnected)
-//! — unless the request is a legacy one whose disconnect does not cancel, in
-//! which case the handler is detached and runs to its end, answered to nobody.
+//! Dropping an [`Exchange`] before the call ended drops the handler future
+//! and fires its [`Cancellation`](crate::Cancellation) with
+//! [`CancelReason::ClientDisconnected`] — unless the request is a legacy one
+//! whose disconnect does not cancel, in which case the call is detached and
+//! runs to its end, answered to nobody.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,49 +23,35 @@ use sse_stream::{KeepAlive, Sse, SseBody, Timer};
 use tokio::sync::mpsc;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use crate::cancel::{with_drop_reason, DisconnectGuard};
 use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
-use crate::notify::Outgoing;
-use crate::transport::dispatch;
-use crate::{CancelReason, Cancellation};
+use crate::transport::call::outbox::{Outgoing, Scope};
+use crate::transport::call::server::Ending;
+use crate::CancelReason;
 
-/// The boxed outcome of the MCP stack for one request: the encoded answer,
-/// or `None` when nothing must be written (the request was cancelled).
-pub(crate) type CallFuture = Pin<Box<dyn Future<Output = CallOutcome> + Send>>;
-
-/// What a finished call produced.
-pub(crate) struct CallOutcome {
-    /// The encoded response (`None`: write nothing).
-    pub(crate) bytes: Option<Vec<u8>>,
-    /// The JSON-RPC error code, when the answer is an error.
-    pub(crate) error_code: Option<i64>,
-}
+/// One request's call, from [`call::server::run`](crate::transport::call::server::run).
+pub(crate) type CallFuture = Pin<Box<dyn Future<Output = Ending> + Send>>;
 
 /// What the first poll phase of an exchange yields.
 pub(crate) enum First {
-    /// The call finished before any notification: answer with JSON.
-    Done(CallOutcome),
+    /// The call ended before any notification: answer with JSON (or a
+    /// status, for nothing).
+    Done(Ending),
     /// A notification came first: switch to SSE, starting with it.
     Stream,
 }
 
-/// One request's handler future, its notification queue, and its guard.
+/// One request's call, its notification queue, and its outgoing gate.
 pub(crate) struct Exchange {
-    // Field order matters: on drop the handler future goes first, then the
-    // guard fires the token (see `Drop`).
-    fut: Option<CallFuture>,
-    guard: Option<DisconnectGuard>,
+    call: Option<CallFuture>,
     rx: mpsc::Receiver<Outgoing>,
-    cancellation: Cancellation,
+    scope: Scope,
     id: RequestId,
-    /// The server-wide shutdown signal: it cancels the request (a listen
-    /// stream gets its graceful result).
+    /// The server-wide shutdown signal: it cancels the request.
     shutdown: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
-    is_listen: bool,
     /// A notification taken in the first phase, to send first.
     front: Option<Vec<u8>>,
-    /// The final response, once produced, waiting for queued notifications.
+    /// The final message, once the call ended, after the queued ones.
     last: Option<Vec<u8>>,
     done: bool,
     /// A legacy request whose disconnect must not cancel: detach on drop.
@@ -74,94 +60,68 @@ pub(crate) struct Exchange {
 
 impl Exchange {
     pub(crate) fn new(
-        fut: CallFuture,
+        call: CallFuture,
         rx: mpsc::Receiver<Outgoing>,
-        cancellation: Cancellation,
-        guard: Option<DisconnectGuard>,
+        scope: Scope,
         id: RequestId,
         shutdown: Option<tokio_util::sync::CancellationToken>,
-        is_listen: bool,
+        detach_on_drop: bool,
     ) -> Self {
         Self {
-            is_listen,
-            fut: Some(fut),
-            detach_on_drop: guard.is_none(),
-            guard,
+            call: Some(call),
             rx,
-            cancellation,
+            scope,
             id,
             shutdown: shutdown.map(|t| Box::pin(t.cancelled_owned())),
             front: None,
             last: None,
             done: false,
+            detach_on_drop,
         }
     }
 
-    fn finish(&mut self) {
-        self.fut = None;
-        match self.guard.take() {
-            Some(g) => g.complete(),
-            None => {
-                self.cancellation.complete();
-            }
-        }
-    }
-
-    /// Polls the handler (and shutdown); `Ready` once the final answer is
-    /// known (stored in `last`, or `None` for nothing).
-    fn poll_call(&mut self, cx: &mut Context<'_>) -> Poll<CallOutcome> {
+    /// Polls the call (and shutdown); `Ready` once it ended. The request's
+    /// gate is closed then, so every message of it is already queued.
+    fn poll_call(&mut self, cx: &mut Context<'_>) -> Poll<Ending> {
         if let Some(shutdown) = self.shutdown.as_mut() {
-            if self.fut.is_some() && shutdown.as_mut().poll(cx).is_ready() {
-                // The server shuts down: drop the handler with that reason.
-                // A listen stream then gets its graceful result; any other
-                // request gets nothing (the response ends without an answer).
+            if shutdown.as_mut().poll(cx).is_ready() {
+                // The call sees the cancel first thing and ends as the
+                // lifecycle says (a listen stream: its graceful result).
                 self.shutdown = None;
-                let reason = CancelReason::Shutdown;
-                self.cancellation.cancel(reason.clone());
-                let fut = self.fut.take();
-                with_drop_reason(&reason, move || drop(fut));
-                if let Some(mut g) = self.guard.take() {
-                    g.disarm();
-                }
-                if !self.is_listen {
-                    tracing::info!(request_id = %self.id, %reason, "request cancelled: server shutting down");
-                    return Poll::Ready(CallOutcome {
-                        bytes: None,
-                        error_code: None,
-                    });
-                }
-                tracing::info!(request_id = %self.id, "server shutting down: subscriptions/listen ended gracefully");
-                let result = dispatch::listen_result(&self.id, serde_json::json!({}));
-                return Poll::Ready(CallOutcome {
-                    bytes: Some(crate::jsonrpc::encode_response(Some(&self.id), Ok(&result))),
-                    error_code: None,
-                });
+                self.scope.cancellation().cancel(CancelReason::Shutdown);
             }
         }
-        let Some(fut) = self.fut.as_mut() else {
-            return Poll::Ready(CallOutcome {
-                bytes: None,
-                error_code: None,
-            });
+        let Some(call) = self.call.as_mut() else {
+            return Poll::Ready(Ending::Silent(CancelReason::ClientDisconnected));
         };
-        match fut.as_mut().poll(cx) {
-            Poll::Ready(out) => {
-                self.finish();
-                Poll::Ready(out)
-            }
-            Poll::Pending => Poll::Pending,
-        }
+        let ending = std::task::ready!(call.as_mut().poll(cx));
+        self.call = None;
+        self.scope.end();
+        // Senders waiting for queue space learn that the request is over.
+        self.rx.close();
+        Poll::Ready(ending)
     }
 
     fn next_notification(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<u8>>> {
         loop {
-            match self.rx.poll_recv(cx) {
-                Poll::Ready(Some(msg)) if msg.is_live() => return Poll::Ready(Some(msg.bytes)),
-                Poll::Ready(Some(_)) => continue,
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
+            match std::task::ready!(self.rx.poll_recv(cx)) {
+                Some(msg) => match msg.into_live_bytes() {
+                    Some(bytes) => return Poll::Ready(Some(bytes)),
+                    None => continue,
+                },
+                None => return Poll::Ready(None),
             }
         }
+    }
+
+    /// A notification queued before the call ended, without waiting.
+    fn queued_notification(&mut self) -> Option<Vec<u8>> {
+        while let Ok(msg) = self.rx.try_recv() {
+            if let Some(bytes) = msg.into_live_bytes() {
+                return Some(bytes);
+            }
+        }
+        None
     }
 
     /// The first phase, inside the response future.
@@ -170,26 +130,15 @@ impl Exchange {
             self.front = Some(n);
             return Poll::Ready(First::Stream);
         }
-        match self.poll_call(cx) {
-            Poll::Ready(out) => {
-                // Notifications queued before the answer still go first.
-                while let Ok(msg) = self.rx.try_recv() {
-                    if msg.is_live() {
-                        self.front = Some(msg.bytes);
-                        self.last = out.bytes;
-                        return Poll::Ready(First::Stream);
-                    }
-                }
-                self.done = true;
-                Poll::Ready(First::Done(out))
-            }
-            Poll::Pending => Poll::Pending,
+        let ending = std::task::ready!(self.poll_call(cx));
+        // Notifications queued before the end still go first.
+        if let Some(n) = self.queued_notification() {
+            self.front = Some(n);
+            self.last = last_message(ending);
+            return Poll::Ready(First::Stream);
         }
-    }
-
-    /// Whether the handler has finished (answer produced, or nothing to answer).
-    pub(crate) fn call_finished(&self) -> bool {
-        self.fut.is_none()
+        self.done = true;
+        Poll::Ready(First::Done(ending))
     }
 
     /// The request's id.
@@ -198,63 +147,64 @@ impl Exchange {
     }
 }
 
+/// What an SSE stream sends last: the response, or nothing (a listen torn
+/// down by the server, or a request the transport cancelled: the stream
+/// just ends).
+fn last_message(ending: Ending) -> Option<Vec<u8>> {
+    match ending {
+        Ending::Respond { bytes, .. } => Some(bytes),
+        Ending::TearDown(_) | Ending::Silent(_) => None,
+    }
+}
+
 impl Stream for Exchange {
     type Item = Result<Sse, Infallible>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
-        }
-        if let Some(front) = this.front.take() {
-            return Poll::Ready(Some(Ok(event(front))));
-        }
-        if this.call_finished() {
-            // Drain what was queued before the answer, then the answer.
-            while let Ok(msg) = this.rx.try_recv() {
-                if msg.is_live() {
-                    return Poll::Ready(Some(Ok(event(msg.bytes))));
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if let Some(front) = this.front.take() {
+                return Poll::Ready(Some(Ok(event(front))));
+            }
+            if this.call.is_none() {
+                // Drain what was queued before the end, then the answer.
+                if let Some(n) = this.queued_notification() {
+                    return Poll::Ready(Some(Ok(event(n))));
                 }
+                this.done = true;
+                return Poll::Ready(this.last.take().map(|b| Ok(event(b))));
             }
-            this.done = true;
-            return Poll::Ready(this.last.take().map(|b| Ok(event(b))));
-        }
-        if let Poll::Ready(Some(n)) = this.next_notification(cx) {
-            return Poll::Ready(Some(Ok(event(n))));
-        }
-        match this.poll_call(cx) {
-            Poll::Ready(out) => {
-                this.last = out.bytes;
-                // Loop once more through the drain branch.
-                Pin::new(this).poll_next(cx)
+            if let Poll::Ready(Some(n)) = this.next_notification(cx) {
+                return Poll::Ready(Some(Ok(event(n))));
             }
-            Poll::Pending => Poll::Pending,
+            let ending = std::task::ready!(this.poll_call(cx));
+            this.last = last_message(ending);
         }
     }
 }
 
 impl Drop for Exchange {
     fn drop(&mut self) {
-        let Some(fut) = self.fut.take() else { return };
+        let Some(call) = self.call.take() else { return };
         if self.detach_on_drop {
             // Legacy request (2025-xx): disconnection is not cancellation.
             // Let the handler run to its end; its answer goes nowhere.
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => {
-                    tracing::info!(request_id = %self.id, "legacy client disconnected; handler left running (disconnect is not cancellation before 2026-07-28)");
-                    let cancellation = self.cancellation.clone();
-                    handle.spawn(async move {
-                        let _ = fut.await;
-                        cancellation.complete();
-                    });
-                }
-                Err(_) => drop(fut),
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                tracing::info!(request_id = %self.id, "legacy client disconnected; handler left running (disconnect is not cancellation before 2026-07-28)");
+                let scope = self.scope.clone();
+                handle.spawn(async move {
+                    let _ = call.await;
+                    scope.end();
+                });
+                return;
             }
-            return;
         }
-        // The handler future first, then the guard fires the token and logs.
-        drop(fut);
-        drop(self.guard.take());
+        // Dropping the call drops the handler, then fires its token.
+        drop(call);
+        self.scope.end();
     }
 }
 

@@ -548,7 +548,8 @@ fn prepare(
     };
     let params = serde_json::value::to_raw_value(&obj)
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
-    let body = jsonrpc::encode_request(id, method, Some(&params));
+    let body = jsonrpc::encode_request(id, method, Some(&params))
+        .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
 
     let invalid =
         |what: &str| HttpClientError::InvalidRequest(format!("{what} is not a valid header value"));

@@ -60,8 +60,9 @@
 //!    [`sse_after`](StreamableHttpService::sse_after) (10 s by default) gets
 //!    the SSE shape too — a `:` comment at once, keep-alives, then its
 //!    answer — so that an idle proxy does not cut a long quiet call. A call
-//!    that ends with [`Cancelled`](crate::Cancelled) answers `204` with no
-//!    body.
+//!    that ends with [`Cancelled`](crate::Cancelled) on its own (nobody
+//!    cancelled the request) is answered with a `-32603` error like any
+//!    other failure.
 //! 5. `subscriptions/listen` streams at once and stays open until the handler
 //!    ends (its result, with the subscription id added, closes the stream),
 //!    the client closes it (the handler is dropped, token fired), or the
@@ -103,17 +104,16 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::cancel::DisconnectGuard;
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, Message, SUBSCRIPTIONS_LISTEN};
-use crate::transport::dispatch;
+use crate::transport::call::outbox::Scope;
+use crate::transport::call::server::{self as call, Ending};
 use crate::{CancelReason, Cancellation, McpRequest};
 
-use super::body::{CallFuture, CallOutcome, Exchange, First, ResponseBody};
+use super::body::{Exchange, First, ResponseBody};
 use super::param_headers::ToolHeaderMap;
 use super::validation::{
     check_accept, check_content_type, check_param_headers, check_request_headers,
@@ -633,57 +633,36 @@ where
 
     // The call.
     let id = raw.id.clone();
-    let method = raw.method.clone();
-    let is_listen = method == SUBSCRIPTIONS_LISTEN;
+    let is_listen = raw.method == SUBSCRIPTIONS_LISTEN;
     let cancellation = parts
         .extensions
         .get::<Cancellation>()
         .cloned()
         .unwrap_or_default();
+    let scope = Scope::new(cancellation);
     let (tx, rx) = mpsc::channel(config.queue);
-    let mut mcp = dispatch::prepare(raw, cancellation.clone(), tx);
+    let mut mcp = call::prepare(raw, &scope, tx);
     let mut extensions = parts.extensions;
     extensions.extend(std::mem::take(mcp.extensions_mut()));
     extensions.insert(parts.headers);
     *mcp.extensions_mut() = extensions;
 
     let cancel_on_disconnect = !legacy || config.legacy == LegacyRequests::ServeCancelOnDisconnect;
-    let guard = cancel_on_disconnect.then(|| {
-        DisconnectGuard::new(cancellation.clone(), Some(id.clone()), Some(method.clone()))
-    });
-    tracing::debug!(request_id = %id, ?method, legacy, assumed_version = assumed, "MCP request over HTTP");
-
-    let answer_id = id.clone();
-    let call: CallFuture = Box::pin(async move {
-        let out: Result<S::Response, BoxError> = inner.oneshot(mcp).await.map_err(Into::into);
-        let error_code = out
-            .as_ref()
-            .err()
-            .and_then(|e| match crate::error::server_answer(&**e) {
-                crate::error::ServerAnswer::Error(err) => Some(err.code),
-                crate::error::ServerAnswer::Nothing => None,
-            });
-        let bytes = if is_listen {
-            let out = out.and_then(|r| {
-                serde_json::to_value(r)
-                    .map(|v| dispatch::listen_result(&answer_id, v))
-                    .map_err(Into::into)
-            });
-            dispatch::answer(&answer_id, out)
-        } else {
-            dispatch::answer(&answer_id, out)
-        };
-        CallOutcome { bytes, error_code }
-    });
-    let shutdown = config.shutdown.clone();
-    let mut exchange = Exchange::new(
-        call,
-        rx,
-        cancellation.clone(),
-        guard,
-        id,
-        shutdown,
+    tracing::debug!(request_id = %id, method = ?mcp.method(), legacy, assumed_version = assumed, "MCP request over HTTP");
+    let call = call::run(
+        inner,
+        mcp,
+        id.clone(),
+        scope.cancellation().clone(),
         is_listen,
+    );
+    let mut exchange = Exchange::new(
+        Box::pin(call),
+        rx,
+        scope,
+        id,
+        config.shutdown.clone(),
+        !cancel_on_disconnect,
     );
     if is_listen {
         return Ok(sse_response(exchange, config.keep_alive));
@@ -709,31 +688,25 @@ where
         res.body_mut().comment_first();
         return Ok(res);
     };
-    match first {
-        First::Stream => Ok(sse_response(exchange, config.keep_alive)),
-        First::Done(CallOutcome {
-            bytes: None,
-            error_code: _,
-        }) if cancellation.reason() == Some(&CancelReason::Shutdown) => {
-            Ok(plain(StatusCode::SERVICE_UNAVAILABLE))
-        }
-        First::Done(CallOutcome {
-            bytes: None,
-            error_code: _,
-        }) => Ok(plain(StatusCode::NO_CONTENT)),
-        First::Done(CallOutcome {
-            bytes: Some(bytes),
-            error_code,
-        }) => {
+    Ok(match first {
+        First::Stream => sse_response(exchange, config.keep_alive),
+        First::Done(Ending::Respond { bytes, error_code }) => {
             let mut res = Response::new(ResponseBody::full(bytes));
             *res.status_mut() = status_for(error_code);
             res.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            Ok(res)
+            res
         }
-    }
+        First::Done(Ending::Silent(CancelReason::Shutdown)) => {
+            plain(StatusCode::SERVICE_UNAVAILABLE)
+        }
+        // Only a listen stream is torn down, and it always streams; a
+        // request cancelled otherwise (its own cancellation fired with a
+        // transport reason) has nothing to say.
+        First::Done(Ending::TearDown(_) | Ending::Silent(_)) => plain(StatusCode::NO_CONTENT),
+    })
 }
 
 fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {

@@ -195,7 +195,7 @@ impl Rejection {
     pub fn into_response(self) -> Response<Full<Bytes>> {
         let body = match &self.id {
             Some(id) => jsonrpc::encode_response::<()>(Some(id), Err(&self.error)),
-            None => crate::transport::dispatch::encode_error_without_id(&self.error),
+            None => crate::transport::call::server::encode_error_without_id(&self.error),
         };
         let mut res = Response::new(Full::new(Bytes::from(body)));
         *res.status_mut() = self.status;

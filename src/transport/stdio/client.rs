@@ -17,7 +17,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
 use tower::Service;
 
-use super::framing::{Frame, LineReader};
+use super::framing::{write_line, Frame, LineReader};
 use super::server::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
 use crate::cancel::current_drop_reason;
 use crate::error::BoxError;
@@ -399,7 +399,7 @@ impl StdioClient {
         if self.is_closed() {
             return Err(closed_error("client is closed"));
         }
-        let line = jsonrpc::encode_notification(method, params);
+        let line = jsonrpc::encode_notification(method, params)?;
         self.shared
             .ctl
             .send(Control::Line(line))
@@ -494,7 +494,7 @@ impl StdioClient {
             done: false,
         };
         let params = req.wire_params()?;
-        let bytes = jsonrpc::encode_request(&id, req.method(), params.as_deref());
+        let bytes = jsonrpc::encode_request(&id, req.method(), params.as_deref())?;
         Ok((guard, rx, bytes))
     }
 }
@@ -530,6 +530,8 @@ impl Drop for Guard {
                 reason: Some(reason.to_string()),
             },
         );
+        // An id and a string: the encoding cannot fail.
+        let Ok(line) = line else { return };
         if self.shared.ctl.send(Control::Line(line)).is_err() {
             tracing::debug!(request_id = %self.id, "connection gone; cancellation not sent");
         }
@@ -628,11 +630,6 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     if let Err(e) = res {
         tracing::debug!(error = %e, "stdio client writer stopped");
     }
-}
-
-async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> io::Result<()> {
-    w.write_all(line).await?;
-    w.write_all(b"\n").await
 }
 
 async fn read_loop<R: tokio::io::AsyncBufRead + Unpin>(

@@ -2,7 +2,15 @@
 
 use std::io;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Writes one message and its newline. The message is one line already:
+/// the `jsonrpc::encode_*` functions never produce a line break.
+pub(crate) async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> io::Result<()> {
+    debug_assert!(!line.contains(&b'\n'), "a message must be one line");
+    w.write_all(line).await?;
+    w.write_all(b"\n").await
+}
 
 /// One frame read off the stream.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,28 +1,23 @@
 //! The stdio server driver: [`StdioServer`], [`serve`], [`serve_stdio`].
 
-use std::future::{poll_fn, Future};
+use std::future::Future;
 use std::io;
-use std::panic::AssertUnwindSafe;
 use std::pin::pin;
-use std::task::Poll;
 
-use futures_util::FutureExt;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
-use super::framing::{Frame, LineReader};
-use crate::cancel::{drop_with_reason, CancelOutcome, InFlightGuard};
+use super::framing::{write_line, Frame, LineReader};
+use crate::cancel::{CancelOutcome, InFlightGuard};
 use crate::error::BoxError;
-use crate::jsonrpc::{
-    self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest, RequestId,
-};
-use crate::notify::Outgoing;
-use crate::transport::dispatch;
-use crate::{CancelReason, Cancelled, InFlight, McpRequest};
+use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest};
+use crate::transport::call::outbox::{Outgoing, Scope};
+use crate::transport::call::server::{self as call, encode_error_without_id, Ending};
+use crate::{CancelReason, InFlight, McpRequest};
 
 /// The default maximum size of one incoming line: 4 MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
@@ -171,7 +166,7 @@ impl StdioServer {
                                 self.max_line_bytes
                             ),
                         );
-                        conn.send(dispatch::encode_error_without_id(&err)).await;
+                        conn.send(encode_error_without_id(&err)).await;
                     }
                     Ok(Some(Frame::Line(line))) => conn.on_line(&line, &mut service, &mut tasks).await,
                 },
@@ -254,7 +249,7 @@ impl Connection {
     /// Queues a message that belongs to no request (or must be written
     /// regardless of its request's state).
     async fn send(&self, bytes: Vec<u8>) {
-        let _ = self.tx.send(Outgoing { bytes, scope: None }).await;
+        let _ = self.tx.send(Outgoing::unscoped(bytes)).await;
     }
 
     async fn on_line<S>(&self, line: &[u8], service: &mut S, tasks: &mut JoinSet<()>)
@@ -283,7 +278,7 @@ impl Connection {
                     Some(id) if !self.in_flight.contains(id) => {
                         jsonrpc::encode_response::<()>(Some(id), Err(&err))
                     }
-                    _ => dispatch::encode_error_without_id(&err),
+                    _ => encode_error_without_id(&err),
                 };
                 self.send(bytes).await;
             }
@@ -324,7 +319,9 @@ impl Connection {
         S::Future: Send + 'static,
     {
         let id = raw.id.clone();
-        if self.in_flight.len() >= self.max_in_flight {
+        // A request whose id is in flight is refused without that id: an
+        // answer carrying it would look like the running request's answer.
+        if self.in_flight.len() >= self.max_in_flight && !self.in_flight.contains(&id) {
             tracing::debug!(request_id = %id, max = self.max_in_flight, "request refused: too many in flight");
             let err = ErrorObject::new(
                 ErrorObject::INTERNAL_ERROR,
@@ -343,151 +340,57 @@ impl Connection {
         {
             Ok(g) => g,
             Err(dup) => {
-                tracing::debug!(request_id = %id, "duplicate in-flight id answered with an error");
+                tracing::warn!(request_id = %id, "request with an id already in flight answered without an id");
                 let err = ErrorObject::new(
                     ErrorObject::INVALID_REQUEST,
                     format!("Invalid Request: {dup}"),
                 );
-                self.send(jsonrpc::encode_response::<()>(Some(&id), Err(&err)))
-                    .await;
+                self.send(encode_error_without_id(&err)).await;
                 return;
             }
         };
         let is_listen = raw.method == jsonrpc::SUBSCRIPTIONS_LISTEN;
-        let req = dispatch::prepare(raw, guard.cancellation().clone(), self.tx.clone());
-        let task = run_request(service.clone(), req, guard, is_listen, self.tx.clone());
-        tasks.spawn(task);
+        let scope = Scope::new(guard.cancellation().clone());
+        let req = call::prepare(raw, &scope, self.tx.clone());
+        let call = call::run(
+            service.clone(),
+            req,
+            id,
+            scope.cancellation().clone(),
+            is_listen,
+        );
+        tasks.spawn(finish_request(call, scope, guard, self.tx.clone()));
     }
 }
 
-/// Whether the driver itself cancelled the request (so the peer must hear
-/// nothing more of it), as opposed to a layer inside the stack (its own
-/// deadline), whose error is still answered.
-fn cancelled_by_transport(reason: &CancelReason) -> bool {
-    matches!(
-        reason,
-        CancelReason::Peer(_) | CancelReason::TransportClosed | CancelReason::Shutdown
-    )
-}
-
-async fn run_request<S>(
-    mut service: S,
-    req: McpRequest,
+/// Awaits one request's end and writes it: its response (or the teardown
+/// of a listen stream) closes the request's scope as it is queued, so
+/// nothing of the request can follow it; a request the transport cancelled
+/// gets nothing. The registry entry goes last, so that the id cannot be
+/// reused before its answer is queued.
+async fn finish_request(
+    call: impl Future<Output = Ending>,
+    scope: Scope,
     guard: InFlightGuard,
-    is_listen: bool,
     tx: mpsc::Sender<Outgoing>,
-) where
-    S: Service<McpRequest> + Send + 'static,
-    S::Response: Serialize + Send + 'static,
-    S::Error: Into<BoxError> + Send + 'static,
-    S::Future: Send + 'static,
-{
-    let id = guard.id().clone();
-    let cancellation = guard.cancellation().clone();
-    let call = async move {
-        service.ready().await.map_err(Into::into)?;
-        service.call(req).await.map_err(Into::into)
+) {
+    let last = match call.await {
+        Ending::Respond { bytes, .. } => Some(bytes),
+        Ending::TearDown(reason) => jsonrpc::encode_notification(
+            jsonrpc::CANCELLED,
+            &CancelledParams {
+                request_id: guard.id().clone(),
+                reason: Some(reason),
+            },
+        )
+        .ok(),
+        Ending::Silent(_) => None,
     };
-    let mut call = Some(Box::pin(AssertUnwindSafe(call).catch_unwind()));
-    let mut cancelled = pin!(cancellation.cancelled());
-    // The cancel is checked first: once it is seen the service future is
-    // never polled again, and it is dropped right here, in this task.
-    let raced = poll_fn(|cx| {
-        if let Poll::Ready(reason) = cancelled.as_mut().poll(cx) {
-            return Poll::Ready(Err(reason));
-        }
-        match call.as_mut() {
-            Some(f) => f.as_mut().poll(cx).map(Ok),
-            None => Poll::Pending,
-        }
-    })
-    .await;
-    let outcome: Result<S::Response, BoxError> = match raced {
-        Err(reason) => {
-            drop_with_reason(&reason, call.take());
-            Err(Box::new(Cancelled::new(reason)))
-        }
-        Ok(Ok(out)) => {
-            call = None;
-            out
-        }
-        Ok(Err(_panic)) => {
-            call = None;
-            tracing::error!(request_id = %id, "handler panicked");
-            Err(Box::new(ErrorObject::new(
-                ErrorObject::INTERNAL_ERROR,
-                "Internal error: handler panicked",
-            )))
-        }
-    };
-    drop(call);
-    // First of complete/cancel wins; afterwards the state is settled.
-    cancellation.complete();
-    let msg = match cancellation.reason() {
-        Some(reason) if cancelled_by_transport(reason) => {
-            tracing::debug!(request_id = %id, %reason, "request cancelled; nothing written for it");
-            if is_listen && *reason == CancelReason::Shutdown {
-                // The server ends the subscription: graceful result.
-                let result = dispatch::listen_result(&id, serde_json::json!({}));
-                Some(jsonrpc::encode_response(Some(&id), Ok(&result)))
-            } else {
-                None
-            }
-        }
-        // Cancelled from inside the stack (e.g. a server-side deadline): the
-        // client still waits for an answer. Unscoped, as its scope is cancelled.
-        Some(reason) => answer_for(&id, is_listen, outcome, Some(reason)),
-        None => answer_for(&id, is_listen, outcome, None),
-    };
-    if let Some(bytes) = msg {
-        let _ = tx.send(Outgoing { bytes, scope: None }).await;
+    match last {
+        Some(bytes) => scope.end_with(tx.reserve().await.ok(), Some(bytes)),
+        None => scope.end(),
     }
     drop(guard);
-}
-
-/// The message to write for a request that was not cancelled by the
-/// transport.
-fn answer_for<T: Serialize>(
-    id: &RequestId,
-    is_listen: bool,
-    outcome: Result<T, BoxError>,
-    internal: Option<&CancelReason>,
-) -> Option<Vec<u8>> {
-    match (is_listen, outcome) {
-        (true, Ok(result)) => {
-            let value = serde_json::to_value(&result).unwrap_or_default();
-            let result = dispatch::listen_result(id, value);
-            Some(jsonrpc::encode_response(Some(id), Ok(&result)))
-        }
-        (true, Err(e)) if e.is::<Cancelled>() => {
-            // The server tore the stream down without a result: the one case
-            // in which a server sends notifications/cancelled.
-            let reason = e
-                .downcast_ref::<Cancelled>()
-                .map(|c| c.reason().to_string());
-            tracing::info!(request_id = %id, reason = reason.as_deref(), "subscription torn down by the server");
-            Some(jsonrpc::encode_notification(
-                jsonrpc::CANCELLED,
-                &CancelledParams {
-                    request_id: id.clone(),
-                    reason,
-                },
-            ))
-        }
-        (_, Err(e)) if e.is::<Cancelled>() => match internal {
-            // Cancelled by a layer inside the stack: answer, do not leave
-            // the client waiting.
-            Some(reason) => {
-                let err = ErrorObject::new(
-                    ErrorObject::INTERNAL_ERROR,
-                    format!("request cancelled by the server: {reason}"),
-                );
-                Some(jsonrpc::encode_response::<()>(Some(id), Err(&err)))
-            }
-            None => dispatch::answer(id, Err::<T, _>(e)),
-        },
-        (_, outcome) => dispatch::answer(id, outcome),
-    }
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(
@@ -519,10 +422,11 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 }
 
 async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Result<()> {
-    if !msg.is_live() {
-        tracing::trace!("message for a cancelled request dropped unsent");
-        return Ok(());
+    match msg.into_live_bytes() {
+        Some(bytes) => write_line(w, &bytes).await,
+        None => {
+            tracing::trace!("message for a cancelled request dropped unsent");
+            Ok(())
+        }
     }
-    w.write_all(&msg.bytes).await?;
-    w.write_all(b"\n").await
 }
