@@ -325,3 +325,58 @@ async fn a_handler_that_ends_as_cancelled_on_its_own_still_gets_an_answer() {
         assert_eq!(datas[1]["error"]["code"], -32603);
     }
 }
+
+/// A reporter on another thread keeps sending progress after its handler
+/// returned: the SSE stream ends with the response, nothing of the request
+/// follows it, and the reporter is told the request is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_message_for_a_request_after_its_response() {
+    use tokio::sync::{mpsc, oneshot};
+    use tower_mcp_cancel::notify::RequestContext;
+    use tower_mcp_cancel::transport::http::StreamableHttpService;
+    use tower_mcp_cancel::{BoxError, McpRequest};
+
+    let (stopped_tx, mut stopped_rx) = mpsc::unbounded_channel::<usize>();
+    let mcp = tower::service_fn(move |req: McpRequest| {
+        let stopped_tx = stopped_tx.clone();
+        async move {
+            let ctx = RequestContext::of(&req);
+            let (three_tx, three_rx) = oneshot::channel();
+            let rt = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                rt.block_on(async move {
+                    let mut three_tx = Some(three_tx);
+                    let mut sent = 0usize;
+                    while ctx.progress(sent as f64 + 1.0, None, None).await {
+                        sent += 1;
+                        if sent == 3 {
+                            let _ = three_tx.take().map(|tx| tx.send(()));
+                        }
+                    }
+                    let _ = stopped_tx.send(sent);
+                })
+            });
+            let _ = three_rx.await;
+            Ok::<_, BoxError>(json!({"resultType": "complete"}))
+        }
+    });
+    let (closed, _closed_rx) = mpsc::unbounded_channel();
+    let addr = serve(StreamableHttpService::new(mcp), Proto::H2, closed).await;
+    let mut conn = Conn::connect(addr, Proto::H2).await;
+    for id in 0..20 {
+        let mut body = tool_call(id, "report", json!({}));
+        body["params"]["_meta"]["progressToken"] = json!(id);
+        let (status, h, text) = post_json(&mut conn, &body, &modern("report")).await;
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(h["content-type"], "text/event-stream");
+        let datas: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| serde_json::from_str(d.trim()).unwrap())
+            .collect();
+        let last = datas.last().unwrap();
+        assert_eq!(last["id"], id, "the response ends the stream: {text}");
+        assert!(datas.len() >= 4, "three progress before the response: {text}");
+        bounded(stopped_rx.recv()).await.unwrap();
+    }
+}
