@@ -208,3 +208,36 @@ async fn a_request_dropped_before_it_was_written_is_not_sent_nor_cancelled() {
     client.shutdown().await.unwrap();
     assert!(peer.close().await.is_empty());
 }
+
+/// A caller's `ProgressObserver` needs no `ProgressResetLayer`: the client
+/// gives the request a progress token itself and shows its progress.
+#[tokio::test(start_paused = true)]
+async fn a_progress_observer_gets_a_token_without_a_progress_reset_layer() {
+    let (mut peer, client) = client();
+    let svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(60)))
+        .service(client.clone());
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let req = McpRequest::new(1, "tools/call")
+        .with_params(json!({"name": "slow", "arguments": {}}))
+        .with_extension(ProgressObserver::new(move |p| {
+            let _ = seen_tx.send(p.progress);
+        }));
+    let call = tokio::spawn(svc.oneshot(req));
+    let v = peer.recv().await.unwrap();
+    let token = v["params"]["_meta"]["progressToken"].clone();
+    assert!(
+        token.is_string() || token.is_number(),
+        "the request carries a progress token: {v}"
+    );
+    assert_eq!(v["params"]["name"], "slow", "params kept: {v}");
+    for step in 1..=3 {
+        peer.send(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": token, "progress": step}}))
+            .await;
+        assert_eq!(seen.recv().await, Some(step as f64));
+    }
+    peer.send(respond(&json!(1))).await;
+    assert_eq!(call.await.unwrap().unwrap(), json!({"ok": true}));
+}
+
