@@ -241,3 +241,30 @@ async fn a_progress_observer_gets_a_token_without_a_progress_reset_layer() {
     assert_eq!(call.await.unwrap().unwrap(), json!({"ok": true}));
 }
 
+/// The spec allows a server's `notifications/cancelled` only for a
+/// `subscriptions/listen`: one naming any other request is ignored (with a
+/// warning) and that call goes on to its response.
+#[tokio::test(start_paused = true)]
+async fn a_server_cancellation_ends_only_a_subscriptions_listen() {
+    let (mut peer, client) = client();
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    let listen = tokio::spawn(
+        client
+            .clone()
+            .oneshot(McpRequest::new(2, "subscriptions/listen")),
+    );
+    assert_eq!(peer.recv().await.unwrap()["id"], 2);
+    for id in [1, 2] {
+        peer.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "server closing"}}))
+            .await;
+    }
+    // The listen ends as Cancelled ...
+    let err = listen.await.unwrap().unwrap_err();
+    assert!(err.is::<Cancelled>(), "{err}");
+    // ... the tools/call is still waiting for its answer, and gets it.
+    peer.send(respond(&json!(1))).await;
+    assert_eq!(call.await.unwrap().unwrap(), json!({"ok": true}));
+}
+
