@@ -268,3 +268,56 @@ async fn a_server_cancellation_ends_only_a_subscriptions_listen() {
     assert_eq!(call.await.unwrap().unwrap(), json!({"ok": true}));
 }
 
+/// After a request was cancelled, its id stays reserved until its late
+/// response arrives: a caller reusing the id at once is refused rather
+/// than handed the old request's answer.
+#[tokio::test(start_paused = true)]
+async fn a_late_response_never_resolves_a_later_request_with_the_same_id() {
+    let (mut peer, client) = client();
+    let svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(2)))
+        .service(client.clone());
+    let err = {
+        let call = tokio::spawn(svc.oneshot(McpRequest::new(7, "tools/call")));
+        assert_eq!(peer.recv().await.unwrap()["id"], 7);
+        call.await.unwrap().unwrap_err()
+    };
+    assert!(err.is::<Elapsed>(), "{err}");
+    let v = peer.recv().await.unwrap();
+    assert_eq!(v["method"], "notifications/cancelled", "{v}");
+    // The caller reuses id 7 before the old request's answer came (`call`
+    // registers the request before it returns).
+    let mut c = client.clone();
+    let again = tokio::spawn(c.ready().await.unwrap().call(McpRequest::new(7, "ping")));
+    // The old request's late answer arrives; a round trip after it makes
+    // sure the client has read it.
+    peer.send(json!({"jsonrpc": "2.0", "id": 7, "result": {"old": true}}))
+        .await;
+    let sync = tokio::spawn(client.clone().oneshot(McpRequest::new("sync", "ping")));
+    let v = loop {
+        let v = peer.recv().await.unwrap();
+        if v["id"] == "sync" {
+            break v;
+        }
+        assert_eq!(v["id"], 7, "{v}");
+    };
+    peer.send(respond(&v["id"])).await;
+    sync.await.unwrap().unwrap();
+    let out = again.await.unwrap();
+    assert_ne!(
+        out.as_ref().ok(),
+        Some(&json!({"old": true})),
+        "the late response of the cancelled request resolved the new one"
+    );
+    let err = out.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<ErrorObject>().map(|e| e.code),
+        Some(ErrorObject::INVALID_REQUEST),
+        "{err}"
+    );
+    // The late answer arrived: id 7 is free again.
+    let fresh = tokio::spawn(client.clone().oneshot(McpRequest::new(7, "ping")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 7);
+    peer.send(respond(&json!(7))).await;
+    assert_eq!(fresh.await.unwrap().unwrap(), json!({"ok": true}));
+}
