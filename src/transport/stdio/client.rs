@@ -6,7 +6,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -25,7 +25,8 @@ use crate::jsonrpc::{
     self, CancelledParams, ErrorObject, Message, ProgressParams, ProgressToken, RawNotification,
     RequestId,
 };
-use crate::{CancelReason, Cancelled, McpRequest, ProgressObserver, ProgressTap};
+use crate::transport::outbound::Outbound;
+use crate::{CancelReason, Cancelled, McpRequest, ProgressTap};
 
 /// The default time a child gets to exit after its stdin was closed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -142,7 +143,7 @@ impl StdioClientBuilder {
             state: Mutex::new(State::default()),
             ctl: ctl_tx,
             closed: AtomicBool::new(false),
-            next_id: AtomicI64::new(1),
+            outbound: Outbound::new(),
             sink: self.sink,
         });
         tokio::spawn(write_loop(writer, req_rx, ctl_rx));
@@ -170,7 +171,10 @@ impl StdioClientBuilder {
 /// * The request's `wire_params()` are written, so a progress token that
 ///   [`ProgressResetLayer`](crate::ProgressResetLayer) assigned is on the
 ///   wire; `notifications/progress` for it are recorded in the request's
-///   [`ProgressTap`] (or, without one, shown to its [`ProgressObserver`]).
+///   [`ProgressTap`] (or, without one, shown to its
+///   [`ProgressObserver`](crate::ProgressObserver)). A request with an
+///   observer and no progress token gets one from the client, so an
+///   observer sees progress without a `ProgressResetLayer` too.
 /// * **Dropping a response future before its response arrived** enqueues
 ///   `notifications/cancelled` for its id, without blocking, with the reason
 ///   of the drop: the limit that fired when a
@@ -205,7 +209,7 @@ struct Shared {
     state: Mutex<State>,
     ctl: mpsc::UnboundedSender<Control>,
     closed: AtomicBool,
-    next_id: AtomicI64,
+    outbound: Outbound,
     sink: Option<NotificationSink>,
 }
 
@@ -219,6 +223,7 @@ struct State {
 
 struct Pending {
     tx: oneshot::Sender<Outcome>,
+    /// The token of the request's progress route, when it has one.
     token: Option<ProgressToken>,
 }
 
@@ -438,18 +443,10 @@ impl StdioClient {
         if self.is_closed() {
             return Err(closed_error("client is closed"));
         }
-        let token = req.progress_token().cloned();
-        let tap = match (&token, req.progress_tap()) {
-            (_, Some(tap)) => Some(tap.clone()),
-            (Some(t), None) => req
-                .extensions()
-                .get::<ProgressObserver>()
-                .map(|o| ProgressTap::new(t.clone(), Some(o.clone()))),
-            (None, None) => None,
-        };
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut st = self.shared.lock();
+            let st = &mut *st;
             let id = match req.id() {
                 Some(id) if st.pending.contains_key(id) => {
                     return Err(Box::new(ErrorObject::new(
@@ -458,15 +455,17 @@ impl StdioClient {
                     )));
                 }
                 Some(id) => id.clone(),
-                None => loop {
-                    let n = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-                    let id = RequestId::Number(n);
-                    if !st.pending.contains_key(&id) {
-                        break id;
-                    }
-                },
+                None => self
+                    .shared
+                    .outbound
+                    .next_id(|id| st.pending.contains_key(id)),
             };
-            if let Some(t) = &token {
+            let tap = self
+                .shared
+                .outbound
+                .progress_route(&mut req, |t| st.taps.contains_key(t));
+            let mut routed = None;
+            if let Some(t) = req.progress_token() {
                 if st.taps.contains_key(t) {
                     return Err(Box::new(ErrorObject::new(
                         ErrorObject::INVALID_REQUEST,
@@ -475,15 +474,10 @@ impl StdioClient {
                 }
                 if let Some(tap) = tap {
                     st.taps.insert(t.clone(), tap);
+                    routed = Some(t.clone());
                 }
             }
-            st.pending.insert(
-                id.clone(),
-                Pending {
-                    tx,
-                    token: token.clone(),
-                },
-            );
+            st.pending.insert(id.clone(), Pending { tx, token: routed });
             id
         };
         req.set_id(id.clone());
