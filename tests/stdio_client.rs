@@ -148,7 +148,11 @@ async fn errors_ids_and_server_cancels() {
     let (mut peer, mut client) = client();
     // Assigned ids are unique among in-flight requests.
     let a = tokio::spawn(client.clone().oneshot(McpRequest::without_id("a")));
-    let b = tokio::spawn(client.clone().oneshot(McpRequest::without_id("b")));
+    let b = tokio::spawn(
+        client
+            .clone()
+            .oneshot(McpRequest::without_id("subscriptions/listen")),
+    );
     let (va, vb) = (peer.recv().await.unwrap(), peer.recv().await.unwrap());
     assert_ne!(va["id"], vb["id"]);
     // An explicit id already in flight is refused.

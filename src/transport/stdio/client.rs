@@ -183,8 +183,11 @@ impl StdioClientBuilder {
 ///   still queued is simply not written. A response that arrives later is
 ///   dropped (debug log).
 /// * An error response resolves to `Err` holding the [`ErrorObject`]; a
-///   `notifications/cancelled` from the server (it tore down a
-///   `subscriptions/listen`) to `Err` holding [`Cancelled`].
+///   `notifications/cancelled` from the server to `Err` holding
+///   [`Cancelled`] — only for a `subscriptions/listen` (the server tore it
+///   down), the one request the spec lets a server cancel: one naming any
+///   other request is ignored with a warning, and that call goes on. Only
+///   an object with a valid `requestId` is a cancellation.
 ///
 /// Clones share the connection. When the last clone is dropped the
 /// connection closes (a child gets EOF on stdin, then is killed after the
@@ -225,21 +228,24 @@ struct Pending {
     tx: oneshot::Sender<Outcome>,
     /// The token of the request's progress route, when it has one.
     token: Option<ProgressToken>,
+    /// A `subscriptions/listen`: the one request a server may cancel.
+    listen: bool,
+}
+
+impl State {
+    /// Removes a pending request and its progress route.
+    fn take(&mut self, id: &RequestId) -> Option<Pending> {
+        let p = self.pending.remove(id)?;
+        if let Some(t) = &p.token {
+            self.taps.remove(t);
+        }
+        Some(p)
+    }
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Removes a pending request and its progress route.
-    fn take(&self, id: &RequestId) -> Option<Pending> {
-        let mut st = self.lock();
-        let p = st.pending.remove(id)?;
-        if let Some(t) = &p.token {
-            st.taps.remove(t);
-        }
-        Some(p)
     }
 
     fn close(&self, why: &str) {
@@ -477,7 +483,14 @@ impl StdioClient {
                     routed = Some(t.clone());
                 }
             }
-            st.pending.insert(id.clone(), Pending { tx, token: routed });
+            st.pending.insert(
+                id.clone(),
+                Pending {
+                    tx,
+                    token: routed,
+                    listen: req.method() == jsonrpc::SUBSCRIPTIONS_LISTEN,
+                },
+            );
             id
         };
         req.set_id(id.clone());
@@ -503,7 +516,7 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if self.done || self.shared.take(&self.id).is_none() {
+        if self.done || self.shared.lock().take(&self.id).is_none() {
             // Answered (or the connection closed): nothing to cancel.
             return;
         }
@@ -652,7 +665,7 @@ fn on_message(shared: &Shared, line: &[u8]) {
     }
     match Message::decode(line) {
         Ok(Message::Response(r)) => match r.id {
-            Some(id) => match shared.take(&id) {
+            Some(id) => match shared.lock().take(&id) {
                 Some(p) => {
                     let out = r.outcome.map_err(|e| Box::new(e) as BoxError);
                     let _ = p.tx.send(out);
@@ -696,13 +709,25 @@ fn on_message(shared: &Shared, line: &[u8]) {
                 tracing::debug!("malformed notifications/cancelled ignored");
                 return;
             };
-            match shared.take(&params.request_id) {
-                Some(p) => {
-                    let reason = CancelReason::peer(params.reason.as_deref());
+            // The spec lets a server cancel only a subscriptions/listen.
+            let taken = {
+                let mut st = shared.lock();
+                match st.pending.get(&params.request_id).map(|p| p.listen) {
+                    Some(true) => Ok(st.take(&params.request_id)),
+                    Some(false) => Err(()),
+                    None => Ok(None),
+                }
+            };
+            let reason = CancelReason::peer(params.reason.as_deref());
+            match taken {
+                Ok(Some(p)) => {
                     tracing::info!(request_id = %params.request_id, %reason, "server ended the request (subscription torn down)");
                     let _ = p.tx.send(Err(Box::new(Cancelled::new(reason))));
                 }
-                None => {
+                Err(()) => {
+                    tracing::warn!(request_id = %params.request_id, %reason, "server sent notifications/cancelled for a request that is not a subscriptions/listen; ignored (the call goes on)");
+                }
+                Ok(None) => {
                     tracing::debug!(request_id = %params.request_id, "notifications/cancelled for no request in flight ignored")
                 }
             }
