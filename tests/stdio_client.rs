@@ -5,6 +5,8 @@
 
 mod stdio_support;
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -260,9 +262,11 @@ async fn a_server_cancellation_ends_only_a_subscriptions_listen() {
     );
     assert_eq!(peer.recv().await.unwrap()["id"], 2);
     for id in [1, 2] {
-        peer.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-            "params": {"requestId": id, "reason": "server closing"}}))
-            .await;
+        peer.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "server closing"}}),
+        )
+        .await;
     }
     // The listen ends as Cancelled ...
     let err = listen.await.unwrap().unwrap_err();
@@ -324,4 +328,84 @@ async fn a_late_response_never_resolves_a_later_request_with_the_same_id() {
     assert_eq!(peer.recv().await.unwrap()["id"], 7);
     peer.send(respond(&json!(7))).await;
     assert_eq!(fresh.await.unwrap().unwrap(), json!({"ok": true}));
+}
+
+/// Has the client write request `id`, then drops the call: the client
+/// cancels it.
+async fn cancel_after_written(peer: &mut Peer, client: &StdioClient, id: &str) {
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(id, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], id);
+    call.abort();
+    let _ = call.await;
+    let v = peer.recv().await.unwrap();
+    assert_eq!(
+        (v["method"].as_str(), v["params"]["requestId"].as_str()),
+        (Some("notifications/cancelled"), Some(id)),
+        "{v}"
+    );
+}
+
+/// Whether a call with `id` is refused at once as reserved; if not, it was
+/// sent, and is answered.
+async fn reserved(peer: &mut Peer, client: &StdioClient, id: &str) -> bool {
+    let mut c = client.clone();
+    let mut call = Box::pin(c.ready().await.unwrap().call(McpRequest::new(id, "ping")));
+    // A refused call is ready at its first poll; a sent one waits.
+    let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+    if let Poll::Ready(out) = first {
+        let err = out.unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<ErrorObject>().map(|e| e.code),
+            Some(ErrorObject::INVALID_REQUEST),
+            "{err}"
+        );
+        assert!(err.to_string().contains("reserved"), "{err}");
+        return true;
+    }
+    assert_eq!(peer.recv().await.unwrap()["id"], id);
+    peer.send(respond(&json!(id))).await;
+    assert_eq!(call.await.unwrap(), json!({"ok": true}));
+    false
+}
+
+/// The reservation of a cancelled request's id is bounded in time (paused
+/// clock) and in count (the oldest ends first), and ids the client assigns
+/// skip reserved ones.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_id_is_reserved_for_a_bounded_time_and_count() {
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let client = StdioClient::builder()
+        .reserve_cancelled_ids(Duration::from_secs(10), 2)
+        .connect(r, w);
+
+    // Assigned ids skip a reserved one: the caller took 1 and cancelled it.
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    call.abort();
+    let _ = call.await;
+    assert_eq!(
+        peer.recv().await.unwrap()["method"],
+        "notifications/cancelled"
+    );
+    let next = tokio::spawn(client.clone().oneshot(McpRequest::without_id("ping")));
+    let v = peer.recv().await.unwrap();
+    assert_eq!(v["id"], 2, "id 1 is reserved: {v}");
+    peer.send(respond(&v["id"])).await;
+    next.await.unwrap().unwrap();
+
+    // Count: with room for two, reserving a third ends the oldest.
+    tokio::time::advance(Duration::from_secs(10)).await; // id 1 expires
+    for id in ["a", "b", "c"] {
+        cancel_after_written(&mut peer, &client, id).await;
+    }
+    assert!(!reserved(&mut peer, &client, "a").await, "the oldest ended");
+    assert!(reserved(&mut peer, &client, "b").await);
+    assert!(reserved(&mut peer, &client, "c").await);
+
+    // Time: still reserved just before the bound, free at it.
+    tokio::time::advance(Duration::from_millis(9_999)).await;
+    assert!(reserved(&mut peer, &client, "c").await);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(!reserved(&mut peer, &client, "b").await);
+    assert!(!reserved(&mut peer, &client, "c").await);
 }

@@ -1,6 +1,6 @@
 //! The stdio client service: [`StdioClient`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::io;
@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tower::Service;
 
 use super::framing::{Frame, LineReader};
@@ -30,6 +31,14 @@ use crate::{CancelReason, Cancelled, McpRequest, ProgressTap};
 
 /// The default time a child gets to exit after its stdin was closed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How long by default the id of a cancelled request stays reserved while
+/// its late response may still come (see [`StdioClient`]).
+pub const DEFAULT_CANCELLED_ID_RESERVATION: Duration = Duration::from_secs(60);
+
+/// How many ids of cancelled requests are reserved at most by default; past
+/// it, the oldest reservation ends early (see [`StdioClient`]).
+pub const DEFAULT_MAX_RESERVED_IDS: usize = 1024;
 
 /// A callback for server notifications that are not progress (log messages,
 /// `subscriptions/listen` notifications, …).
@@ -53,6 +62,8 @@ pub struct StdioClientBuilder {
     write_queue: usize,
     grace: Duration,
     sink: Option<NotificationSink>,
+    reservation: Duration,
+    max_reserved: usize,
 }
 
 impl fmt::Debug for StdioClientBuilder {
@@ -61,6 +72,8 @@ impl fmt::Debug for StdioClientBuilder {
             .field("max_line_bytes", &self.max_line_bytes)
             .field("write_queue", &self.write_queue)
             .field("grace", &self.grace)
+            .field("reservation", &self.reservation)
+            .field("max_reserved", &self.max_reserved)
             .finish()
     }
 }
@@ -72,6 +85,8 @@ impl Default for StdioClientBuilder {
             write_queue: DEFAULT_WRITE_QUEUE,
             grace: DEFAULT_SHUTDOWN_GRACE,
             sink: None,
+            reservation: DEFAULT_CANCELLED_ID_RESERVATION,
+            max_reserved: DEFAULT_MAX_RESERVED_IDS,
         }
     }
 }
@@ -95,6 +110,18 @@ impl StdioClientBuilder {
     /// killed (SIGKILL), as the stdio transport asks.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// How long the id of a request cancelled after it was written stays
+    /// reserved (its late response may still come), and how many such ids
+    /// are reserved at most (past that, the oldest reservation ends early).
+    /// A call with a reserved id fails at once. Default
+    /// [`DEFAULT_CANCELLED_ID_RESERVATION`], [`DEFAULT_MAX_RESERVED_IDS`];
+    /// a zero duration or count reserves nothing.
+    pub fn reserve_cancelled_ids(mut self, for_at_most: Duration, max_ids: usize) -> Self {
+        self.reservation = for_at_most;
+        self.max_reserved = max_ids;
         self
     }
 
@@ -140,7 +167,11 @@ impl StdioClientBuilder {
         let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
         let (req_tx, req_rx) = mpsc::channel(self.write_queue);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                taps: HashMap::new(),
+                reserved: Reserved::new(self.reservation, self.max_reserved),
+            }),
             ctl: ctl_tx,
             closed: AtomicBool::new(false),
             outbound: Outbound::new(),
@@ -166,8 +197,9 @@ impl StdioClientBuilder {
 /// JSON-RPC stream (a child's stdin/stdout, or any reader/writer pair) and
 /// resolves to the `result` of each response.
 ///
-/// * Requests without an id get one, unique among the requests in flight;
-///   a request with an id or progress token already in flight fails.
+/// * Requests without an id get one, unique among the requests in flight
+///   and the reserved ids (below); a request with an id or progress token
+///   already in flight, or with a reserved id, fails at once.
 /// * The request's `wire_params()` are written, so a progress token that
 ///   [`ProgressResetLayer`](crate::ProgressResetLayer) assigned is on the
 ///   wire; `notifications/progress` for it are recorded in the request's
@@ -180,8 +212,18 @@ impl StdioClientBuilder {
 ///   of the drop: the limit that fired when a
 ///   [`TimeoutLayer`](crate::TimeoutLayer) or `ProgressResetLayer` above
 ///   gave up, "caller dropped the request" otherwise. A request that was
-///   still queued is simply not written. A response that arrives later is
-///   dropped (debug log).
+///   still queued is simply not written.
+/// * **A late response never resolves a later request.** The id of a
+///   request cancelled after it was written stays reserved until its late
+///   response arrives (which is then dropped, debug log) or, since a server
+///   that honours the cancellation sends none, until a bounded time has
+///   passed (default [`DEFAULT_CANCELLED_ID_RESERVATION`]). A call with a
+///   reserved id (a caller's own id, [`McpRequest::new`]) fails at once with
+///   an `-32600` [`ErrorObject`] and is not sent; ids the client assigns skip
+///   reserved ones. At most [`DEFAULT_MAX_RESERVED_IDS`] ids are reserved;
+///   past that the oldest reservation ends early (only a caller reusing that
+///   very id could then be answered by its late response). Both bounds:
+///   [`StdioClientBuilder::reserve_cancelled_ids`].
 /// * An error response resolves to `Err` holding the [`ErrorObject`]; a
 ///   `notifications/cancelled` from the server to `Err` holding
 ///   [`Cancelled`] — only for a `subscriptions/listen` (the server tore it
@@ -218,10 +260,10 @@ struct Shared {
 
 type Outcome = Result<Box<RawValue>, BoxError>;
 
-#[derive(Default)]
 struct State {
     pending: HashMap<RequestId, Pending>,
     taps: HashMap<ProgressToken, ProgressTap>,
+    reserved: Reserved,
 }
 
 struct Pending {
@@ -243,6 +285,81 @@ impl State {
     }
 }
 
+/// Ids of requests cancelled after they were written, whose late responses
+/// may still come: reserved until then, for at most `ttl`, at most `max`.
+struct Reserved {
+    ttl: Duration,
+    max: usize,
+    until: HashMap<RequestId, Instant>,
+    /// In reservation order, so expiry is in order too; an entry whose id
+    /// was released or reserved again since is stale and skipped.
+    order: VecDeque<(RequestId, Instant)>,
+}
+
+impl Reserved {
+    fn new(ttl: Duration, max: usize) -> Self {
+        Self {
+            ttl,
+            max,
+            until: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    fn reserve(&mut self, id: RequestId) {
+        if self.ttl.is_zero() || self.max == 0 {
+            return;
+        }
+        let now = Instant::now();
+        self.expire(now);
+        // A duration the clock cannot add is as good as a year.
+        let until = now
+            .checked_add(self.ttl)
+            .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
+            .unwrap_or(now);
+        self.until.insert(id.clone(), until);
+        self.order.push_back((id, until));
+        while self.until.len() > self.max {
+            self.pop_oldest();
+        }
+        // Released ids leave stale entries behind: drop them now and then,
+        // so the queue stays within twice the bound.
+        if self.order.len() > self.max.saturating_mul(2) {
+            let until = &self.until;
+            self.order.retain(|(id, u)| until.get(id) == Some(u));
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((id, until)) = self.order.pop_front() {
+            if self.until.get(&id) == Some(&until) {
+                self.until.remove(&id);
+            }
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while self.order.front().is_some_and(|(_, until)| *until <= now) {
+            self.pop_oldest();
+        }
+    }
+
+    /// Whether `id` is reserved (as of the last [`expire`](Self::expire)).
+    fn contains(&self, id: &RequestId) -> bool {
+        self.until.contains_key(id)
+    }
+
+    /// Ends `id`'s reservation (its late response came); whether it had one.
+    fn release(&mut self, id: &RequestId) -> bool {
+        self.until.remove(id).is_some()
+    }
+
+    fn clear(&mut self) {
+        self.until.clear();
+        self.order.clear();
+    }
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -253,6 +370,7 @@ impl Shared {
         let pending: Vec<_> = {
             let mut st = self.lock();
             st.taps.clear();
+            st.reserved.clear();
             st.pending.drain().collect()
         };
         if !pending.is_empty() {
@@ -453,6 +571,7 @@ impl StdioClient {
         let id = {
             let mut st = self.shared.lock();
             let st = &mut *st;
+            st.reserved.expire(Instant::now());
             let id = match req.id() {
                 Some(id) if st.pending.contains_key(id) => {
                     return Err(Box::new(ErrorObject::new(
@@ -460,11 +579,19 @@ impl StdioClient {
                         format!("a request with id {id} is already in flight"),
                     )));
                 }
+                Some(id) if st.reserved.contains(id) => {
+                    return Err(Box::new(ErrorObject::new(
+                        ErrorObject::INVALID_REQUEST,
+                        format!(
+                            "request id {id} is reserved: a cancelled request with this id may still be answered"
+                        ),
+                    )));
+                }
                 Some(id) => id.clone(),
                 None => self
                     .shared
                     .outbound
-                    .next_id(|id| st.pending.contains_key(id)),
+                    .next_id(|id| st.pending.contains_key(id) || st.reserved.contains(id)),
             };
             let tap = self
                 .shared
@@ -516,17 +643,28 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if self.done || self.shared.lock().take(&self.id).is_none() {
-            // Answered (or the connection closed): nothing to cancel.
+        if self.done {
             return;
         }
-        if self
-            .state
-            .compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
         {
-            tracing::debug!(request_id = %self.id, "request dropped before it was written; not sent");
-            return;
+            // One lock for both: no other request can take the id between
+            // its removal and its reservation.
+            let mut st = self.shared.lock();
+            if st.take(&self.id).is_none() {
+                // Answered (or the connection closed): nothing to cancel.
+                return;
+            }
+            if self
+                .state
+                .compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                drop(st);
+                tracing::debug!(request_id = %self.id, "request dropped before it was written; not sent");
+                return;
+            }
+            // Written: its answer may still come; keep it from a later request.
+            st.reserved.reserve(self.id.clone());
         }
         let reason = current_drop_reason().unwrap_or(CancelReason::CallerDropped);
         tracing::info!(request_id = %self.id, %reason, "request abandoned; sending notifications/cancelled");
@@ -665,15 +803,28 @@ fn on_message(shared: &Shared, line: &[u8]) {
     }
     match Message::decode(line) {
         Ok(Message::Response(r)) => match r.id {
-            Some(id) => match shared.lock().take(&id) {
-                Some(p) => {
-                    let out = r.outcome.map_err(|e| Box::new(e) as BoxError);
-                    let _ = p.tx.send(out);
+            Some(id) => {
+                let (p, late) = {
+                    let mut st = shared.lock();
+                    match st.take(&id) {
+                        Some(p) => (Some(p), false),
+                        // The late answer came: the id is free again.
+                        None => (None, st.reserved.release(&id)),
+                    }
+                };
+                match p {
+                    Some(p) => {
+                        let out = r.outcome.map_err(|e| Box::new(e) as BoxError);
+                        let _ = p.tx.send(out);
+                    }
+                    None if late => {
+                        tracing::debug!(request_id = %id, "late response to a cancelled request ignored");
+                    }
+                    None => {
+                        tracing::debug!(request_id = %id, "response for no request in flight ignored");
+                    }
                 }
-                None => {
-                    tracing::debug!(request_id = %id, "late response (cancelled or unknown request) ignored");
-                }
-            },
+            }
             None => match r.outcome {
                 Err(e) => {
                     tracing::warn!(code = e.code, message = ?e.message, "server reported an error about a message it could not read")
