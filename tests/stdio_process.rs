@@ -47,7 +47,11 @@ fn example(name: &str) -> PathBuf {
             .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
         assert!(status.success(), "building the example {name} failed");
     }
-    assert!(bin.exists(), "example {name} not found at {}", bin.display());
+    assert!(
+        bin.exists(),
+        "example {name} not found at {}",
+        bin.display()
+    );
     bin
 }
 

@@ -64,6 +64,7 @@ pub struct StdioClientBuilder {
     sink: Option<NotificationSink>,
     reservation: Duration,
     max_reserved: usize,
+    own_process_group: bool,
 }
 
 impl fmt::Debug for StdioClientBuilder {
@@ -74,6 +75,7 @@ impl fmt::Debug for StdioClientBuilder {
             .field("grace", &self.grace)
             .field("reservation", &self.reservation)
             .field("max_reserved", &self.max_reserved)
+            .field("own_process_group", &self.own_process_group)
             .finish()
     }
 }
@@ -87,6 +89,7 @@ impl Default for StdioClientBuilder {
             sink: None,
             reservation: DEFAULT_CANCELLED_ID_RESERVATION,
             max_reserved: DEFAULT_MAX_RESERVED_IDS,
+            own_process_group: true,
         }
     }
 }
@@ -125,6 +128,18 @@ impl StdioClientBuilder {
         self
     }
 
+    /// Whether [`spawn`](Self::spawn) puts the child in a process group of
+    /// its own (Unix; default: yes), so that a terminal's Ctrl-C (SIGINT
+    /// to the foreground process group) reaches the client, which cancels,
+    /// and not the server, which would die with the work in flight. Turn it
+    /// off to keep a process group set on the command, or the caller's (a
+    /// child that must read the terminal or change its settings needs the
+    /// foreground group; the piped stdin and stdout do not).
+    pub fn own_process_group(mut self, own: bool) -> Self {
+        self.own_process_group = own;
+        self
+    }
+
     /// Calls `f` with every server notification other than
     /// `notifications/progress` and `notifications/cancelled`.
     pub fn on_notification(mut self, f: impl Fn(&RawNotification) + Send + Sync + 'static) -> Self {
@@ -145,8 +160,14 @@ impl StdioClientBuilder {
 
     /// Spawns `command` with piped stdin/stdout (stderr as configured on the
     /// command; inherited by default) and returns a client talking to it.
+    /// On Unix the child gets a process group of its own (see
+    /// [`own_process_group`](Self::own_process_group)).
     pub fn spawn(self, mut command: Command) -> io::Result<StdioClient> {
         command.stdin(Stdio::piped()).stdout(Stdio::piped());
+        #[cfg(unix)]
+        if self.own_process_group {
+            command.process_group(0);
+        }
         let mut child = command.spawn()?;
         let stdin = child
             .stdin
@@ -230,6 +251,9 @@ impl StdioClientBuilder {
 ///   down), the one request the spec lets a server cancel: one naming any
 ///   other request is ignored with a warning, and that call goes on. Only
 ///   an object with a valid `requestId` is a cancellation.
+/// * [`spawn`](StdioClientBuilder::spawn) puts the child in a process group
+///   of its own on Unix, so a terminal's Ctrl-C reaches the client (which
+///   drops its calls, and so cancels them) but not the server.
 ///
 /// Clones share the connection. When the last clone is dropped the
 /// connection closes (a child gets EOF on stdin, then is killed after the
