@@ -10,8 +10,8 @@
 //! ```
 //!
 //! It logs to stderr (`RUST_LOG` overrides `info`); with `--events` it also
-//! prints `DROPPED <id> <ns>`, `DONE <id> <ns>` and `TOKEN <id> <ns>` lines
-//! there. A client that closes its response stream — Ctrl-C in `mcp_call`,
+//! prints `STARTED <id> <ns>`, `DROPPED <id> <ns>`, `DONE <id> <ns>` and
+//! `TOKEN <id> <ns>` lines there. A client that closes its response stream — Ctrl-C in `mcp_call`,
 //! a client timeout — makes the server log the handler future being dropped
 //! and the token firing with "client disconnected".
 //!

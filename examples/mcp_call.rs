@@ -26,11 +26,15 @@
 //! stdout. Ctrl-C drops the call — over stdio the client sends
 //! `notifications/cancelled`, over HTTP it closes the response stream, which
 //! is the cancellation there — says so, and exits with status 130; a timeout
-//! exits with 124.
+//! exits with 124. A terminal sends Ctrl-C's SIGINT to its whole foreground
+//! process group: the stdio server runs in a group of its own
+//! (`StdioClient::spawn` does that on Unix), so it lives to get the
+//! cancellation instead of dying with the work in flight.
 //!
 //! The call itself ([`call_tool`]) takes any `Service<McpRequest>`, so other
 //! transports plug in beside stdio.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -285,8 +289,47 @@ fn progress_bar() -> ProgressBar {
     bar
 }
 
+/// Ctrl-C, listened for from the moment it is created: on Unix the SIGINT
+/// handler is installed right away, so no request goes out before a Ctrl-C
+/// is ours to handle (rather than the default, which kills us).
+struct Interrupt {
+    #[cfg(unix)]
+    sigint: Option<tokio::signal::unix::Signal>,
+}
+
+impl Interrupt {
+    fn new() -> Self {
+        Self {
+            #[cfg(unix)]
+            sigint: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok(),
+        }
+    }
+
+    /// Waits for Ctrl-C (forever if no handler could be installed).
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        match &mut self.sigint {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Writes one line to stderr in one write, so that it is not interleaved
+/// with a line of the server's (a stdio server shares our stderr).
+fn say(line: &str) {
+    let _ = std::io::stderr().write_all(format!("mcp-call: {line}\n").as_bytes());
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    let mut interrupt = Interrupt::new();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args = match parse_args(&argv) {
         Ok(a) => a,
@@ -315,7 +358,7 @@ async fn main() -> ExitCode {
         // Legacy (initialize-era) HTTP servers need sessions, which this
         // client does not speak: there is no notification to send.
         let how = "closed the response stream (the server cancels the request)";
-        return run(client, |_| Ok(()), args, how).await;
+        return run(client, |_| Ok(()), args, how, &mut interrupt).await;
     }
     let mut cmd = Command::new(&args.server[0]);
     cmd.args(&args.server[1..]);
@@ -327,7 +370,14 @@ async fn main() -> ExitCode {
         }
     };
     let how = "sent notifications/cancelled to the server";
-    let code = run(client.clone(), |m| client.notify(m, &json!({})), args, how).await;
+    let code = run(
+        client.clone(),
+        |m| client.notify(m, &json!({})),
+        args,
+        how,
+        &mut interrupt,
+    )
+    .await;
     let _ = client.shutdown().await;
     code
 }
@@ -337,12 +387,20 @@ async fn run<S>(
     notify: impl FnOnce(&str) -> Result<(), BoxError>,
     args: Args,
     how: &str,
+    interrupt: &mut Interrupt,
 ) -> ExitCode
 where
     S: Service<McpRequest, Response = Value, Error = BoxError> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
-    let era = match negotiate(svc.clone(), notify).await {
+    let negotiated = tokio::select! {
+        r = negotiate(svc.clone(), notify) => r,
+        () = interrupt.recv() => {
+            say(&format!("interrupted; {how}"));
+            return ExitCode::from(130);
+        }
+    };
+    let era = match negotiated {
         Ok(era) => era,
         Err(e) => {
             eprintln!("mcp-call: could not talk to the server: {e}");
@@ -361,7 +419,7 @@ where
     let mut call = Box::pin(call);
     let outcome = tokio::select! {
         r = &mut call => Some(r),
-        _ = tokio::signal::ctrl_c() => None,
+        () = interrupt.recv() => None,
     };
     bar.finish_and_clear();
     match outcome {
@@ -373,7 +431,7 @@ where
                 &CancelReason::Other("interrupted by the user (Ctrl-C)".into()),
                 call,
             );
-            eprintln!("mcp-call: interrupted; {how}");
+            say(&format!("interrupted; {how}"));
             ExitCode::from(130)
         }
         Some(Ok(result)) => {
@@ -388,7 +446,7 @@ where
             }
         }
         Some(Err(e)) if e.is::<Elapsed>() => {
-            eprintln!("mcp-call: {e}; {how}");
+            say(&format!("{e}; {how}"));
             ExitCode::from(124)
         }
         Some(Err(e)) => {

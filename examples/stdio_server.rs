@@ -6,9 +6,9 @@
 //! cargo run --example stdio_server -- --events
 //! ```
 //!
-//! It logs to stderr; with `--events` it also prints `DROPPED <id> <ns>`,
-//! `DONE <id> <ns>` and `TOKEN <id> <ns>` lines there. It exits when its
-//! stdin closes.
+//! It logs to stderr; with `--events` it also prints `STARTED <id> <ns>`,
+//! `DROPPED <id> <ns>`, `DONE <id> <ns>` and `TOKEN <id> <ns>` lines there.
+//! It exits when its stdin closes.
 
 mod common;
 

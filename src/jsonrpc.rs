@@ -577,14 +577,65 @@ impl fmt::Debug for Method {
 }
 
 /// `params` of `notifications/cancelled`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// It decodes only from a JSON object with a valid `requestId` (a string or
+/// an integer) and, when present, a string (or null) `reason`; other keys
+/// are ignored. Anything else — an array (which a derived `Deserialize`
+/// would read by position), a missing, null or fractional id, a duplicate
+/// key — is an error, so the notification is not a cancellation and is
+/// ignored, as the spec asks of invalid cancellations. Both the stdio server
+/// and the stdio client decode through this type.
+///
+/// ```
+/// use tower_mcp_cancel::jsonrpc::CancelledParams;
+/// assert!(serde_json::from_str::<CancelledParams>(r#"{"requestId":1}"#).is_ok());
+/// assert!(serde_json::from_str::<CancelledParams>(r#"[1]"#).is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CancelledParams {
     /// The id of the request to cancel.
     pub request_id: RequestId,
     /// Why, for logs and UIs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for CancelledParams {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CancelledParams;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object with a requestId")
+            }
+            // Only `visit_map`: any other shape is refused by the default methods.
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut request_id = None;
+                let mut reason = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match &*key {
+                        "requestId" if request_id.is_some() => {
+                            return Err(de::Error::duplicate_field("requestId"))
+                        }
+                        "requestId" => request_id = Some(map.next_value::<RequestId>()?),
+                        "reason" if reason.is_some() => {
+                            return Err(de::Error::duplicate_field("reason"))
+                        }
+                        "reason" => reason = Some(map.next_value::<Option<String>>()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(CancelledParams {
+                    request_id: request_id.ok_or_else(|| de::Error::missing_field("requestId"))?,
+                    reason: reason.flatten(),
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// `params` of `notifications/progress`.

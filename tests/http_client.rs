@@ -281,3 +281,29 @@ async fn poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> std::tas
     let mut f = Some(f);
     std::future::poll_fn(|cx| std::task::Poll::Ready(f.take().unwrap().poll(cx))).await
 }
+
+/// A caller's `ProgressObserver` needs no `ProgressResetLayer`: the client
+/// gives the request a progress token itself, so the server reports
+/// progress and the observer sees it.
+#[tokio::test]
+async fn a_progress_observer_gets_a_token_without_a_progress_reset_layer() {
+    for proto in [Proto::H1, Proto::H2] {
+        let (addr, _tools, _events) = serve_tools(proto, |s| s).await;
+        let svc = ServiceBuilder::new()
+            .layer(TimeoutLayer::new(Duration::from_secs(60)))
+            .service(client(addr, proto));
+        let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        let req = call("progress", json!({"steps": 3, "ms": 1})).with_extension(
+            ProgressObserver::new(move |p| {
+                let _ = tx.send(p.progress);
+            }),
+        );
+        let r = bounded(svc.oneshot(req)).await.unwrap();
+        assert_eq!(r["steps"], 3);
+        let mut got = Vec::new();
+        while let Ok(p) = seen.try_recv() {
+            got.push(p);
+        }
+        assert_eq!(got, vec![1.0, 2.0, 3.0], "{proto:?}");
+    }
+}

@@ -5,6 +5,8 @@
 
 mod stdio_support;
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -148,7 +150,11 @@ async fn errors_ids_and_server_cancels() {
     let (mut peer, mut client) = client();
     // Assigned ids are unique among in-flight requests.
     let a = tokio::spawn(client.clone().oneshot(McpRequest::without_id("a")));
-    let b = tokio::spawn(client.clone().oneshot(McpRequest::without_id("b")));
+    let b = tokio::spawn(
+        client
+            .clone()
+            .oneshot(McpRequest::without_id("subscriptions/listen")),
+    );
     let (va, vb) = (peer.recv().await.unwrap(), peer.recv().await.unwrap());
     assert_ne!(va["id"], vb["id"]);
     // An explicit id already in flight is refused.
@@ -207,4 +213,199 @@ async fn a_request_dropped_before_it_was_written_is_not_sent_nor_cancelled() {
     next.await.unwrap().unwrap();
     client.shutdown().await.unwrap();
     assert!(peer.close().await.is_empty());
+}
+
+/// A caller's `ProgressObserver` needs no `ProgressResetLayer`: the client
+/// gives the request a progress token itself and shows its progress.
+#[tokio::test(start_paused = true)]
+async fn a_progress_observer_gets_a_token_without_a_progress_reset_layer() {
+    let (mut peer, client) = client();
+    let svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(60)))
+        .service(client.clone());
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let req = McpRequest::new(1, "tools/call")
+        .with_params(json!({"name": "slow", "arguments": {}}))
+        .with_extension(ProgressObserver::new(move |p| {
+            let _ = seen_tx.send(p.progress);
+        }));
+    let call = tokio::spawn(svc.oneshot(req));
+    let v = peer.recv().await.unwrap();
+    let token = v["params"]["_meta"]["progressToken"].clone();
+    assert!(
+        token.is_string() || token.is_number(),
+        "the request carries a progress token: {v}"
+    );
+    assert_eq!(v["params"]["name"], "slow", "params kept: {v}");
+    for step in 1..=3 {
+        peer.send(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": token, "progress": step}}))
+            .await;
+        assert_eq!(seen.recv().await, Some(step as f64));
+    }
+    peer.send(respond(&json!(1))).await;
+    assert_eq!(call.await.unwrap().unwrap(), json!({"ok": true}));
+}
+
+/// The spec allows a server's `notifications/cancelled` only for a
+/// `subscriptions/listen`: one naming any other request is ignored (with a
+/// warning) and that call goes on to its response.
+#[tokio::test(start_paused = true)]
+async fn a_server_cancellation_ends_only_a_subscriptions_listen() {
+    let (mut peer, client) = client();
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    let listen = tokio::spawn(
+        client
+            .clone()
+            .oneshot(McpRequest::new(2, "subscriptions/listen")),
+    );
+    assert_eq!(peer.recv().await.unwrap()["id"], 2);
+    for id in [1, 2] {
+        peer.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "server closing"}}),
+        )
+        .await;
+    }
+    // The listen ends as Cancelled ...
+    let err = listen.await.unwrap().unwrap_err();
+    assert!(err.is::<Cancelled>(), "{err}");
+    // ... the tools/call is still waiting for its answer, and gets it.
+    peer.send(respond(&json!(1))).await;
+    assert_eq!(call.await.unwrap().unwrap(), json!({"ok": true}));
+}
+
+/// After a request was cancelled, its id stays reserved until its late
+/// response arrives: a caller reusing the id at once is refused rather
+/// than handed the old request's answer.
+#[tokio::test(start_paused = true)]
+async fn a_late_response_never_resolves_a_later_request_with_the_same_id() {
+    let (mut peer, client) = client();
+    let svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(2)))
+        .service(client.clone());
+    let err = {
+        let call = tokio::spawn(svc.oneshot(McpRequest::new(7, "tools/call")));
+        assert_eq!(peer.recv().await.unwrap()["id"], 7);
+        call.await.unwrap().unwrap_err()
+    };
+    assert!(err.is::<Elapsed>(), "{err}");
+    let v = peer.recv().await.unwrap();
+    assert_eq!(v["method"], "notifications/cancelled", "{v}");
+    // The caller reuses id 7 before the old request's answer came (`call`
+    // registers the request before it returns).
+    let mut c = client.clone();
+    let again = tokio::spawn(c.ready().await.unwrap().call(McpRequest::new(7, "ping")));
+    // The old request's late answer arrives; a round trip after it makes
+    // sure the client has read it.
+    peer.send(json!({"jsonrpc": "2.0", "id": 7, "result": {"old": true}}))
+        .await;
+    let sync = tokio::spawn(client.clone().oneshot(McpRequest::new("sync", "ping")));
+    let v = loop {
+        let v = peer.recv().await.unwrap();
+        if v["id"] == "sync" {
+            break v;
+        }
+        assert_eq!(v["id"], 7, "{v}");
+    };
+    peer.send(respond(&v["id"])).await;
+    sync.await.unwrap().unwrap();
+    let out = again.await.unwrap();
+    assert_ne!(
+        out.as_ref().ok(),
+        Some(&json!({"old": true})),
+        "the late response of the cancelled request resolved the new one"
+    );
+    let err = out.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<ErrorObject>().map(|e| e.code),
+        Some(ErrorObject::INVALID_REQUEST),
+        "{err}"
+    );
+    // The late answer arrived: id 7 is free again.
+    let fresh = tokio::spawn(client.clone().oneshot(McpRequest::new(7, "ping")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 7);
+    peer.send(respond(&json!(7))).await;
+    assert_eq!(fresh.await.unwrap().unwrap(), json!({"ok": true}));
+}
+
+/// Has the client write request `id`, then drops the call: the client
+/// cancels it.
+async fn cancel_after_written(peer: &mut Peer, client: &StdioClient, id: &str) {
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(id, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], id);
+    call.abort();
+    let _ = call.await;
+    let v = peer.recv().await.unwrap();
+    assert_eq!(
+        (v["method"].as_str(), v["params"]["requestId"].as_str()),
+        (Some("notifications/cancelled"), Some(id)),
+        "{v}"
+    );
+}
+
+/// Whether a call with `id` is refused at once as reserved; if not, it was
+/// sent, and is answered.
+async fn reserved(peer: &mut Peer, client: &StdioClient, id: &str) -> bool {
+    let mut c = client.clone();
+    let mut call = Box::pin(c.ready().await.unwrap().call(McpRequest::new(id, "ping")));
+    // A refused call is ready at its first poll; a sent one waits.
+    let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+    if let Poll::Ready(out) = first {
+        let err = out.unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<ErrorObject>().map(|e| e.code),
+            Some(ErrorObject::INVALID_REQUEST),
+            "{err}"
+        );
+        assert!(err.to_string().contains("reserved"), "{err}");
+        return true;
+    }
+    assert_eq!(peer.recv().await.unwrap()["id"], id);
+    peer.send(respond(&json!(id))).await;
+    assert_eq!(call.await.unwrap(), json!({"ok": true}));
+    false
+}
+
+/// The reservation of a cancelled request's id is bounded in time (paused
+/// clock) and in count (the oldest ends first), and ids the client assigns
+/// skip reserved ones.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_id_is_reserved_for_a_bounded_time_and_count() {
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let client = StdioClient::builder()
+        .reserve_cancelled_ids(Duration::from_secs(10), 2)
+        .connect(r, w);
+
+    // Assigned ids skip a reserved one: the caller took 1 and cancelled it.
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    call.abort();
+    let _ = call.await;
+    assert_eq!(
+        peer.recv().await.unwrap()["method"],
+        "notifications/cancelled"
+    );
+    let next = tokio::spawn(client.clone().oneshot(McpRequest::without_id("ping")));
+    let v = peer.recv().await.unwrap();
+    assert_eq!(v["id"], 2, "id 1 is reserved: {v}");
+    peer.send(respond(&v["id"])).await;
+    next.await.unwrap().unwrap();
+
+    // Count: with room for two, reserving a third ends the oldest.
+    tokio::time::advance(Duration::from_secs(10)).await; // id 1 expires
+    for id in ["a", "b", "c"] {
+        cancel_after_written(&mut peer, &client, id).await;
+    }
+    assert!(!reserved(&mut peer, &client, "a").await, "the oldest ended");
+    assert!(reserved(&mut peer, &client, "b").await);
+    assert!(reserved(&mut peer, &client, "c").await);
+
+    // Time: still reserved just before the bound, free at it.
+    tokio::time::advance(Duration::from_millis(9_999)).await;
+    assert!(reserved(&mut peer, &client, "c").await);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(!reserved(&mut peer, &client, "b").await);
+    assert!(!reserved(&mut peer, &client, "c").await);
 }

@@ -26,6 +26,11 @@ use tower_mcp_cancel::{
 const BOUND: Duration = Duration::from_secs(60);
 
 fn example_server() -> PathBuf {
+    example("stdio_server")
+}
+
+/// The example binary `name`, built if it is not there yet.
+fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe
         .parent()
@@ -33,18 +38,18 @@ fn example_server() -> PathBuf {
         .expect("target/<profile>/deps");
     let bin = profile_dir
         .join("examples")
-        .join(format!("stdio_server{}", std::env::consts::EXE_SUFFIX));
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     if !bin.exists() {
         let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--example", "stdio_server"])
+            .args(["build", "--example", name])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
-            .expect("run cargo build --example stdio_server");
-        assert!(status.success(), "building the example server failed");
+            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+        assert!(status.success(), "building the example {name} failed");
     }
     assert!(
         bin.exists(),
-        "example server not found at {}",
+        "example {name} not found at {}",
         bin.display()
     );
     bin
@@ -240,4 +245,60 @@ async fn a_child_that_ignores_sigterm_is_killed() {
         .unwrap()
         .expect("a child");
     assert_eq!(status.signal(), Some(9), "killed: {status:?}");
+}
+
+/// Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
+/// `mcp_call` runs here in a process group of its own (so the test runner is
+/// not hit) and that whole group gets SIGINT, as from a terminal: the server
+/// `StdioClient` spawned must survive it (it is in a group of its own), get
+/// `notifications/cancelled`, and drop the handler; `mcp_call` exits 130.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_in_a_terminal_cancels_the_call_on_a_live_server() {
+    use rustix::process::{kill_process_group, Pid, Signal};
+
+    let mut cmd = Command::new(example("mcp_call"));
+    cmd.args(["--timeout", "600s", "--"])
+        .arg(example_server())
+        .args(["--events", "slow", "seconds=600"])
+        .env("RUST_LOG", "warn")
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("run mcp_call");
+    let pgid = child.id().expect("running") as i32;
+    // mcp_call's stderr, shared with the server it spawned.
+    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    let mut seen = Vec::new();
+    // server/discover is request 1; the tool call is request 2.
+    wait_for(&mut lines, &mut seen, "STARTED 2 ").await;
+    kill_process_group(Pid::from_raw(pgid).expect("pid"), Signal::INT).expect("SIGINT the group");
+    wait_for(&mut lines, &mut seen, "DROPPED 2 ").await;
+    let status = tokio::time::timeout(BOUND, child.wait())
+        .await
+        .expect("mcp_call exits")
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+}
+
+/// Reads lines until one contains `want` (mcp_call's lines and the server's
+/// share the pipe; each is written at once, but `contains` also tolerates
+/// a line of the one written in the middle of the other's).
+#[cfg(unix)]
+async fn wait_for(lines: &mut Lines<BufReader<ChildStderr>>, seen: &mut Vec<String>, want: &str) {
+    let found = tokio::time::timeout(BOUND, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let hit = line.contains(want);
+            seen.push(line);
+            if hit {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(found, "no `{want}` on stderr; saw {seen:#?}");
 }

@@ -13,7 +13,8 @@
 //! * Events: one `tracing` event when a handler future is dropped by
 //!   cancellation and one when it completes, each with the request id; with
 //!   [`Options::events`] also a machine-readable stderr line each:
-//!   `DROPPED <id as JSON> <unix-epoch-ns>`, `DONE <id as JSON> <ns>`, and
+//!   `DROPPED <id as JSON> <unix-epoch-ns>`, `DONE <id as JSON> <ns>`,
+//!   `STARTED <id as JSON> <ns>` when a handler begins, and
 //!   `TOKEN <id as JSON> <ns>` when a `spawned` task sees its token fire.
 //!
 //! Nothing here is process-global: the options travel with the service.
@@ -43,7 +44,7 @@ pub const TOOLS_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// How the example server reports what happens to its handlers.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Also print `DROPPED`/`DONE`/`TOKEN` lines to stderr.
+    /// Also print `STARTED`/`DROPPED`/`DONE`/`TOKEN` lines to stderr.
     pub events: bool,
 }
 
@@ -57,7 +58,10 @@ impl Options {
 
     fn emit(&self, kind: &str, id: &RequestId) {
         if self.events {
-            eprintln!("{kind} {id} {}", now_ns());
+            // One write, so that a line is never split by another process
+            // writing to the same stderr (a client that spawned us).
+            let line = format!("{kind} {id} {}\n", now_ns());
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
     }
 }
@@ -133,6 +137,9 @@ pub fn handler(opts: Options) -> BoxCloneSyncService<McpRequest, Value, BoxError
 
 /// Answers one request.
 pub async fn handle(req: McpRequest, opts: Options) -> Result<Value, BoxError> {
+    if let Some(id) = req.id() {
+        opts.emit("STARTED", id);
+    }
     let probe = Probe {
         id: req.id().cloned(),
         method: req.method().to_owned(),

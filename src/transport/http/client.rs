@@ -6,7 +6,9 @@
 //! read in either shape: a JSON body, or an SSE stream (parsed with the
 //! `sse-stream` crate) whose `notifications/progress` are recorded in the
 //! request's [`ProgressTap`], so a [`ProgressResetLayer`](crate::ProgressResetLayer)
-//! above sees them, and whose final response ends the call.
+//! above sees them, and whose final response ends the call. A caller's
+//! [`ProgressObserver`](crate::ProgressObserver) sees them without that layer
+//! too: a request carrying an observer and no progress token is given one.
 //!
 //! **Dropping the call's future is the cancellation**: it drops the response
 //! stream, which closes it — on HTTP/1.1 the connection is closed and not
@@ -51,7 +53,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
@@ -71,7 +73,8 @@ use crate::error::BoxError;
 use crate::jsonrpc::{
     self, ErrorObject, Message, ProgressParams, RequestId, PROGRESS, PROTOCOL_VERSION_META,
 };
-use crate::{McpRequest, ProgressObserver, ProgressTap};
+use crate::transport::outbound::Outbound;
+use crate::{McpRequest, ProgressTap};
 
 use super::param_headers::{InvalidParamHeader, ToolHeaderMap};
 use super::server::PROTOCOL_VERSION;
@@ -137,7 +140,7 @@ struct Inner {
     protocol_version: String,
     client_info: Option<serde_json::Value>,
     headers: HeaderMap,
-    next_id: AtomicI64,
+    outbound: Outbound,
     tools: RwLock<ToolHeaderMap>,
     relist_on_mismatch: bool,
 }
@@ -257,7 +260,7 @@ impl HttpClientBuilder {
                 protocol_version: self.protocol_version,
                 client_info: self.client_info,
                 headers: self.headers,
-                next_id: AtomicI64::new(1),
+                outbound: Outbound::new(),
                 tools: RwLock::new(self.tools),
                 relist_on_mismatch: self.relist_on_mismatch,
             }),
@@ -357,18 +360,21 @@ impl Service<McpRequest> for HttpClient {
         let id = match req.id() {
             Some(id) => id.clone(),
             None => {
-                let id = RequestId::Number(inner.next_id.fetch_add(1, Ordering::Relaxed));
+                // Each call is its own stream: an id need not avoid others.
+                let id = inner.outbound.next_id(|_| false);
                 req.set_id(id.clone());
                 id
             }
         };
+        // Where progress goes; a caller's observer without a
+        // ProgressResetLayer above gets a token here (any token will do: the
+        // stream carries only this request's progress).
+        let tap = inner.outbound.progress_route(&mut req, |_| false);
+        let token = req.progress_token().cloned();
         // Everything that needs the request is done before the future, so
         // the future holds only what it sends and where progress goes (and,
         // for a tools/call, the request, in case it must be sent again).
         let prepared = prepare(&inner, &id, &req);
-        let tap = req.progress_tap().cloned();
-        let observer = req.extensions().get::<ProgressObserver>().cloned();
-        let token = req.progress_token().cloned();
         let is_tools_list = req.method() == "tools/list";
         let mut log = DropLog {
             id: id.clone(),
@@ -382,7 +388,6 @@ impl Service<McpRequest> for HttpClient {
         let retry = (inner.relist_on_mismatch && req.method() == "tools/call").then(|| Retry {
             sent: prepared.as_ref().map(param_headers_of).unwrap_or_default(),
             tap: tap.clone(),
-            observer: observer.clone(),
             token: token.clone(),
             req,
         });
@@ -394,7 +399,7 @@ impl Service<McpRequest> for HttpClient {
                     return Err(e.into());
                 }
             };
-            let mut out = exchange(&inner, http_req, &id, tap, observer, token).await;
+            let mut out = exchange(&inner, http_req, &id, tap, token).await;
             if let Some(retry) = retry {
                 if is_header_mismatch(&out) {
                     if let Some(again) = retry.again(&inner, &id).await {
@@ -418,7 +423,6 @@ struct Retry {
     req: McpRequest,
     sent: Vec<(HeaderName, HeaderValue)>,
     tap: Option<ProgressTap>,
-    observer: Option<ProgressObserver>,
     token: Option<jsonrpc::ProgressToken>,
 }
 
@@ -442,7 +446,7 @@ impl Retry {
             return None; // the same headers would be refused again
         }
         tracing::debug!(request_id = %id, "tool schema changed; sending the call again");
-        Some(exchange(inner, http_req, id, self.tap, self.observer, self.token).await)
+        Some(exchange(inner, http_req, id, self.tap, self.token).await)
     }
 }
 
@@ -463,14 +467,14 @@ fn is_header_mismatch(out: &Result<serde_json::Value, BoxError>) -> bool {
 async fn relist(inner: &Inner) -> Result<(), BoxError> {
     let mut cursor: Option<String> = None;
     for _ in 0..RELIST_PAGES {
-        let id = RequestId::Number(inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = inner.outbound.next_id(|_| false);
         let params = match &cursor {
             Some(c) => serde_json::json!({ "cursor": c }),
             None => serde_json::json!({}),
         };
         let req = McpRequest::new(id.clone(), "tools/list").with_params(params);
         let http_req = prepare(inner, &id, &req)?;
-        let mut result = exchange(inner, http_req, &id, None, None, None).await?;
+        let mut result = exchange(inner, http_req, &id, None, None).await?;
         learn_tools(inner, &mut result);
         match result.get("nextCursor").and_then(|c| c.as_str()) {
             Some(c) if !c.is_empty() => cursor = Some(c.to_owned()),
@@ -587,16 +591,8 @@ async fn exchange(
     http_req: Request<Full<Bytes>>,
     id: &RequestId,
     tap: Option<ProgressTap>,
-    observer: Option<ProgressObserver>,
     token: Option<jsonrpc::ProgressToken>,
 ) -> Result<serde_json::Value, BoxError> {
-    // Without a ProgressResetLayer above, a caller's observer still sees
-    // (strictly increasing) progress, through a tap of our own.
-    let tap = match (tap, observer, &token) {
-        (Some(tap), _, _) => Some(tap),
-        (None, Some(obs), Some(t)) => Some(ProgressTap::new(t.clone(), Some(obs))),
-        _ => None,
-    };
     let res = send(&inner.client, http_req).await?;
     read_response(res, id, tap, token).await
 }

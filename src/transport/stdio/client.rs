@@ -1,12 +1,12 @@
 //! The stdio client service: [`StdioClient`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tower::Service;
 
 use super::framing::{write_line, Frame, LineReader};
@@ -25,10 +26,19 @@ use crate::jsonrpc::{
     self, CancelledParams, ErrorObject, Message, ProgressParams, ProgressToken, RawNotification,
     RequestId,
 };
-use crate::{CancelReason, Cancelled, McpRequest, ProgressObserver, ProgressTap};
+use crate::transport::outbound::Outbound;
+use crate::{CancelReason, Cancelled, McpRequest, ProgressTap};
 
 /// The default time a child gets to exit after its stdin was closed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How long by default the id of a cancelled request stays reserved while
+/// its late response may still come (see [`StdioClient`]).
+pub const DEFAULT_CANCELLED_ID_RESERVATION: Duration = Duration::from_secs(60);
+
+/// How many ids of cancelled requests are reserved at most by default; past
+/// it, the oldest reservation ends early (see [`StdioClient`]).
+pub const DEFAULT_MAX_RESERVED_IDS: usize = 1024;
 
 /// A callback for server notifications that are not progress (log messages,
 /// `subscriptions/listen` notifications, …).
@@ -52,6 +62,9 @@ pub struct StdioClientBuilder {
     write_queue: usize,
     grace: Duration,
     sink: Option<NotificationSink>,
+    reservation: Duration,
+    max_reserved: usize,
+    own_process_group: bool,
 }
 
 impl fmt::Debug for StdioClientBuilder {
@@ -60,6 +73,9 @@ impl fmt::Debug for StdioClientBuilder {
             .field("max_line_bytes", &self.max_line_bytes)
             .field("write_queue", &self.write_queue)
             .field("grace", &self.grace)
+            .field("reservation", &self.reservation)
+            .field("max_reserved", &self.max_reserved)
+            .field("own_process_group", &self.own_process_group)
             .finish()
     }
 }
@@ -71,6 +87,9 @@ impl Default for StdioClientBuilder {
             write_queue: DEFAULT_WRITE_QUEUE,
             grace: DEFAULT_SHUTDOWN_GRACE,
             sink: None,
+            reservation: DEFAULT_CANCELLED_ID_RESERVATION,
+            max_reserved: DEFAULT_MAX_RESERVED_IDS,
+            own_process_group: true,
         }
     }
 }
@@ -97,6 +116,30 @@ impl StdioClientBuilder {
         self
     }
 
+    /// How long the id of a request cancelled after it was written stays
+    /// reserved (its late response may still come), and how many such ids
+    /// are reserved at most (past that, the oldest reservation ends early).
+    /// A call with a reserved id fails at once. Default
+    /// [`DEFAULT_CANCELLED_ID_RESERVATION`], [`DEFAULT_MAX_RESERVED_IDS`];
+    /// a zero duration or count reserves nothing.
+    pub fn reserve_cancelled_ids(mut self, for_at_most: Duration, max_ids: usize) -> Self {
+        self.reservation = for_at_most;
+        self.max_reserved = max_ids;
+        self
+    }
+
+    /// Whether [`spawn`](Self::spawn) puts the child in a process group of
+    /// its own (Unix; default: yes), so that a terminal's Ctrl-C (SIGINT
+    /// to the foreground process group) reaches the client, which cancels,
+    /// and not the server, which would die with the work in flight. Turn it
+    /// off to keep a process group set on the command, or the caller's (a
+    /// child that must read the terminal or change its settings needs the
+    /// foreground group; the piped stdin and stdout do not).
+    pub fn own_process_group(mut self, own: bool) -> Self {
+        self.own_process_group = own;
+        self
+    }
+
     /// Calls `f` with every server notification other than
     /// `notifications/progress` and `notifications/cancelled`.
     pub fn on_notification(mut self, f: impl Fn(&RawNotification) + Send + Sync + 'static) -> Self {
@@ -117,8 +160,14 @@ impl StdioClientBuilder {
 
     /// Spawns `command` with piped stdin/stdout (stderr as configured on the
     /// command; inherited by default) and returns a client talking to it.
+    /// On Unix the child gets a process group of its own (see
+    /// [`own_process_group`](Self::own_process_group)).
     pub fn spawn(self, mut command: Command) -> io::Result<StdioClient> {
         command.stdin(Stdio::piped()).stdout(Stdio::piped());
+        #[cfg(unix)]
+        if self.own_process_group {
+            command.process_group(0);
+        }
         let mut child = command.spawn()?;
         let stdin = child
             .stdin
@@ -139,10 +188,14 @@ impl StdioClientBuilder {
         let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
         let (req_tx, req_rx) = mpsc::channel(self.write_queue);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                taps: HashMap::new(),
+                reserved: Reserved::new(self.reservation, self.max_reserved),
+            }),
             ctl: ctl_tx,
             closed: AtomicBool::new(false),
-            next_id: AtomicI64::new(1),
+            outbound: Outbound::new(),
             sink: self.sink,
         });
         tokio::spawn(write_loop(writer, req_rx, ctl_rx));
@@ -165,22 +218,42 @@ impl StdioClientBuilder {
 /// JSON-RPC stream (a child's stdin/stdout, or any reader/writer pair) and
 /// resolves to the `result` of each response.
 ///
-/// * Requests without an id get one, unique among the requests in flight;
-///   a request with an id or progress token already in flight fails.
+/// * Requests without an id get one, unique among the requests in flight
+///   and the reserved ids (below); a request with an id or progress token
+///   already in flight, or with a reserved id, fails at once.
 /// * The request's `wire_params()` are written, so a progress token that
 ///   [`ProgressResetLayer`](crate::ProgressResetLayer) assigned is on the
 ///   wire; `notifications/progress` for it are recorded in the request's
-///   [`ProgressTap`] (or, without one, shown to its [`ProgressObserver`]).
+///   [`ProgressTap`] (or, without one, shown to its
+///   [`ProgressObserver`](crate::ProgressObserver)). A request with an
+///   observer and no progress token gets one from the client, so an
+///   observer sees progress without a `ProgressResetLayer` too.
 /// * **Dropping a response future before its response arrived** enqueues
 ///   `notifications/cancelled` for its id, without blocking, with the reason
 ///   of the drop: the limit that fired when a
 ///   [`TimeoutLayer`](crate::TimeoutLayer) or `ProgressResetLayer` above
 ///   gave up, "caller dropped the request" otherwise. A request that was
-///   still queued is simply not written. A response that arrives later is
-///   dropped (debug log).
+///   still queued is simply not written.
+/// * **A late response never resolves a later request.** The id of a
+///   request cancelled after it was written stays reserved until its late
+///   response arrives (which is then dropped, debug log) or, since a server
+///   that honours the cancellation sends none, until a bounded time has
+///   passed (default [`DEFAULT_CANCELLED_ID_RESERVATION`]). A call with a
+///   reserved id (a caller's own id, [`McpRequest::new`]) fails at once with
+///   an `-32600` [`ErrorObject`] and is not sent; ids the client assigns skip
+///   reserved ones. At most [`DEFAULT_MAX_RESERVED_IDS`] ids are reserved;
+///   past that the oldest reservation ends early (only a caller reusing that
+///   very id could then be answered by its late response). Both bounds:
+///   [`StdioClientBuilder::reserve_cancelled_ids`].
 /// * An error response resolves to `Err` holding the [`ErrorObject`]; a
-///   `notifications/cancelled` from the server (it tore down a
-///   `subscriptions/listen`) to `Err` holding [`Cancelled`].
+///   `notifications/cancelled` from the server to `Err` holding
+///   [`Cancelled`] — only for a `subscriptions/listen` (the server tore it
+///   down), the one request the spec lets a server cancel: one naming any
+///   other request is ignored with a warning, and that call goes on. Only
+///   an object with a valid `requestId` is a cancellation.
+/// * [`spawn`](StdioClientBuilder::spawn) puts the child in a process group
+///   of its own on Unix, so a terminal's Ctrl-C reaches the client (which
+///   drops its calls, and so cancels them) but not the server.
 ///
 /// Clones share the connection. When the last clone is dropped the
 /// connection closes (a child gets EOF on stdin, then is killed after the
@@ -205,21 +278,110 @@ struct Shared {
     state: Mutex<State>,
     ctl: mpsc::UnboundedSender<Control>,
     closed: AtomicBool,
-    next_id: AtomicI64,
+    outbound: Outbound,
     sink: Option<NotificationSink>,
 }
 
 type Outcome = Result<Box<RawValue>, BoxError>;
 
-#[derive(Default)]
 struct State {
     pending: HashMap<RequestId, Pending>,
     taps: HashMap<ProgressToken, ProgressTap>,
+    reserved: Reserved,
 }
 
 struct Pending {
     tx: oneshot::Sender<Outcome>,
+    /// The token of the request's progress route, when it has one.
     token: Option<ProgressToken>,
+    /// A `subscriptions/listen`: the one request a server may cancel.
+    listen: bool,
+}
+
+impl State {
+    /// Removes a pending request and its progress route.
+    fn take(&mut self, id: &RequestId) -> Option<Pending> {
+        let p = self.pending.remove(id)?;
+        if let Some(t) = &p.token {
+            self.taps.remove(t);
+        }
+        Some(p)
+    }
+}
+
+/// Ids of requests cancelled after they were written, whose late responses
+/// may still come: reserved until then, for at most `ttl`, at most `max`.
+struct Reserved {
+    ttl: Duration,
+    max: usize,
+    until: HashMap<RequestId, Instant>,
+    /// In reservation order, so expiry is in order too; an entry whose id
+    /// was released or reserved again since is stale and skipped.
+    order: VecDeque<(RequestId, Instant)>,
+}
+
+impl Reserved {
+    fn new(ttl: Duration, max: usize) -> Self {
+        Self {
+            ttl,
+            max,
+            until: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    fn reserve(&mut self, id: RequestId) {
+        if self.ttl.is_zero() || self.max == 0 {
+            return;
+        }
+        let now = Instant::now();
+        self.expire(now);
+        // A duration the clock cannot add is as good as a year.
+        let until = now
+            .checked_add(self.ttl)
+            .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
+            .unwrap_or(now);
+        self.until.insert(id.clone(), until);
+        self.order.push_back((id, until));
+        while self.until.len() > self.max {
+            self.pop_oldest();
+        }
+        // Released ids leave stale entries behind: drop them now and then,
+        // so the queue stays within twice the bound.
+        if self.order.len() > self.max.saturating_mul(2) {
+            let until = &self.until;
+            self.order.retain(|(id, u)| until.get(id) == Some(u));
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((id, until)) = self.order.pop_front() {
+            if self.until.get(&id) == Some(&until) {
+                self.until.remove(&id);
+            }
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while self.order.front().is_some_and(|(_, until)| *until <= now) {
+            self.pop_oldest();
+        }
+    }
+
+    /// Whether `id` is reserved (as of the last [`expire`](Self::expire)).
+    fn contains(&self, id: &RequestId) -> bool {
+        self.until.contains_key(id)
+    }
+
+    /// Ends `id`'s reservation (its late response came); whether it had one.
+    fn release(&mut self, id: &RequestId) -> bool {
+        self.until.remove(id).is_some()
+    }
+
+    fn clear(&mut self) {
+        self.until.clear();
+        self.order.clear();
+    }
 }
 
 impl Shared {
@@ -227,21 +389,12 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Removes a pending request and its progress route.
-    fn take(&self, id: &RequestId) -> Option<Pending> {
-        let mut st = self.lock();
-        let p = st.pending.remove(id)?;
-        if let Some(t) = &p.token {
-            st.taps.remove(t);
-        }
-        Some(p)
-    }
-
     fn close(&self, why: &str) {
         self.closed.store(true, Ordering::Release);
         let pending: Vec<_> = {
             let mut st = self.lock();
             st.taps.clear();
+            st.reserved.clear();
             st.pending.drain().collect()
         };
         if !pending.is_empty() {
@@ -438,18 +591,11 @@ impl StdioClient {
         if self.is_closed() {
             return Err(closed_error("client is closed"));
         }
-        let token = req.progress_token().cloned();
-        let tap = match (&token, req.progress_tap()) {
-            (_, Some(tap)) => Some(tap.clone()),
-            (Some(t), None) => req
-                .extensions()
-                .get::<ProgressObserver>()
-                .map(|o| ProgressTap::new(t.clone(), Some(o.clone()))),
-            (None, None) => None,
-        };
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut st = self.shared.lock();
+            let st = &mut *st;
+            st.reserved.expire(Instant::now());
             let id = match req.id() {
                 Some(id) if st.pending.contains_key(id) => {
                     return Err(Box::new(ErrorObject::new(
@@ -457,16 +603,26 @@ impl StdioClient {
                         format!("a request with id {id} is already in flight"),
                     )));
                 }
+                Some(id) if st.reserved.contains(id) => {
+                    return Err(Box::new(ErrorObject::new(
+                        ErrorObject::INVALID_REQUEST,
+                        format!(
+                            "request id {id} is reserved: a cancelled request with this id may still be answered"
+                        ),
+                    )));
+                }
                 Some(id) => id.clone(),
-                None => loop {
-                    let n = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-                    let id = RequestId::Number(n);
-                    if !st.pending.contains_key(&id) {
-                        break id;
-                    }
-                },
+                None => self
+                    .shared
+                    .outbound
+                    .next_id(|id| st.pending.contains_key(id) || st.reserved.contains(id)),
             };
-            if let Some(t) = &token {
+            let tap = self
+                .shared
+                .outbound
+                .progress_route(&mut req, |t| st.taps.contains_key(t));
+            let mut routed = None;
+            if let Some(t) = req.progress_token() {
                 if st.taps.contains_key(t) {
                     return Err(Box::new(ErrorObject::new(
                         ErrorObject::INVALID_REQUEST,
@@ -475,13 +631,15 @@ impl StdioClient {
                 }
                 if let Some(tap) = tap {
                     st.taps.insert(t.clone(), tap);
+                    routed = Some(t.clone());
                 }
             }
             st.pending.insert(
                 id.clone(),
                 Pending {
                     tx,
-                    token: token.clone(),
+                    token: routed,
+                    listen: req.method() == jsonrpc::SUBSCRIPTIONS_LISTEN,
                 },
             );
             id
@@ -509,17 +667,28 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if self.done || self.shared.take(&self.id).is_none() {
-            // Answered (or the connection closed): nothing to cancel.
+        if self.done {
             return;
         }
-        if self
-            .state
-            .compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
         {
-            tracing::debug!(request_id = %self.id, "request dropped before it was written; not sent");
-            return;
+            // One lock for both: no other request can take the id between
+            // its removal and its reservation.
+            let mut st = self.shared.lock();
+            if st.take(&self.id).is_none() {
+                // Answered (or the connection closed): nothing to cancel.
+                return;
+            }
+            if self
+                .state
+                .compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                drop(st);
+                tracing::debug!(request_id = %self.id, "request dropped before it was written; not sent");
+                return;
+            }
+            // Written: its answer may still come; keep it from a later request.
+            st.reserved.reserve(self.id.clone());
         }
         let reason = current_drop_reason().unwrap_or(CancelReason::CallerDropped);
         tracing::info!(request_id = %self.id, %reason, "request abandoned; sending notifications/cancelled");
@@ -655,15 +824,28 @@ fn on_message(shared: &Shared, line: &[u8]) {
     }
     match Message::decode(line) {
         Ok(Message::Response(r)) => match r.id {
-            Some(id) => match shared.take(&id) {
-                Some(p) => {
-                    let out = r.outcome.map_err(|e| Box::new(e) as BoxError);
-                    let _ = p.tx.send(out);
+            Some(id) => {
+                let (p, late) = {
+                    let mut st = shared.lock();
+                    match st.take(&id) {
+                        Some(p) => (Some(p), false),
+                        // The late answer came: the id is free again.
+                        None => (None, st.reserved.release(&id)),
+                    }
+                };
+                match p {
+                    Some(p) => {
+                        let out = r.outcome.map_err(|e| Box::new(e) as BoxError);
+                        let _ = p.tx.send(out);
+                    }
+                    None if late => {
+                        tracing::debug!(request_id = %id, "late response to a cancelled request ignored");
+                    }
+                    None => {
+                        tracing::debug!(request_id = %id, "response for no request in flight ignored");
+                    }
                 }
-                None => {
-                    tracing::debug!(request_id = %id, "late response (cancelled or unknown request) ignored");
-                }
-            },
+            }
             None => match r.outcome {
                 Err(e) => {
                     tracing::warn!(code = e.code, message = ?e.message, "server reported an error about a message it could not read")
@@ -699,13 +881,25 @@ fn on_message(shared: &Shared, line: &[u8]) {
                 tracing::debug!("malformed notifications/cancelled ignored");
                 return;
             };
-            match shared.take(&params.request_id) {
-                Some(p) => {
-                    let reason = CancelReason::peer(params.reason.as_deref());
+            // The spec lets a server cancel only a subscriptions/listen.
+            let taken = {
+                let mut st = shared.lock();
+                match st.pending.get(&params.request_id).map(|p| p.listen) {
+                    Some(true) => Ok(st.take(&params.request_id)),
+                    Some(false) => Err(()),
+                    None => Ok(None),
+                }
+            };
+            let reason = CancelReason::peer(params.reason.as_deref());
+            match taken {
+                Ok(Some(p)) => {
                     tracing::info!(request_id = %params.request_id, %reason, "server ended the request (subscription torn down)");
                     let _ = p.tx.send(Err(Box::new(Cancelled::new(reason))));
                 }
-                None => {
+                Err(()) => {
+                    tracing::warn!(request_id = %params.request_id, %reason, "server sent notifications/cancelled for a request that is not a subscriptions/listen; ignored (the call goes on)");
+                }
+                Ok(None) => {
                     tracing::debug!(request_id = %params.request_id, "notifications/cancelled for no request in flight ignored")
                 }
             }

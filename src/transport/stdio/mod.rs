@@ -111,7 +111,10 @@ mod client;
 pub(crate) mod framing;
 mod server;
 
-pub use client::{ResponseFuture, StdioClient, StdioClientBuilder, DEFAULT_SHUTDOWN_GRACE};
+pub use client::{
+    ResponseFuture, StdioClient, StdioClientBuilder, DEFAULT_CANCELLED_ID_RESERVATION,
+    DEFAULT_MAX_RESERVED_IDS, DEFAULT_SHUTDOWN_GRACE,
+};
 pub use server::{
     serve, serve_stdio, StdioServer, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_LINE_BYTES,
     DEFAULT_WRITE_QUEUE,

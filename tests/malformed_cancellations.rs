@@ -1,0 +1,115 @@
+//! Only a `notifications/cancelled` whose `params` is an object with a valid
+//! `requestId` is a cancellation, on both sides of a stdio connection: the
+//! one type both decode, `jsonrpc::CancelledParams`, refuses the rest (serde's
+//! derived `Deserialize` would take the struct from an array, too).
+#![cfg(feature = "stdio")]
+
+mod stdio_support;
+
+use serde_json::{json, Value};
+use stdio_support::*;
+use tokio::sync::mpsc;
+use tower::util::BoxCloneService;
+use tower::{service_fn, ServiceExt};
+use tower_mcp_cancel::jsonrpc::CancelledParams;
+use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
+use tower_mcp_cancel::{BoxError, McpRequest};
+
+/// `params` values that name request 1 in some way but are not a valid
+/// cancellation of it.
+fn malformed() -> Vec<Value> {
+    vec![
+        json!([1]),
+        json!([1, "by position"]),
+        json!({}),
+        json!({"requestId": null}),
+        json!({"requestId": 1.5}),
+        json!({"requestId": [1]}),
+        json!({"requestId": {"id": 1}}),
+        json!({"requestId": true}),
+        json!({"request_id": 1}),
+    ]
+}
+
+fn cancel_line(params: &Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
+}
+
+#[test]
+fn cancelled_params_decode_only_from_an_object_with_a_valid_request_id() {
+    for p in malformed() {
+        assert!(
+            serde_json::from_value::<CancelledParams>(p.clone()).is_err(),
+            "{p} decoded as a cancellation"
+        );
+    }
+    // A duplicate key, which `json!` cannot write.
+    assert!(serde_json::from_str::<CancelledParams>(r#"{"requestId":1,"requestId":2}"#).is_err());
+    let ok: CancelledParams =
+        serde_json::from_value(json!({"requestId": "a", "reason": "r", "other": [1]})).unwrap();
+    assert_eq!(ok.request_id, "a".into());
+    assert_eq!(ok.reason.as_deref(), Some("r"));
+    let ok: CancelledParams = serde_json::from_value(json!({"requestId": 0})).unwrap();
+    assert_eq!(ok.request_id, 0.into());
+    assert_eq!(ok.reason, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_server_ignores_a_malformed_cancellation() {
+    let (tx, mut ev) = mpsc::unbounded_channel();
+    let svc = BoxCloneService::new(service_fn(move |req: McpRequest| {
+        let tx = tx.clone();
+        async move {
+            let id = req.id().map(|i| i.to_string()).unwrap_or_default();
+            if req.method() == "hang" {
+                let p = Probe::new(id, tx);
+                tokio::time::sleep(BOUND).await;
+                p.finish();
+            }
+            Ok::<_, BoxError>(json!({}))
+        }
+    }));
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let served = tokio::spawn(StdioServer::new().serve(svc, r, w));
+    peer.request(json!(1), "hang", json!({})).await;
+    assert_eq!(next_event(&mut ev).await, Ev::Started("1".into()));
+    for p in malformed() {
+        peer.send(cancel_line(&p)).await;
+    }
+    // Every line before the ping was read by the time its answer comes.
+    peer.sync(json!("s")).await;
+    settle().await;
+    assert_eq!(
+        ev.try_recv().ok(),
+        None,
+        "a malformed cancellation dropped the handler"
+    );
+    // A valid one still cancels.
+    peer.cancel(json!(1), "stop").await;
+    assert_eq!(next_event(&mut ev).await, Ev::Dropped("1".into()));
+    assert!(peer.close().await.is_empty());
+    served.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_client_ignores_a_malformed_cancellation() {
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let client = StdioClient::new(r, w);
+    // A subscriptions/listen: the one request a server may cancel.
+    let listen = tokio::spawn(
+        client
+            .clone()
+            .oneshot(McpRequest::new(1, "subscriptions/listen")),
+    );
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    for p in malformed() {
+        peer.send(cancel_line(&p)).await;
+    }
+    peer.send(json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete"}}))
+        .await;
+    assert_eq!(
+        listen.await.unwrap().unwrap(),
+        json!({"resultType": "complete"}),
+        "a malformed cancellation ended the call"
+    );
+}
