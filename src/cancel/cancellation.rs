@@ -1,12 +1,12 @@
 //! [`Cancellation`]: one request's cancellation state, reason and token.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use futures_util::task::AtomicWaker;
 use tokio_util::sync::CancellationToken;
+
+use self::sync::atomic::{AtomicU8, Ordering};
+use self::sync::{Arc, AtomicWaker, OnceLock};
 
 use super::CancelReason;
 
@@ -175,7 +175,190 @@ impl fmt::Debug for Cancellation {
     }
 }
 
-#[cfg(test)]
+/// The primitives the state is built from: std's (and futures') normally,
+/// loom's under `--cfg tower_mcp_cancel_loom`, so the loom model below checks this file's
+/// orderings and not copies of them.
+mod sync {
+    #[cfg(not(all(test, tower_mcp_cancel_loom)))]
+    pub(super) use futures_util::task::AtomicWaker;
+    #[cfg(not(all(test, tower_mcp_cancel_loom)))]
+    pub(super) use std::sync::{atomic, Arc, OnceLock};
+
+    #[cfg(all(test, tower_mcp_cancel_loom))]
+    pub(super) use self::model::{AtomicWaker, OnceLock};
+    #[cfg(all(test, tower_mcp_cancel_loom))]
+    pub(super) use loom::sync::{atomic, Arc};
+
+    #[cfg(all(test, tower_mcp_cancel_loom))]
+    mod model {
+        use std::task::Waker;
+
+        /// `std::sync::OnceLock` as loom sees it: a cell behind a loom mutex.
+        /// It models what std documents and this file relies on: `set` and
+        /// `get_or_init` are linearizable, and when `set` returns (won or
+        /// lost) the cell holds a value. Values are leaked (`&'static`), which
+        /// gives `get` a plain reference without `unsafe`; tests only.
+        pub(in super::super) struct OnceLock<T: 'static> {
+            slot: loom::sync::Mutex<Option<&'static T>>,
+        }
+
+        impl<T> OnceLock<T> {
+            pub(in super::super) fn new() -> Self {
+                Self {
+                    slot: loom::sync::Mutex::new(None),
+                }
+            }
+
+            pub(in super::super) fn get(&self) -> Option<&T> {
+                *self.slot.lock().unwrap()
+            }
+
+            pub(in super::super) fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
+                let mut slot = self.slot.lock().unwrap();
+                *slot.get_or_insert_with(|| Box::leak(Box::new(f())))
+            }
+
+            pub(in super::super) fn set(&self, value: T) -> Result<(), T> {
+                let mut slot = self.slot.lock().unwrap();
+                match *slot {
+                    Some(_) => Err(value),
+                    None => {
+                        *slot = Some(Box::leak(Box::new(value)));
+                        Ok(())
+                    }
+                }
+            }
+        }
+
+        /// `futures`' `AtomicWaker` with its signature, on loom's mock.
+        pub(in super::super) struct AtomicWaker(loom::future::AtomicWaker);
+
+        impl AtomicWaker {
+            pub(in super::super) fn new() -> Self {
+                Self(loom::future::AtomicWaker::new())
+            }
+
+            pub(in super::super) fn register(&self, waker: &Waker) {
+                self.0.register_by_ref(waker)
+            }
+
+            pub(in super::super) fn wake(&self) {
+                self.0.wake()
+            }
+        }
+    }
+}
+
+#[cfg(all(test, tower_mcp_cancel_loom))]
+mod loom_model {
+    //! Exhaustive interleavings of the cancel state machine (run with
+    //! `RUSTFLAGS="--cfg tower_mcp_cancel_loom" cargo test --lib loom_model`, see `.ci/run`).
+    //!
+    //! Covered: the one-shot outcome (who wins between cancel, cancel and
+    //! complete), the publication of the reason with it, the token's
+    //! creation racing a cancel, and the registration of the layer's waker
+    //! against the wake on cancel (a lost wake-up is a loom deadlock).
+    //! Not covered: the insides of `std`'s `OnceLock` and of `futures`'
+    //! `AtomicWaker` (modelled by their documented contracts, see `sync`) nor
+    //! of tokio's `CancellationToken` (a real one, whose calls loom sees as
+    //! atomic steps; only the order in which this file calls it is checked).
+
+    use std::future::poll_fn;
+
+    use loom::thread;
+
+    use super::*;
+
+    /// A driver that gets `complete() == false` must already see the reason:
+    /// otherwise it would write a response for a request it counts cancelled.
+    #[test]
+    fn complete_refused_by_cancel_sees_reason() {
+        loom::model(|| {
+            let c = Cancellation::new();
+            let c2 = c.clone();
+            let canceller = thread::spawn(move || c2.cancel(CancelReason::Shutdown));
+            let completed = c.complete();
+            if !completed {
+                assert!(c.is_cancelled(), "complete() refused, not cancelled");
+                assert_eq!(c.reason(), Some(&CancelReason::Shutdown));
+            }
+            let cancelled = canceller.join().unwrap();
+            assert_ne!(completed, cancelled, "exactly one of them wins");
+            assert_eq!(c.reason().is_some(), cancelled);
+        });
+    }
+
+    /// Of two cancels and a complete, one wins, and a loser sees the
+    /// winner's outcome as soon as it lost.
+    #[test]
+    fn first_of_cancel_cancel_complete_wins() {
+        loom::model(|| {
+            let c = Cancellation::new();
+            let (c1, c2) = (c.clone(), c.clone());
+            let a = thread::spawn(move || {
+                let won = c1.cancel(CancelReason::Shutdown);
+                assert!(c1.is_finished());
+                won
+            });
+            let b = thread::spawn(move || {
+                let won = c2.cancel(CancelReason::TransportClosed);
+                assert!(c2.is_finished());
+                won
+            });
+            let completed = c.complete();
+            if !completed {
+                assert!(c.reason().is_some(), "complete() refused, no reason");
+            }
+            let (a, b) = (a.join().unwrap(), b.join().unwrap());
+            assert_eq!(u8::from(a) + u8::from(b) + u8::from(completed), 1);
+            let expected = match (a, b) {
+                (true, _) => Some(&CancelReason::Shutdown),
+                (_, true) => Some(&CancelReason::TransportClosed),
+                _ => None,
+            };
+            assert_eq!(c.reason(), expected);
+        });
+    }
+
+    /// A token asked for while (or after) a cancel is seen is cancelled at
+    /// once; one asked for before it is cancelled by the time `cancel()`
+    /// returns.
+    #[test]
+    fn token_fires_on_cancel_whenever_created() {
+        loom::model(|| {
+            let c = Cancellation::new();
+            let c2 = c.clone();
+            let asker = thread::spawn(move || {
+                let seen = c2.is_cancelled();
+                let token = c2.token();
+                if seen {
+                    assert!(token.is_cancelled(), "token of a cancelled request");
+                }
+                token
+            });
+            assert!(c.cancel(CancelReason::Shutdown));
+            assert!(c.token().is_cancelled());
+            assert!(asker.join().unwrap().is_cancelled());
+        });
+    }
+
+    /// The layer's waker, registered by `poll_cancelled`, is woken by a
+    /// concurrent cancel (if the wake-up were lost, `block_on` would never
+    /// return and loom reports a deadlock).
+    #[test]
+    fn cancel_wakes_registered_poller() {
+        loom::model(|| {
+            let c = Cancellation::new();
+            let c2 = c.clone();
+            let poller =
+                thread::spawn(move || loom::future::block_on(poll_fn(|cx| c2.poll_cancelled(cx))));
+            assert!(c.cancel(CancelReason::ClientDisconnected));
+            assert_eq!(poller.join().unwrap(), CancelReason::ClientDisconnected);
+        });
+    }
+}
+
+#[cfg(all(test, not(tower_mcp_cancel_loom)))]
 mod tests {
     use super::*;
 
@@ -205,6 +388,25 @@ mod tests {
             let h = std::thread::spawn(move || c2.token());
             c.cancel(CancelReason::Shutdown);
             assert!(h.join().unwrap().is_cancelled());
+        }
+    }
+
+    /// The same rule as `loom_model::complete_refused_by_cancel_sees_reason`,
+    /// on real threads: the driver waits until the request is finished, then
+    /// a refused `complete()` must come with the reason.
+    #[test]
+    fn complete_refused_by_cancel_sees_reason_across_threads() {
+        for _ in 0..20_000 {
+            let c = Cancellation::new();
+            let c2 = c.clone();
+            let h = std::thread::spawn(move || c2.cancel(CancelReason::Shutdown));
+            while !c.is_finished() {
+                std::thread::yield_now();
+            }
+            if !c.complete() {
+                assert!(c.reason().is_some(), "complete() refused, reason() None");
+            }
+            assert!(h.join().unwrap());
         }
     }
 
