@@ -5,15 +5,8 @@ use std::task::{Context, Poll};
 
 use tokio_util::sync::CancellationToken;
 
-use self::sync::atomic::{AtomicU8, Ordering};
 use self::sync::{Arc, AtomicWaker, OnceLock};
-
 use super::CancelReason;
-
-const ACTIVE: u8 = 0;
-const CANCELLING: u8 = 1;
-const CANCELLED: u8 = 2;
-const COMPLETED: u8 = 3;
 
 /// One request's cancellation: a one-shot state (active → cancelled with a
 /// reason, or active → completed), and a [`CancellationToken`] that fires on
@@ -24,10 +17,12 @@ const COMPLETED: u8 = 3;
 /// * The first of [`cancel`](Self::cancel) and [`complete`](Self::complete)
 ///   wins; the other is a no-op that returns `false`. A cancel after
 ///   completion therefore changes nothing, and of two racing cancels the first
-///   reason is the one kept.
+///   reason is the one kept. The reason is set in the same step as the state:
+///   when `complete` returns `false` because of a cancel, [`reason`](Self::reason)
+///   already returns it, on every thread.
 /// * The token is created on first use of [`token`](Self::token), so a
 ///   request whose handler never asks for it pays nothing for it; a token
-///   asked for after the cancel is already cancelled.
+///   asked for once the cancel is visible is already cancelled.
 /// * Dropping a `Cancellation` does nothing: it neither cancels nor completes.
 ///
 /// ```
@@ -47,10 +42,17 @@ pub struct Cancellation {
 }
 
 struct Inner {
-    state: AtomicU8,
-    reason: OnceLock<CancelReason>,
+    /// The one-shot state and its reason in one cell: whoever loses the race
+    /// to set it returns only once the winner's outcome is readable, so there
+    /// is no moment where the state is decided and the reason not yet there.
+    outcome: OnceLock<Outcome>,
     token: OnceLock<CancellationToken>,
     waker: AtomicWaker,
+}
+
+enum Outcome {
+    Cancelled(CancelReason),
+    Completed,
 }
 
 impl Default for Cancellation {
@@ -64,8 +66,7 @@ impl Cancellation {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                state: AtomicU8::new(ACTIVE),
-                reason: OnceLock::new(),
+                outcome: OnceLock::new(),
                 token: OnceLock::new(),
                 waker: AtomicWaker::new(),
             }),
@@ -76,55 +77,52 @@ impl Cancellation {
     /// request. Returns `false` (and does nothing) if the request already
     /// completed or was already cancelled.
     pub fn cancel(&self, reason: CancelReason) -> bool {
-        if self
-            .inner
-            .state
-            .compare_exchange(ACTIVE, CANCELLING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if self.inner.outcome.set(Outcome::Cancelled(reason)).is_err() {
             return false;
         }
-        let _ = self.inner.reason.set(reason);
-        self.inner.state.store(CANCELLED, Ordering::Release);
-        // Always through `token()`: a token created concurrently is then
+        // Always through `token_ref()`: a token created concurrently is then
         // either this one or cancelled by this call.
         self.token_ref().cancel();
+        // After the outcome is set: `poll_cancelled` registers, then reads it.
         self.inner.waker.wake();
         true
     }
 
     /// Marks the request completed: later cancels are no-ops. Returns `false`
-    /// if it was already cancelled or completed.
+    /// if it was already cancelled or completed; when it returns `false`
+    /// because of a cancel, [`reason`](Self::reason) already returns it.
     pub fn complete(&self) -> bool {
-        self.inner
-            .state
-            .compare_exchange(ACTIVE, COMPLETED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.inner.outcome.set(Outcome::Completed).is_ok()
     }
 
     /// Whether the request was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.state.load(Ordering::Acquire) == CANCELLED
+        self.reason().is_some()
     }
 
     /// Whether the request was cancelled or completed.
     pub fn is_finished(&self) -> bool {
-        self.inner.state.load(Ordering::Acquire) >= CANCELLING
+        self.inner.outcome.get().is_some()
     }
 
     /// The reason, once cancelled.
     pub fn reason(&self) -> Option<&CancelReason> {
-        if self.is_cancelled() {
-            self.inner.reason.get()
-        } else {
-            None
+        match self.inner.outcome.get() {
+            Some(Outcome::Cancelled(reason)) => Some(reason),
+            _ => None,
         }
     }
 
     /// The token that fires on cancel. Hand clones (or child tokens) to work
     /// you spawn.
     pub fn token(&self) -> CancellationToken {
-        self.token_ref().clone()
+        let token = self.token_ref();
+        // A cancel that is visible but has not reached the token yet: fire it
+        // here rather than hand out a live token for a cancelled request.
+        if self.is_cancelled() && !token.is_cancelled() {
+            token.cancel();
+        }
+        token.clone()
     }
 
     fn token_ref(&self) -> &CancellationToken {
@@ -135,9 +133,8 @@ impl Cancellation {
     /// request that completes.
     pub async fn cancelled(&self) -> CancelReason {
         self.token_ref().cancelled().await;
-        self.inner
-            .reason
-            .get()
+        // A holder of the token may have cancelled it directly, without a reason.
+        self.reason()
             .cloned()
             .unwrap_or(CancelReason::Other("cancelled".into()))
     }
@@ -163,10 +160,10 @@ impl Cancellation {
 
 impl fmt::Debug for Cancellation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.inner.state.load(Ordering::Acquire) {
-            ACTIVE => "active",
-            CANCELLING | CANCELLED => "cancelled",
-            _ => "completed",
+        let state = match self.inner.outcome.get() {
+            None => "active",
+            Some(Outcome::Cancelled(_)) => "cancelled",
+            Some(Outcome::Completed) => "completed",
         };
         f.debug_struct("Cancellation")
             .field("state", &state)
@@ -182,12 +179,12 @@ mod sync {
     #[cfg(not(all(test, tower_mcp_cancel_loom)))]
     pub(super) use futures_util::task::AtomicWaker;
     #[cfg(not(all(test, tower_mcp_cancel_loom)))]
-    pub(super) use std::sync::{atomic, Arc, OnceLock};
+    pub(super) use std::sync::{Arc, OnceLock};
 
     #[cfg(all(test, tower_mcp_cancel_loom))]
     pub(super) use self::model::{AtomicWaker, OnceLock};
     #[cfg(all(test, tower_mcp_cancel_loom))]
-    pub(super) use loom::sync::{atomic, Arc};
+    pub(super) use loom::sync::Arc;
 
     #[cfg(all(test, tower_mcp_cancel_loom))]
     mod model {
@@ -215,7 +212,7 @@ mod sync {
 
             pub(in super::super) fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
                 let mut slot = self.slot.lock().unwrap();
-                *slot.get_or_insert_with(|| Box::leak(Box::new(f())))
+                slot.get_or_insert_with(|| Box::leak(Box::new(f())))
             }
 
             pub(in super::super) fn set(&self, value: T) -> Result<(), T> {
