@@ -1,19 +1,12 @@
 //! [`Cancellation`]: one request's cancellation state, reason and token.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use futures_util::task::AtomicWaker;
 use tokio_util::sync::CancellationToken;
 
+use self::sync::{Arc, AtomicWaker, OnceLock};
 use super::CancelReason;
-
-const ACTIVE: u8 = 0;
-const CANCELLING: u8 = 1;
-const CANCELLED: u8 = 2;
-const COMPLETED: u8 = 3;
 
 /// One request's cancellation: a one-shot state (active → cancelled with a
 /// reason, or active → completed), and a [`CancellationToken`] that fires on
@@ -24,10 +17,12 @@ const COMPLETED: u8 = 3;
 /// * The first of [`cancel`](Self::cancel) and [`complete`](Self::complete)
 ///   wins; the other is a no-op that returns `false`. A cancel after
 ///   completion therefore changes nothing, and of two racing cancels the first
-///   reason is the one kept.
+///   reason is the one kept. The reason is set in the same step as the state:
+///   when `complete` returns `false` because of a cancel, [`reason`](Self::reason)
+///   already returns it, on every thread.
 /// * The token is created on first use of [`token`](Self::token), so a
 ///   request whose handler never asks for it pays nothing for it; a token
-///   asked for after the cancel is already cancelled.
+///   asked for once the cancel is visible is already cancelled.
 /// * Dropping a `Cancellation` does nothing: it neither cancels nor completes.
 ///
 /// ```
@@ -47,10 +42,17 @@ pub struct Cancellation {
 }
 
 struct Inner {
-    state: AtomicU8,
-    reason: OnceLock<CancelReason>,
+    /// The one-shot state and its reason in one cell: whoever loses the race
+    /// to set it returns only once the winner's outcome is readable, so there
+    /// is no moment where the state is decided and the reason not yet there.
+    outcome: OnceLock<Outcome>,
     token: OnceLock<CancellationToken>,
     waker: AtomicWaker,
+}
+
+enum Outcome {
+    Cancelled(CancelReason),
+    Completed,
 }
 
 impl Default for Cancellation {
@@ -64,8 +66,7 @@ impl Cancellation {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                state: AtomicU8::new(ACTIVE),
-                reason: OnceLock::new(),
+                outcome: OnceLock::new(),
                 token: OnceLock::new(),
                 waker: AtomicWaker::new(),
             }),
@@ -76,55 +77,52 @@ impl Cancellation {
     /// request. Returns `false` (and does nothing) if the request already
     /// completed or was already cancelled.
     pub fn cancel(&self, reason: CancelReason) -> bool {
-        if self
-            .inner
-            .state
-            .compare_exchange(ACTIVE, CANCELLING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if self.inner.outcome.set(Outcome::Cancelled(reason)).is_err() {
             return false;
         }
-        let _ = self.inner.reason.set(reason);
-        self.inner.state.store(CANCELLED, Ordering::Release);
-        // Always through `token()`: a token created concurrently is then
+        // Always through `token_ref()`: a token created concurrently is then
         // either this one or cancelled by this call.
         self.token_ref().cancel();
+        // After the outcome is set: `poll_cancelled` registers, then reads it.
         self.inner.waker.wake();
         true
     }
 
     /// Marks the request completed: later cancels are no-ops. Returns `false`
-    /// if it was already cancelled or completed.
+    /// if it was already cancelled or completed; when it returns `false`
+    /// because of a cancel, [`reason`](Self::reason) already returns it.
     pub fn complete(&self) -> bool {
-        self.inner
-            .state
-            .compare_exchange(ACTIVE, COMPLETED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.inner.outcome.set(Outcome::Completed).is_ok()
     }
 
     /// Whether the request was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.state.load(Ordering::Acquire) == CANCELLED
+        self.reason().is_some()
     }
 
     /// Whether the request was cancelled or completed.
     pub fn is_finished(&self) -> bool {
-        self.inner.state.load(Ordering::Acquire) >= CANCELLING
+        self.inner.outcome.get().is_some()
     }
 
     /// The reason, once cancelled.
     pub fn reason(&self) -> Option<&CancelReason> {
-        if self.is_cancelled() {
-            self.inner.reason.get()
-        } else {
-            None
+        match self.inner.outcome.get() {
+            Some(Outcome::Cancelled(reason)) => Some(reason),
+            _ => None,
         }
     }
 
     /// The token that fires on cancel. Hand clones (or child tokens) to work
     /// you spawn.
     pub fn token(&self) -> CancellationToken {
-        self.token_ref().clone()
+        let token = self.token_ref();
+        // A cancel that is visible but has not reached the token yet: fire it
+        // here rather than hand out a live token for a cancelled request.
+        if self.is_cancelled() && !token.is_cancelled() {
+            token.cancel();
+        }
+        token.clone()
     }
 
     fn token_ref(&self) -> &CancellationToken {
@@ -135,9 +133,8 @@ impl Cancellation {
     /// request that completes.
     pub async fn cancelled(&self) -> CancelReason {
         self.token_ref().cancelled().await;
-        self.inner
-            .reason
-            .get()
+        // A holder of the token may have cancelled it directly, without a reason.
+        self.reason()
             .cloned()
             .unwrap_or(CancelReason::Other("cancelled".into()))
     }
@@ -163,10 +160,10 @@ impl Cancellation {
 
 impl fmt::Debug for Cancellation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.inner.state.load(Ordering::Acquire) {
-            ACTIVE => "active",
-            CANCELLING | CANCELLED => "cancelled",
-            _ => "completed",
+        let state = match self.inner.outcome.get() {
+            None => "active",
+            Some(Outcome::Cancelled(_)) => "cancelled",
+            Some(Outcome::Completed) => "completed",
         };
         f.debug_struct("Cancellation")
             .field("state", &state)
@@ -175,7 +172,190 @@ impl fmt::Debug for Cancellation {
     }
 }
 
-#[cfg(test)]
+/// The primitives the state is built from: std's (and futures') normally,
+/// loom's under `--cfg tower_mcp_cancel_loom`, so the loom model below checks this file's
+/// orderings and not copies of them.
+mod sync {
+    #[cfg(not(all(test, tower_mcp_cancel_loom)))]
+    pub(super) use futures_util::task::AtomicWaker;
+    #[cfg(not(all(test, tower_mcp_cancel_loom)))]
+    pub(super) use std::sync::{Arc, OnceLock};
+
+    #[cfg(all(test, tower_mcp_cancel_loom))]
+    pub(super) use self::model::{AtomicWaker, OnceLock};
+    #[cfg(all(test, tower_mcp_cancel_loom))]
+    pub(super) use loom::sync::Arc;
+
+    #[cfg(all(test, tower_mcp_cancel_loom))]
+    mod model {
+        use std::task::Waker;
+
+        /// `std::sync::OnceLock` as loom sees it: a cell behind a loom mutex.
+        /// It models what std documents and this file relies on: `set` and
+        /// `get_or_init` are linearizable, and when `set` returns (won or
+        /// lost) the cell holds a value. Values are leaked (`&'static`), which
+        /// gives `get` a plain reference without `unsafe`; tests only.
+        pub(in super::super) struct OnceLock<T: 'static> {
+            slot: loom::sync::Mutex<Option<&'static T>>,
+        }
+
+        impl<T> OnceLock<T> {
+            pub(in super::super) fn new() -> Self {
+                Self {
+                    slot: loom::sync::Mutex::new(None),
+                }
+            }
+
+            pub(in super::super) fn get(&self) -> Option<&T> {
+                *self.slot.lock().unwrap()
+            }
+
+            pub(in super::super) fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
+                let mut slot = self.slot.lock().unwrap();
+                slot.get_or_insert_with(|| Box::leak(Box::new(f())))
+            }
+
+            pub(in super::super) fn set(&self, value: T) -> Result<(), T> {
+                let mut slot = self.slot.lock().unwrap();
+                match *slot {
+                    Some(_) => Err(value),
+                    None => {
+                        *slot = Some(Box::leak(Box::new(value)));
+                        Ok(())
+                    }
+                }
+            }
+        }
+
+        /// `futures`' `AtomicWaker` with its signature, on loom's mock.
+        pub(in super::super) struct AtomicWaker(loom::future::AtomicWaker);
+
+        impl AtomicWaker {
+            pub(in super::super) fn new() -> Self {
+                Self(loom::future::AtomicWaker::new())
+            }
+
+            pub(in super::super) fn register(&self, waker: &Waker) {
+                self.0.register_by_ref(waker)
+            }
+
+            pub(in super::super) fn wake(&self) {
+                self.0.wake()
+            }
+        }
+    }
+}
+
+#[cfg(all(test, tower_mcp_cancel_loom))]
+mod loom_model {
+    //! Exhaustive interleavings of the cancel state machine (run with
+    //! `RUSTFLAGS="--cfg tower_mcp_cancel_loom" cargo test --lib loom_model`, see `.ci/run`).
+    //!
+    //! Covered: the one-shot outcome (who wins between cancel, cancel and
+    //! complete), the publication of the reason with it, the token's
+    //! creation racing a cancel, and the registration of the layer's waker
+    //! against the wake on cancel (a lost wake-up is a loom deadlock).
+    //! Not covered: the insides of `std`'s `OnceLock` and of `futures`'
+    //! `AtomicWaker` (modelled by their documented contracts, see `sync`) nor
+    //! of tokio's `CancellationToken` (a real one, whose calls loom sees as
+    //! atomic steps; only the order in which this file calls it is checked).
+
+    use std::future::poll_fn;
+
+    use loom::thread;
+
+    use super::*;
+
+    /// A driver that gets `complete() == false` must already see the reason:
+    /// otherwise it would write a response for a request it counts cancelled.
+    #[test]
+    fn complete_refused_by_cancel_sees_reason() {
+        loom::model(|| {
+            let c = Cancellation::new();
+            let c2 = c.clone();
+            let canceller = thread::spawn(move || c2.cancel(CancelReason::Shutdown));
+            let completed = c.complete();
+            if !completed {
+                assert!(c.is_cancelled(), "complete() refused, not cancelled");
+                assert_eq!(c.reason(), Some(&CancelReason::Shutdown));
+            }
+            let cancelled = canceller.join().unwrap();
+            assert_ne!(completed, cancelled, "exactly one of them wins");
+            assert_eq!(c.reason().is_some(), cancelled);
+        });
+    }
+
+    /// Of two cancels and a complete, one wins, and a loser sees the
+    /// winner's outcome as soon as it lost.
+    #[test]
+    fn first_of_cancel_cancel_complete_wins() {
+        loom::model(|| {
+            let c = Cancellation::new();
+            let (c1, c2) = (c.clone(), c.clone());
+            let a = thread::spawn(move || {
+                let won = c1.cancel(CancelReason::Shutdown);
+                assert!(c1.is_finished());
+                won
+            });
+            let b = thread::spawn(move || {
+                let won = c2.cancel(CancelReason::TransportClosed);
+                assert!(c2.is_finished());
+                won
+            });
+            let completed = c.complete();
+            if !completed {
+                assert!(c.reason().is_some(), "complete() refused, no reason");
+            }
+            let (a, b) = (a.join().unwrap(), b.join().unwrap());
+            assert_eq!(u8::from(a) + u8::from(b) + u8::from(completed), 1);
+            let expected = match (a, b) {
+                (true, _) => Some(&CancelReason::Shutdown),
+                (_, true) => Some(&CancelReason::TransportClosed),
+                _ => None,
+            };
+            assert_eq!(c.reason(), expected);
+        });
+    }
+
+    /// A token asked for while (or after) a cancel is seen is cancelled at
+    /// once; one asked for before it is cancelled by the time `cancel()`
+    /// returns.
+    #[test]
+    fn token_fires_on_cancel_whenever_created() {
+        loom::model(|| {
+            let c = Cancellation::new();
+            let c2 = c.clone();
+            let asker = thread::spawn(move || {
+                let seen = c2.is_cancelled();
+                let token = c2.token();
+                if seen {
+                    assert!(token.is_cancelled(), "token of a cancelled request");
+                }
+                token
+            });
+            assert!(c.cancel(CancelReason::Shutdown));
+            assert!(c.token().is_cancelled());
+            assert!(asker.join().unwrap().is_cancelled());
+        });
+    }
+
+    /// The layer's waker, registered by `poll_cancelled`, is woken by a
+    /// concurrent cancel (if the wake-up were lost, `block_on` would never
+    /// return and loom reports a deadlock).
+    #[test]
+    fn cancel_wakes_registered_poller() {
+        loom::model(|| {
+            let c = Cancellation::new();
+            let c2 = c.clone();
+            let poller =
+                thread::spawn(move || loom::future::block_on(poll_fn(|cx| c2.poll_cancelled(cx))));
+            assert!(c.cancel(CancelReason::ClientDisconnected));
+            assert_eq!(poller.join().unwrap(), CancelReason::ClientDisconnected);
+        });
+    }
+}
+
+#[cfg(all(test, not(tower_mcp_cancel_loom)))]
 mod tests {
     use super::*;
 
@@ -205,6 +385,25 @@ mod tests {
             let h = std::thread::spawn(move || c2.token());
             c.cancel(CancelReason::Shutdown);
             assert!(h.join().unwrap().is_cancelled());
+        }
+    }
+
+    /// The same rule as `loom_model::complete_refused_by_cancel_sees_reason`,
+    /// on real threads: the driver waits until the request is finished, then
+    /// a refused `complete()` must come with the reason.
+    #[test]
+    fn complete_refused_by_cancel_sees_reason_across_threads() {
+        for _ in 0..20_000 {
+            let c = Cancellation::new();
+            let c2 = c.clone();
+            let h = std::thread::spawn(move || c2.cancel(CancelReason::Shutdown));
+            while !c.is_finished() {
+                std::thread::yield_now();
+            }
+            if !c.complete() {
+                assert!(c.reason().is_some(), "complete() refused, reason() None");
+            }
+            assert!(h.join().unwrap());
         }
     }
 
