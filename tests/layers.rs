@@ -665,6 +665,37 @@ async fn registry_races_ids_and_string_vs_integer() {
     assert!(in_flight.is_empty());
 }
 
+#[tokio::test(start_paused = true)]
+async fn progress_reset_exempts_listen_by_default() {
+    // A listen stream is quiet by design: an hour without progress is fine.
+    let quiet = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)))
+        .service(quiet());
+    let start = Instant::now();
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "subscriptions/listen"))
+        .await
+        .expect("a quiet listen stream is not idle-limited");
+    assert_eq!(Instant::now() - start, Duration::from_secs(3600));
+    // Other methods still are.
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(elapsed(&e).limit(), Limit::Idle);
+}
+
 // ---------- http::Request form ----------
 
 mod http_form {
