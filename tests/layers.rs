@@ -696,6 +696,40 @@ async fn progress_reset_exempts_listen_by_default() {
     assert_eq!(elapsed(&e).limit(), Limit::Idle);
 }
 
+// ---------- configuration values ----------
+
+#[tokio::test(start_paused = true)]
+async fn timeout_duration_max_means_no_deadline() {
+    let slow = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::MAX))
+        .service(slow());
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .expect("no deadline");
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(1)).method("tools/call", Duration::MAX))
+        .service(slow());
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "tools/call"))
+        .await
+        .expect("no deadline");
+    // Past what an Instant holds, though not Duration::MAX.
+    let req = McpRequest::new(3, "tools/call")
+        .with_extension(RequestTimeout::after(Duration::from_secs(u64::MAX / 2)));
+    svc.ready().await.unwrap().call(req).await.expect("no deadline");
+}
+
 // ---------- http::Request form ----------
 
 mod http_form {
