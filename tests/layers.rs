@@ -730,6 +730,55 @@ async fn timeout_duration_max_means_no_deadline() {
     svc.ready().await.unwrap().call(req).await.expect("no deadline");
 }
 
+#[tokio::test(start_paused = true)]
+async fn progress_duration_max_means_no_limit() {
+    let slow = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    // Idle limit MAX (and so a default max of 10 × MAX).
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::MAX))
+        .service(slow());
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .expect("no idle limit");
+    // A finite idle limit with a MAX maximum: the idle limit still fires.
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::MAX))
+        .service(slow());
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(elapsed(&e), Elapsed::new(Limit::Idle, Duration::from_secs(1)));
+    // Per request.
+    let req = McpRequest::new(3, "tools/call").with_extension(ProgressLimits {
+        idle: Duration::MAX,
+        max: Some(Duration::MAX),
+    });
+    svc.ready().await.unwrap().call(req).await.expect("no limit");
+    // After progress, the idle deadline is computed again from the report.
+    let schedule = vec![(500, 1.0), (500, 2.0)];
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::MAX).without_max())
+        .service(progress_service(schedule, None));
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(4, "tools/call"))
+        .await
+        .expect("no limit after progress either");
+}
+
 // ---------- http::Request form ----------
 
 mod http_form {
