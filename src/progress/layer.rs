@@ -15,7 +15,8 @@ use super::future::ResponseFuture;
 use super::{ProgressObserver, ProgressTap};
 
 /// The two limits of [`ProgressResetLayer`]; also a per-request override the
-/// caller can put in the request's extensions.
+/// caller can put in the request's extensions. A duration past what an
+/// `Instant` can hold (`Duration::MAX`) means no such limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProgressLimits {
     /// How long the request may go without (increasing) progress.

@@ -125,12 +125,14 @@ where
             Some(t) => t.0,
             None => self.policy.limit_for(method.as_deref()),
         };
-        let Some(limit) = limit else {
+        // A limit past what an `Instant` holds (`Duration::MAX`) is no limit.
+        let Some((limit, deadline)) =
+            limit.and_then(|l| req.started_at().checked_add(l).map(|d| (l, d)))
+        else {
             return ResponseFuture::unlimited(self.inner.call(req));
         };
         let cancellation = req.cancellation().cloned();
         let id = req.request_id();
-        let deadline = req.started_at() + limit;
         ResponseFuture::new(
             self.inner.call(req),
             deadline,

@@ -3,7 +3,8 @@
 //! The deadline comes from, in order: a [`RequestTimeout`] the caller put in
 //! the request's extensions; the policy's entry for the request's method;
 //! the policy's default. `subscriptions/listen` is long-lived by design and
-//! exempt unless configured otherwise. The timer starts at `call`; a response
+//! exempt unless configured otherwise. `Duration::MAX` (or any duration past
+//! what an `Instant` can hold) means no deadline. The timer starts at `call`; a response
 //! that is ready in the same poll as the timer wins, as in tower's `Timeout`.
 //!
 //! On expiry the inner future is dropped at once (with the reason visible to

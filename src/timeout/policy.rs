@@ -4,7 +4,8 @@ use std::time::Duration;
 use crate::jsonrpc::{Method, SUBSCRIPTIONS_LISTEN};
 
 /// A per-request deadline override, set by the caller in the request's
-/// extensions; it takes precedence over the policy.
+/// extensions; it takes precedence over the policy. A duration past what an
+/// `Instant` can hold from now (`Duration::MAX`) means no deadline.
 ///
 /// ```
 /// use std::time::Duration;
