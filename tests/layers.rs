@@ -727,7 +727,12 @@ async fn timeout_duration_max_means_no_deadline() {
     // Past what an Instant holds, though not Duration::MAX.
     let req = McpRequest::new(3, "tools/call")
         .with_extension(RequestTimeout::after(Duration::from_secs(u64::MAX / 2)));
-    svc.ready().await.unwrap().call(req).await.expect("no deadline");
+    svc.ready()
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .expect("no deadline");
 }
 
 #[tokio::test(start_paused = true)]
@@ -759,13 +764,21 @@ async fn progress_duration_max_means_no_limit() {
         .call(McpRequest::new(2, "tools/call"))
         .await
         .unwrap_err();
-    assert_eq!(elapsed(&e), Elapsed::new(Limit::Idle, Duration::from_secs(1)));
+    assert_eq!(
+        elapsed(&e),
+        Elapsed::new(Limit::Idle, Duration::from_secs(1))
+    );
     // Per request.
     let req = McpRequest::new(3, "tools/call").with_extension(ProgressLimits {
         idle: Duration::MAX,
         max: Some(Duration::MAX),
     });
-    svc.ready().await.unwrap().call(req).await.expect("no limit");
+    svc.ready()
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .expect("no limit");
     // After progress, the idle deadline is computed again from the report.
     let schedule = vec![(500, 1.0), (500, 2.0)];
     let mut svc = ServiceBuilder::new()
@@ -864,10 +877,14 @@ mod http_form {
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 Ok::<_, BoxError>(http::Response::new(()))
             }));
-        let call = http::Request::builder()
+        // A method checked against the body (a `Method` in the extensions)
+        // earns its longer deadline; the bare header would not.
+        let mut call = http::Request::builder()
             .header("Mcp-Method", "tools/call")
             .body(())
             .unwrap();
+        call.extensions_mut()
+            .insert(tower_mcp_cancel::jsonrpc::Method::new("tools/call"));
         assert!(svc.ready().await.unwrap().call(call).await.is_ok());
         let list = http::Request::builder()
             .header("Mcp-Method", "tools/list")

@@ -12,6 +12,22 @@
 //! "timeout"), the request's [`Cancellation`](crate::Cancellation), if it has
 //! one, fires, and the call fails with [`Elapsed`](crate::Elapsed).
 //!
+//! # Over `http::Request`: the method must be checked to earn more time
+//!
+//! The deadline is chosen at `call`, before anything has read the body. Over
+//! an `http::Request` the method then is a [`Method`](crate::jsonrpc::Method)
+//! in the extensions, if server code that read the body put one there, or
+//! else the `Mcp-Method` header, which is only the client's claim. A claimed
+//! method may pick a *shorter* per-method deadline than the default, never a
+//! longer one or an exemption: a `tools/call` labelled
+//! `subscriptions/listen` gets the default deadline, around
+//! [`StreamableHttpService`](crate::transport::http::StreamableHttpService)
+//! as around a plain axum handler. For deadlines by the method the body
+//! really carries, put the layer inside the adapter, over
+//! [`McpRequest`](crate::McpRequest), where the method comes from the
+//! checked body. (Around the adapter, the deadline covers the response head;
+//! an SSE body that follows is not timed.)
+//!
 //! ```
 //! use std::time::Duration;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
@@ -46,4 +62,4 @@ mod policy;
 
 pub use future::ResponseFuture;
 pub use layer::{Timeout, TimeoutLayer};
-pub use policy::{RequestTimeout, TimeoutPolicy};
+pub use policy::{MethodPolicy, RequestTimeout, TimeoutPolicy};
