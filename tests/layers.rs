@@ -696,6 +696,62 @@ async fn progress_reset_exempts_listen_by_default() {
     assert_eq!(elapsed(&e).limit(), Limit::Idle);
 }
 
+#[tokio::test(start_paused = true)]
+async fn progress_policy_per_method_and_per_request() {
+    let quiet = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    let limits = |idle: u64, max: u64| ProgressLimits {
+        idle: Duration::from_secs(idle),
+        max: Some(Duration::from_secs(max)),
+    };
+    let layer = ProgressResetLayer::new(Duration::from_secs(1))
+        .method("tools/call", limits(5, 100))
+        .method_unlimited("tasks/wait");
+    assert_eq!(
+        layer.policy().limit_for(Some("tools/call")),
+        Some(limits(5, 100))
+    );
+    let mut svc = ServiceBuilder::new().layer(layer).service(quiet());
+    let mut call = |req: McpRequest| {
+        let fut = svc.call(req);
+        async move { fut.await.map_err(|e| elapsed(&e)) }
+    };
+    assert_eq!(
+        call(McpRequest::new(1, "tools/call")).await.unwrap_err(),
+        Elapsed::new(Limit::Idle, Duration::from_secs(5))
+    );
+    assert_eq!(
+        call(McpRequest::new(2, "tools/list")).await.unwrap_err(),
+        Elapsed::new(Limit::Idle, Duration::from_secs(1))
+    );
+    assert!(call(McpRequest::new(3, "tasks/wait")).await.is_ok());
+    // Per request, over the policy, exempt methods included.
+    let req = McpRequest::new(4, "subscriptions/listen").with_extension(limits(2, 100));
+    assert_eq!(
+        call(req).await.unwrap_err(),
+        Elapsed::new(Limit::Idle, Duration::from_secs(2))
+    );
+    // Listen exemption can be turned off.
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).exempt_listen(false))
+        .service(quiet());
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(5, "subscriptions/listen"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        elapsed(&e),
+        Elapsed::new(Limit::Idle, Duration::from_secs(1))
+    );
+}
+
 // ---------- configuration values ----------
 
 #[tokio::test(start_paused = true)]
@@ -849,6 +905,48 @@ mod http_form {
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         let collected = res.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(collected, Bytes::from_static(b"done"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_reset_ignores_an_unchecked_listen_label() {
+        let entry = |idle_ms: u64, max_ms: u64| ProgressLimits {
+            idle: Duration::from_millis(idle_ms),
+            max: Some(Duration::from_millis(max_ms)),
+        };
+        // Default: idle 1 s, max 10 s.
+        let mut svc = ServiceBuilder::new()
+            .layer(
+                ProgressResetLayer::new(Duration::from_secs(1))
+                    .method("tools/call", entry(60_000, 20_000))
+                    .method("tools/list", entry(60_000, 500)),
+            )
+            .service(service_fn(|_req: http::Request<()>| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, BoxError>(http::Response::new(()))
+            }));
+        let mut labelled = |method: &str| {
+            let req = http::Request::builder()
+                .header("Mcp-Method", method)
+                .body(())
+                .unwrap();
+            let fut = svc.call(req);
+            async move { elapsed(&fut.await.unwrap_err()) }
+        };
+        // Labelled listen: the default idle limit all the same.
+        assert_eq!(
+            labelled("subscriptions/listen").await,
+            Elapsed::new(Limit::Idle, Duration::from_secs(1))
+        );
+        // An entry counts only where it is tighter than the default: not
+        // tools/call's longer idle limit, but tools/list's shorter maximum.
+        assert_eq!(
+            labelled("tools/call").await,
+            Elapsed::new(Limit::Idle, Duration::from_secs(1))
+        );
+        assert_eq!(
+            labelled("tools/list").await,
+            Elapsed::new(Limit::Max, Duration::from_millis(500))
+        );
     }
 
     type Chan = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
