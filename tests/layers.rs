@@ -1007,7 +1007,7 @@ async fn full_stack_composes_in_service_builder() {
     let mut svc = ServiceBuilder::new()
         .cancel_on_disconnect()
         .mcp_timeout_layer(TimeoutLayer::new(Duration::from_secs(30)))
-        .progress_reset(Duration::from_secs(2))
+        .progress_reset(Duration::from_secs(2), Duration::from_secs(60))
         .service(service_fn(move |r: McpRequest| {
             let g = guard.lock().unwrap().take();
             let tap = r.progress_tap().cloned();
@@ -1032,6 +1032,53 @@ async fn full_stack_composes_in_service_builder() {
     assert!(probe.was_cancelled());
     // The timeout inside fired the request's token for spawned work.
     assert!(token.is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_reset_in_the_builder_takes_its_maximum_explicitly() {
+    // 100 s of work with progress every second, under a 120 s tools/call
+    // deadline: no hidden 10 × idle maximum cuts it at 20 s.
+    let schedule: Vec<(u64, f64)> = (1..=100).map(|i| (1000, i as f64)).collect();
+    let mut svc = ServiceBuilder::new()
+        .mcp_timeout_layer(
+            TimeoutLayer::new(Duration::from_secs(30))
+                .method("tools/call", Duration::from_secs(120)),
+        )
+        .progress_reset(Duration::from_secs(2), Duration::MAX)
+        .service(progress_service(schedule.clone(), None));
+    let start = Instant::now();
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .expect("the tools/call deadline holds");
+    assert_eq!(Instant::now() - start, Duration::from_secs(100));
+    // The maximum given is the one enforced.
+    let mut svc = ServiceBuilder::new()
+        .progress_reset(Duration::from_secs(2), Duration::from_secs(50))
+        .service(progress_service(schedule, None));
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        elapsed(&e),
+        Elapsed::new(Limit::Max, Duration::from_secs(50))
+    );
+    // A configured layer, as is: no maximum, 2 s idle, so 100 s of steady
+    // progress pass.
+    let schedule: Vec<(u64, f64)> = (1..=100).map(|i| (1000, i as f64)).collect();
+    let layer = ProgressResetLayer::new(Duration::from_secs(2)).without_max();
+    let svc = ServiceBuilder::new()
+        .progress_reset_layer(layer)
+        .service(progress_service(schedule, None));
+    svc.oneshot(McpRequest::new(3, "tools/call"))
+        .await
+        .expect("no maximum");
 }
 
 #[tokio::test]
