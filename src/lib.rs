@@ -74,6 +74,8 @@ pub use builder::ServiceBuilderExt;
 pub use cancel::{CancelOnDisconnectLayer, CancelReason, Cancellation, InFlight};
 pub use error::{BoxError, Cancelled, Elapsed, Limit};
 pub use notify::{Notifier, RequestContext};
-pub use progress::{Progress, ProgressLimits, ProgressObserver, ProgressResetLayer, ProgressTap};
+pub use progress::{
+    Progress, ProgressLimits, ProgressObserver, ProgressPolicy, ProgressResetLayer, ProgressTap,
+};
 pub use request::{McpRequest, RequestView};
-pub use timeout::{RequestTimeout, TimeoutLayer, TimeoutPolicy};
+pub use timeout::{MethodPolicy, RequestTimeout, TimeoutLayer, TimeoutPolicy};

@@ -193,15 +193,26 @@ impl From<RawRequest> for McpRequest {
 
 /// What the layers can see of a request.
 ///
-/// Implemented for [`McpRequest`] and for [`http::Request<B>`] (method from the
-/// `Mcp-Method` header; id and progress token from the request's extensions,
-/// where an HTTP adapter that read the body puts them). Implement it for your
-/// own request type to stack the layers over it.
+/// Implemented for [`McpRequest`] and for [`http::Request<B>`] (method from a
+/// [`Method`] in the extensions, put there by server code that read the
+/// body, or else claimed by the `Mcp-Method` header; id and progress token
+/// from the request's extensions, where an HTTP adapter that read the body
+/// puts them). Implement it for your own request type to stack the layers
+/// over it.
 pub trait RequestView {
     /// The JSON-RPC id, when known.
     fn request_id(&self) -> Option<RequestId>;
     /// The MCP method, when known.
     fn mcp_method(&self) -> Option<Method>;
+    /// Whether [`mcp_method`](Self::mcp_method) is the method the request
+    /// really is: read from its body, or checked against it. `false` for a
+    /// method that is only claimed (an `http::Request`'s `Mcp-Method`
+    /// header that nothing has compared with the body yet), which the
+    /// layers' [policies](crate::timeout::MethodPolicy) let shorten a limit,
+    /// never lengthen or lift it. Default: `true`.
+    fn mcp_method_checked(&self) -> bool {
+        true
+    }
     /// The progress token, when the request carries one.
     fn progress_token(&self) -> Option<ProgressToken>;
     /// Assigns a progress token to a request that has none. Returns `false`
@@ -292,6 +303,11 @@ impl<B> RequestView for http::Request<B> {
             .get(MCP_METHOD_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(Method::new)
+    }
+    /// Checked when a [`Method`] is in the extensions (put there by server
+    /// code that read the body); the `Mcp-Method` header alone is a claim.
+    fn mcp_method_checked(&self) -> bool {
+        self.extensions().get::<Method>().is_some()
     }
     fn progress_token(&self) -> Option<ProgressToken> {
         self.extensions().get::<ProgressToken>().cloned()

@@ -158,3 +158,107 @@ async fn an_outer_http_cancellation_is_the_one_the_mcp_handler_sees() {
         Some(CancelReason::ClientDisconnected)
     )));
 }
+
+/// A handler over `http::Request<String>` that sleeps for the number of
+/// seconds in the body.
+async fn sleepy(req: http::Request<String>) -> Result<http::Response<String>, Infallible> {
+    let secs: u64 = req.body().parse().unwrap_or(1);
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    Ok(http::Response::new(String::from("ok")))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unchecked_mcp_method_header_never_earns_a_longer_deadline() {
+    let mut svc = ServiceBuilder::new()
+        .layer(
+            TimeoutLayer::new(Duration::from_secs(60))
+                .method("tools/call", Duration::from_secs(600))
+                .method("tools/list", Duration::from_secs(5)),
+        )
+        .service(service_fn(sleepy));
+    let req = |method: &str, secs: &str| {
+        http::Request::post("/mcp")
+            .header("Mcp-Method", method)
+            .body(secs.to_owned())
+            .unwrap()
+    };
+    // Labelled as listen (exempt by default): still the 60 s default.
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req("subscriptions/listen", "3600"))
+        .await
+        .expect_err("a mislabelled request still gets its deadline");
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().after(),
+        Duration::from_secs(60)
+    );
+    // Labelled tools/call (600 s): nothing checked the label, so 60 s.
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req("tools/call", "300"))
+        .await
+        .expect_err("an unchecked label does not lengthen the deadline");
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().after(),
+        Duration::from_secs(60)
+    );
+    // A label may shorten it: the client only hurts itself.
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req("tools/list", "30"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().after(),
+        Duration::from_secs(5)
+    );
+    // A method a layer read from the body (a `Method` in the extensions) is
+    // trusted: tools/call gets its 600 s.
+    let mut checked = req("tools/call", "300");
+    checked
+        .extensions_mut()
+        .insert(tower_mcp_cancel::jsonrpc::Method::new("tools/call"));
+    let res = svc.ready().await.unwrap().call(checked).await.unwrap();
+    assert_eq!(res.body(), "ok");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_around_the_adapter_ignores_an_unchecked_listen_label() {
+    use bytes::Bytes;
+    use http_body::Frame;
+    // The body never arrives: before the adapter can compare the label with
+    // the body, the outer deadline must already be running.
+    let (tools, mut events) = Tools::new();
+    let adapter = tower_mcp_cancel::transport::http::StreamableHttpService::new(tools.service());
+    let svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(10)))
+        .service(adapter);
+    let body = http_body_util::StreamBody::new(futures_util::stream::pending::<
+        Result<Frame<Bytes>, Infallible>,
+    >());
+    let mut req = http::Request::post("/mcp");
+    for (k, v) in modern_headers("echo") {
+        if k != "Mcp-Method" {
+            req = req.header(k, v);
+        }
+    }
+    let req = req
+        .header("Mcp-Method", "subscriptions/listen")
+        .body(body)
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(3600), svc.oneshot(req))
+        .await
+        .expect("the layer's own deadline fires, not the test's");
+    let err = out.expect_err("timed out");
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().after(),
+        Duration::from_secs(10)
+    );
+    assert!(events.drain().is_empty(), "no handler ran");
+}

@@ -660,6 +660,189 @@ async fn registry_races_ids_and_string_vs_integer() {
     assert!(in_flight.is_empty());
 }
 
+#[tokio::test(start_paused = true)]
+async fn progress_reset_exempts_listen_by_default() {
+    // A listen stream is quiet by design: an hour without progress is fine.
+    let quiet = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)))
+        .service(quiet());
+    let start = Instant::now();
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "subscriptions/listen"))
+        .await
+        .expect("a quiet listen stream is not idle-limited");
+    assert_eq!(Instant::now() - start, Duration::from_secs(3600));
+    // Other methods still are.
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(elapsed(&e).limit(), Limit::Idle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_policy_per_method_and_per_request() {
+    let quiet = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    let limits = |idle: u64, max: u64| ProgressLimits {
+        idle: Duration::from_secs(idle),
+        max: Some(Duration::from_secs(max)),
+    };
+    let layer = ProgressResetLayer::new(Duration::from_secs(1))
+        .method("tools/call", limits(5, 100))
+        .method_unlimited("tasks/wait");
+    assert_eq!(
+        layer.policy().limit_for(Some("tools/call")),
+        Some(limits(5, 100))
+    );
+    let mut svc = ServiceBuilder::new().layer(layer).service(quiet());
+    let mut call = |req: McpRequest| {
+        let fut = svc.call(req);
+        async move { fut.await.map_err(|e| elapsed(&e)) }
+    };
+    assert_eq!(
+        call(McpRequest::new(1, "tools/call")).await.unwrap_err(),
+        Elapsed::new(Limit::Idle, Duration::from_secs(5))
+    );
+    assert_eq!(
+        call(McpRequest::new(2, "tools/list")).await.unwrap_err(),
+        Elapsed::new(Limit::Idle, Duration::from_secs(1))
+    );
+    assert!(call(McpRequest::new(3, "tasks/wait")).await.is_ok());
+    // Per request, over the policy, exempt methods included.
+    let req = McpRequest::new(4, "subscriptions/listen").with_extension(limits(2, 100));
+    assert_eq!(
+        call(req).await.unwrap_err(),
+        Elapsed::new(Limit::Idle, Duration::from_secs(2))
+    );
+    // Listen exemption can be turned off.
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).exempt_listen(false))
+        .service(quiet());
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(5, "subscriptions/listen"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        elapsed(&e),
+        Elapsed::new(Limit::Idle, Duration::from_secs(1))
+    );
+}
+
+// ---------- configuration values ----------
+
+#[tokio::test(start_paused = true)]
+async fn timeout_duration_max_means_no_deadline() {
+    let slow = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::MAX))
+        .service(slow());
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .expect("no deadline");
+    let mut svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(1)).method("tools/call", Duration::MAX))
+        .service(slow());
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "tools/call"))
+        .await
+        .expect("no deadline");
+    // Past what an Instant holds, though not Duration::MAX.
+    let req = McpRequest::new(3, "tools/call")
+        .with_extension(RequestTimeout::after(Duration::from_secs(u64::MAX / 2)));
+    svc.ready()
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .expect("no deadline");
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_duration_max_means_no_limit() {
+    let slow = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    // Idle limit MAX (and so a default max of 10 × MAX).
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::MAX))
+        .service(slow());
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .expect("no idle limit");
+    // A finite idle limit with a MAX maximum: the idle limit still fires.
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::MAX))
+        .service(slow());
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        elapsed(&e),
+        Elapsed::new(Limit::Idle, Duration::from_secs(1))
+    );
+    // Per request.
+    let req = McpRequest::new(3, "tools/call").with_extension(ProgressLimits {
+        idle: Duration::MAX,
+        max: Some(Duration::MAX),
+    });
+    svc.ready()
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .expect("no limit");
+    // After progress, the idle deadline is computed again from the report.
+    let schedule = vec![(500, 1.0), (500, 2.0)];
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::MAX).without_max())
+        .service(progress_service(schedule, None));
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(4, "tools/call"))
+        .await
+        .expect("no limit after progress either");
+}
+
 // ---------- http::Request form ----------
 
 mod http_form {
@@ -719,6 +902,48 @@ mod http_form {
         assert_eq!(collected, Bytes::from_static(b"done"));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn progress_reset_ignores_an_unchecked_listen_label() {
+        let entry = |idle_ms: u64, max_ms: u64| ProgressLimits {
+            idle: Duration::from_millis(idle_ms),
+            max: Some(Duration::from_millis(max_ms)),
+        };
+        // Default: idle 1 s, max 10 s.
+        let mut svc = ServiceBuilder::new()
+            .layer(
+                ProgressResetLayer::new(Duration::from_secs(1))
+                    .method("tools/call", entry(60_000, 20_000))
+                    .method("tools/list", entry(60_000, 500)),
+            )
+            .service(service_fn(|_req: http::Request<()>| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, BoxError>(http::Response::new(()))
+            }));
+        let mut labelled = |method: &str| {
+            let req = http::Request::builder()
+                .header("Mcp-Method", method)
+                .body(())
+                .unwrap();
+            let fut = svc.call(req);
+            async move { elapsed(&fut.await.unwrap_err()) }
+        };
+        // Labelled listen: the default idle limit all the same.
+        assert_eq!(
+            labelled("subscriptions/listen").await,
+            Elapsed::new(Limit::Idle, Duration::from_secs(1))
+        );
+        // An entry counts only where it is tighter than the default: not
+        // tools/call's longer idle limit, but tools/list's shorter maximum.
+        assert_eq!(
+            labelled("tools/call").await,
+            Elapsed::new(Limit::Idle, Duration::from_secs(1))
+        );
+        assert_eq!(
+            labelled("tools/list").await,
+            Elapsed::new(Limit::Max, Duration::from_millis(500))
+        );
+    }
+
     type Chan = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
     fn futures_channel_stream() -> (
         Chan,
@@ -745,10 +970,14 @@ mod http_form {
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 Ok::<_, BoxError>(http::Response::new(()))
             }));
-        let call = http::Request::builder()
+        // A method checked against the body (a `Method` in the extensions)
+        // earns its longer deadline; the bare header would not.
+        let mut call = http::Request::builder()
             .header("Mcp-Method", "tools/call")
             .body(())
             .unwrap();
+        call.extensions_mut()
+            .insert(tower_mcp_cancel::jsonrpc::Method::new("tools/call"));
         assert!(svc.ready().await.unwrap().call(call).await.is_ok());
         let list = http::Request::builder()
             .header("Mcp-Method", "tools/list")
@@ -773,7 +1002,7 @@ async fn full_stack_composes_in_service_builder() {
     let mut svc = ServiceBuilder::new()
         .cancel_on_disconnect()
         .mcp_timeout_layer(TimeoutLayer::new(Duration::from_secs(30)))
-        .progress_reset(Duration::from_secs(2))
+        .progress_reset(Duration::from_secs(2), Duration::from_secs(60))
         .service(service_fn(move |r: McpRequest| {
             let g = guard.lock().unwrap().take();
             let tap = r.progress_tap().cloned();
@@ -798,6 +1027,53 @@ async fn full_stack_composes_in_service_builder() {
     assert!(probe.was_cancelled());
     // The timeout inside fired the request's token for spawned work.
     assert!(token.is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_reset_in_the_builder_takes_its_maximum_explicitly() {
+    // 100 s of work with progress every second, under a 120 s tools/call
+    // deadline: no hidden 10 × idle maximum cuts it at 20 s.
+    let schedule: Vec<(u64, f64)> = (1..=100).map(|i| (1000, i as f64)).collect();
+    let mut svc = ServiceBuilder::new()
+        .mcp_timeout_layer(
+            TimeoutLayer::new(Duration::from_secs(30))
+                .method("tools/call", Duration::from_secs(120)),
+        )
+        .progress_reset(Duration::from_secs(2), Duration::MAX)
+        .service(progress_service(schedule.clone(), None));
+    let start = Instant::now();
+    svc.ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .expect("the tools/call deadline holds");
+    assert_eq!(Instant::now() - start, Duration::from_secs(100));
+    // The maximum given is the one enforced.
+    let mut svc = ServiceBuilder::new()
+        .progress_reset(Duration::from_secs(2), Duration::from_secs(50))
+        .service(progress_service(schedule, None));
+    let e = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(2, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        elapsed(&e),
+        Elapsed::new(Limit::Max, Duration::from_secs(50))
+    );
+    // A configured layer, as is: no maximum, 2 s idle, so 100 s of steady
+    // progress pass.
+    let schedule: Vec<(u64, f64)> = (1..=100).map(|i| (1000, i as f64)).collect();
+    let layer = ProgressResetLayer::new(Duration::from_secs(2)).without_max();
+    let svc = ServiceBuilder::new()
+        .progress_reset_layer(layer)
+        .service(progress_service(schedule, None));
+    svc.oneshot(McpRequest::new(3, "tools/call"))
+        .await
+        .expect("no maximum");
 }
 
 #[tokio::test]

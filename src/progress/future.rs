@@ -30,11 +30,12 @@ pin_project! {
         // idle deadline (moved by progress) or the hard maximum.
         // Made when the inner future first returns `Pending` (a request ready
         // at once never touches the timer wheel); both deadlines are fixed
-        // from `call`.
+        // from `call`. `None`: no such limit (disabled, or past what an
+        // `Instant` holds, e.g. `Duration::MAX`).
         timer: Option<Pin<Box<Sleep>>>,
         tap: CloseOnDrop,
         seen: u64,
-        idle_deadline: Instant,
+        idle_deadline: Option<Instant>,
         max_deadline: Option<Instant>,
         limits: ProgressLimits,
         id: Option<RequestId>,
@@ -54,8 +55,8 @@ impl<F> ResponseFuture<F> {
         method: Option<Method>,
         cancellation: Option<Cancellation>,
     ) -> Self {
-        let idle_deadline = now + limits.idle;
-        let max_deadline = limits.max.map(|m| now + m);
+        let idle_deadline = now.checked_add(limits.idle);
+        let max_deadline = limits.max.and_then(|m| now.checked_add(m));
         Self {
             inner: Some(inner),
             timer: None,
@@ -97,13 +98,16 @@ where
         if epoch != *this.seen {
             *this.seen = epoch;
             let at = tap.last_at().unwrap_or_else(Instant::now);
-            *this.idle_deadline = at + this.limits.idle;
+            *this.idle_deadline = at.checked_add(this.limits.idle);
             let next = earlier(*this.idle_deadline, *this.max_deadline);
-            if let Some(timer) = this.timer.as_mut() {
+            if let (Some(timer), Some(next)) = (this.timer.as_mut(), next) {
                 timer.as_mut().reset(next);
             }
         }
-        let first = earlier(*this.idle_deadline, *this.max_deadline);
+        let Some(first) = earlier(*this.idle_deadline, *this.max_deadline) else {
+            // No limit at all: only the tap (for observers) is left to do.
+            return Poll::Pending;
+        };
         let timer = this
             .timer
             .get_or_insert_with(|| Box::pin(sleep_until(first)));
@@ -114,13 +118,15 @@ where
             let now = Instant::now();
             let elapsed = if this.max_deadline.is_some_and(|m| now >= m) {
                 Elapsed::new(Limit::Max, this.limits.max.unwrap_or_default())
-            } else if now >= *this.idle_deadline {
+            } else if this.idle_deadline.is_some_and(|i| now >= i) {
                 Elapsed::new(Limit::Idle, this.limits.idle)
             } else {
-                // Woken for a deadline that has since moved.
-                timer
-                    .as_mut()
-                    .reset(earlier(*this.idle_deadline, *this.max_deadline));
+                // Woken for a deadline that has since moved (progress moves
+                // the idle one later, never to `None` once it was `Some`).
+                let Some(next) = earlier(*this.idle_deadline, *this.max_deadline) else {
+                    return Poll::Pending;
+                };
+                timer.as_mut().reset(next);
                 continue;
             };
             let reason = CancelReason::Timeout(elapsed);
@@ -138,9 +144,12 @@ where
 }
 
 /// The deadline the one timer is set to: the idle one, or the hard maximum
-/// when that comes first.
-fn earlier(idle: Instant, max: Option<Instant>) -> Instant {
-    max.map_or(idle, |m| m.min(idle))
+/// when that comes first (`None`: neither limit applies).
+fn earlier(idle: Option<Instant>, max: Option<Instant>) -> Option<Instant> {
+    match (idle, max) {
+        (Some(i), Some(m)) => Some(i.min(m)),
+        (i, m) => i.or(m),
+    }
 }
 
 /// The cold path of an expiry: log, close the tap, fire the token.

@@ -10,12 +10,14 @@ use tower_service::Service;
 use crate::error::BoxError;
 use crate::jsonrpc::ProgressToken;
 use crate::request::RequestView;
+use crate::timeout::MethodPolicy;
 
 use super::future::ResponseFuture;
 use super::{ProgressObserver, ProgressTap};
 
 /// The two limits of [`ProgressResetLayer`]; also a per-request override the
-/// caller can put in the request's extensions.
+/// caller can put in the request's extensions. A duration past what an
+/// `Instant` can hold (`Duration::MAX`) means no such limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProgressLimits {
     /// How long the request may go without (increasing) progress.
@@ -25,10 +27,35 @@ pub struct ProgressLimits {
     pub max: Option<Duration>,
 }
 
+impl ProgressLimits {
+    /// No limit at all (an exempt request).
+    const NONE: ProgressLimits = ProgressLimits {
+        idle: Duration::MAX,
+        max: None,
+    };
+
+    /// The tighter of two: the shorter idle limit and the shorter maximum
+    /// (no maximum being the longest).
+    fn tighter(a: Self, b: Self) -> Self {
+        ProgressLimits {
+            idle: a.idle.min(b.idle),
+            max: match (a.max, b.max) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            },
+        }
+    }
+}
+
+/// The limits policy of [`ProgressResetLayer`]: default limits, limits per
+/// method, `subscriptions/listen` exempt by default. The same type as
+/// [`TimeoutPolicy`](crate::TimeoutPolicy), over [`ProgressLimits`].
+pub type ProgressPolicy = MethodPolicy<ProgressLimits>;
+
 /// Applies [`ProgressReset`] to a service. See the [module docs](crate::progress).
 #[derive(Clone)]
 pub struct ProgressResetLayer {
-    limits: ProgressLimits,
+    policy: ProgressPolicy,
     tokens: Arc<TokenSource>,
 }
 
@@ -64,7 +91,7 @@ impl TokenSource {
 impl fmt::Debug for ProgressResetLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProgressResetLayer")
-            .field("limits", &self.limits)
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -74,34 +101,69 @@ impl ProgressResetLayer {
     pub const DEFAULT_MAX_FACTOR: u32 = 10;
 
     /// Idle limit `idle`, restarted by progress; hard maximum
-    /// `10 × idle` unless set with [`max`](Self::max).
+    /// `10 × idle` unless set with [`max`](Self::max) (or removed with
+    /// [`without_max`](Self::without_max)); `subscriptions/listen` exempt.
     pub fn new(idle: Duration) -> Self {
+        Self::with_policy(ProgressPolicy::new(ProgressLimits {
+            idle,
+            max: Some(idle.saturating_mul(Self::DEFAULT_MAX_FACTOR)),
+        }))
+    }
+
+    /// A layer with a full policy.
+    pub fn with_policy(policy: ProgressPolicy) -> Self {
         Self {
-            limits: ProgressLimits {
-                idle,
-                max: Some(idle.saturating_mul(Self::DEFAULT_MAX_FACTOR)),
-            },
+            policy,
             tokens: TokenSource::new(),
         }
     }
 
-    /// Sets the hard maximum.
+    /// Sets the hard maximum of the default limits.
     pub fn max(mut self, max: Duration) -> Self {
-        self.limits.max = Some(max);
+        let mut limits = self.policy.default_limit();
+        limits.max = Some(max);
+        self.policy = self.policy.with_default(limits);
         self
     }
 
-    /// Removes the hard maximum. The spec says implementations SHOULD always
-    /// enforce one; use this only with a [`TimeoutLayer`](crate::TimeoutLayer)
-    /// outside as the cap.
+    /// Removes the hard maximum of the default limits. The spec says
+    /// implementations SHOULD always enforce one; use this only with a
+    /// [`TimeoutLayer`](crate::TimeoutLayer) outside as the cap.
     pub fn without_max(mut self) -> Self {
-        self.limits.max = None;
+        let mut limits = self.policy.default_limit();
+        limits.max = None;
+        self.policy = self.policy.with_default(limits);
         self
     }
 
-    /// The limits.
+    /// Sets the limits for `method` (a request whose method is only claimed
+    /// gets them only where they are tighter than the default).
+    pub fn method(mut self, method: &str, limits: ProgressLimits) -> Self {
+        self.policy = self.policy.method(method, limits);
+        self
+    }
+
+    /// No limits for `method`.
+    pub fn method_unlimited(mut self, method: &str) -> Self {
+        self.policy = self.policy.method_unlimited(method);
+        self
+    }
+
+    /// Whether `subscriptions/listen` is exempt (default: yes: a listen
+    /// stream is quiet by design).
+    pub fn exempt_listen(mut self, exempt: bool) -> Self {
+        self.policy = self.policy.exempt_listen(exempt);
+        self
+    }
+
+    /// The default limits.
     pub fn limits(&self) -> ProgressLimits {
-        self.limits
+        self.policy.default_limit()
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &ProgressPolicy {
+        &self.policy
     }
 }
 
@@ -110,7 +172,7 @@ impl<S> Layer<S> for ProgressResetLayer {
     fn layer(&self, inner: S) -> ProgressReset<S> {
         ProgressReset {
             inner,
-            limits: self.limits,
+            policy: self.policy.clone(),
             tokens: self.tokens.clone(),
         }
     }
@@ -122,7 +184,7 @@ impl<S> Layer<S> for ProgressResetLayer {
 #[derive(Clone)]
 pub struct ProgressReset<S> {
     inner: S,
-    limits: ProgressLimits,
+    policy: ProgressPolicy,
     tokens: Arc<TokenSource>,
 }
 
@@ -130,7 +192,7 @@ impl<S: fmt::Debug> fmt::Debug for ProgressReset<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProgressReset")
             .field("inner", &self.inner)
-            .field("limits", &self.limits)
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -163,11 +225,16 @@ where
 
     #[inline]
     fn call(&mut self, mut req: R) -> Self::Future {
-        let limits = req
-            .extensions()
-            .get::<ProgressLimits>()
-            .copied()
-            .unwrap_or(self.limits);
+        let method = req.mcp_method();
+        let limits = match req.extensions().get::<ProgressLimits>() {
+            Some(l) => *l,
+            // An exempt request still gets its tap (observers see progress),
+            // just no timer.
+            None => self
+                .policy
+                .resolve(&req, method.as_deref(), ProgressLimits::tighter)
+                .unwrap_or(ProgressLimits::NONE),
+        };
         let token = match req.progress_token() {
             Some(t) => t,
             None => {
@@ -181,7 +248,6 @@ where
         req.set_progress_tap(tap.clone());
         let cancellation = req.cancellation().cloned();
         let id = req.request_id();
-        let method = req.mcp_method();
         let started = req.started_at();
         ResponseFuture::new(
             self.inner.call(req),

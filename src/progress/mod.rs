@@ -12,6 +12,15 @@
 //! requests of that layer, so that a client transport can route progress to
 //! it without the caller having to ask.
 //!
+//! Which limits a request gets follows a [`ProgressPolicy`] — the same
+//! [`MethodPolicy`](crate::MethodPolicy) type as [`TimeoutLayer`](crate::TimeoutLayer)'s,
+//! with the same rules: [`ProgressLimits`] in the request's extensions, else
+//! the method's entry, else the default. `subscriptions/listen` is exempt
+//! by default (a listen stream is quiet by design: it still gets its tap,
+//! but no timer); a method only claimed by an unchecked `Mcp-Method` header
+//! can tighten the limits, never loosen or lift them. `Duration::MAX` means
+//! no such limit.
+//!
 //! ```
 //! use std::time::Duration;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
@@ -39,5 +48,5 @@ mod layer;
 mod tap;
 
 pub use future::ResponseFuture;
-pub use layer::{ProgressLimits, ProgressReset, ProgressResetLayer};
+pub use layer::{ProgressLimits, ProgressPolicy, ProgressReset, ProgressResetLayer};
 pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};

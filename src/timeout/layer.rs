@@ -11,7 +11,9 @@ use crate::request::RequestView;
 use super::future::ResponseFuture;
 use super::{RequestTimeout, TimeoutPolicy};
 
-/// Applies [`Timeout`] to a service. See the [module docs](crate::timeout).
+/// Applies [`Timeout`] to a service. See the [module docs](crate::timeout);
+/// over `http::Request`, an unchecked `Mcp-Method` header can shorten the
+/// deadline, never lengthen or lift it.
 #[derive(Clone, Debug)]
 pub struct TimeoutLayer {
     policy: TimeoutPolicy,
@@ -31,7 +33,8 @@ impl TimeoutLayer {
         Self { policy }
     }
 
-    /// Sets the deadline for `method`.
+    /// Sets the deadline for `method` (a request whose method is only
+    /// claimed gets it only when it is shorter than the default).
     pub fn method(mut self, method: &str, limit: Duration) -> Self {
         self.policy = self.policy.method(method, limit);
         self
@@ -123,14 +126,16 @@ where
         let method = req.mcp_method();
         let limit = match req.extensions().get::<RequestTimeout>() {
             Some(t) => t.0,
-            None => self.policy.limit_for(method.as_deref()),
+            None => self.policy.resolve(&req, method.as_deref(), Duration::min),
         };
-        let Some(limit) = limit else {
+        // A limit past what an `Instant` holds (`Duration::MAX`) is no limit.
+        let Some((limit, deadline)) =
+            limit.and_then(|l| req.started_at().checked_add(l).map(|d| (l, d)))
+        else {
             return ResponseFuture::unlimited(self.inner.call(req));
         };
         let cancellation = req.cancellation().cloned();
         let id = req.request_id();
-        let deadline = req.started_at() + limit;
         ResponseFuture::new(
             self.inner.call(req),
             deadline,

@@ -3,13 +3,30 @@
 //! The deadline comes from, in order: a [`RequestTimeout`] the caller put in
 //! the request's extensions; the policy's entry for the request's method;
 //! the policy's default. `subscriptions/listen` is long-lived by design and
-//! exempt unless configured otherwise. The timer starts at `call`; a response
+//! exempt unless configured otherwise. `Duration::MAX` (or any duration past
+//! what an `Instant` can hold) means no deadline. The timer starts at `call`; a response
 //! that is ready in the same poll as the timer wins, as in tower's `Timeout`.
 //!
 //! On expiry the inner future is dropped at once (with the reason visible to
 //! it, so a client transport below sends `notifications/cancelled` saying
 //! "timeout"), the request's [`Cancellation`](crate::Cancellation), if it has
 //! one, fires, and the call fails with [`Elapsed`](crate::Elapsed).
+//!
+//! # Over `http::Request`: the method must be checked to earn more time
+//!
+//! The deadline is chosen at `call`, before anything has read the body. Over
+//! an `http::Request` the method then is a [`Method`](crate::jsonrpc::Method)
+//! in the extensions, if server code that read the body put one there, or
+//! else the `Mcp-Method` header, which is only the client's claim. A claimed
+//! method may pick a *shorter* per-method deadline than the default, never a
+//! longer one or an exemption: a `tools/call` labelled
+//! `subscriptions/listen` gets the default deadline, around
+//! [`StreamableHttpService`](crate::transport::http::StreamableHttpService)
+//! as around a plain axum handler. For deadlines by the method the body
+//! really carries, put the layer inside the adapter, over
+//! [`McpRequest`](crate::McpRequest), where the method comes from the
+//! checked body. (Around the adapter, the deadline covers the response head;
+//! an SSE body that follows is not timed.)
 //!
 //! ```
 //! use std::time::Duration;
@@ -45,4 +62,4 @@ mod policy;
 
 pub use future::ResponseFuture;
 pub use layer::{Timeout, TimeoutLayer};
-pub use policy::{RequestTimeout, TimeoutPolicy};
+pub use policy::{MethodPolicy, RequestTimeout, TimeoutPolicy};

@@ -78,8 +78,13 @@
 //! [`missing_version_as_2025_03_26`](StreamableHttpService::missing_version_as_2025_03_26)
 //! is on: it is then a 2025-03-26 request like those below.
 //! A request whose `MCP-Protocol-Version` is an earlier revision is passed to
-//! the MCP service unchanged, without the 2026 header checks (those clients
-//! do not send `Mcp-Method` or `_meta` versions), and — by default — a
+//! the MCP service unchanged, without the 2026 requirements (those clients
+//! do not send `Mcp-Method` or `_meta` versions) — but an `Mcp-Method` or
+//! `Mcp-Name` header it does send must match the body (`400`
+//! `HeaderMismatch`), and a body carrying
+//! `_meta["io.modelcontextprotocol/protocolVersion"]` is a 2026 request
+//! whatever the header says (a 2025 header on it is a mismatch): a header
+//! cannot switch the checks, or cancel-on-disconnect, off. By default a
 //! disconnect does **not** cancel it: in those revisions disconnection is not
 //! cancellation, so the handler is left to run to its end and its answer is
 //! discarded. [`LegacyRequests`] changes that. What the adapter does not do
@@ -116,8 +121,9 @@ use crate::{CancelReason, Cancellation, McpRequest};
 use super::body::{Exchange, First, ResponseBody};
 use super::param_headers::ToolHeaderMap;
 use super::validation::{
-    check_accept, check_content_type, check_param_headers, check_request_headers,
-    protocol_version_header, MirroredParams, OriginPolicy, Rejection, PROTOCOL_VERSION_HEADER,
+    check_accept, check_content_type, check_legacy_headers, check_param_headers,
+    check_request_headers, protocol_version_header, MirroredParams, OriginPolicy, Rejection,
+    PROTOCOL_VERSION_HEADER,
 };
 
 /// The protocol revision this adapter implements.
@@ -592,15 +598,20 @@ where
     };
 
     let mirrored = MirroredParams::read(raw.params.as_deref());
+    // Only a 2026 client puts the protocol version in the body: such a body
+    // is a 2026 request whatever the header says, so a header cannot turn
+    // off the checks below, or cancel-on-disconnect.
+    let modern_body = mirrored.has_protocol_version();
     let assumed = config.missing_version_legacy
         && !parts.headers.contains_key(PROTOCOL_VERSION_HEADER)
-        && mirrored.protocol_version().is_none();
+        && !modern_body;
     let version = if assumed {
         Some(ASSUMED_LEGACY_VERSION)
     } else {
         protocol_version_header(&parts.headers)
     };
-    let legacy = assumed || version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v));
+    let legacy = !modern_body
+        && (assumed || version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v)));
     if legacy {
         if config.legacy == LegacyRequests::Reject {
             return Err(Rejection::new(
@@ -613,6 +624,7 @@ where
                 .with_data(serde_json::json!({ "supported": &*config.supported })),
             ));
         }
+        check_legacy_headers(&parts.headers, &raw.id, &raw.method, &mirrored)?;
     } else {
         check_request_headers(
             &parts.headers,

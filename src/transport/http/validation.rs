@@ -333,6 +333,14 @@ impl MirroredParams {
             .unwrap_or_default()
     }
 
+    /// Whether the body carries `_meta["io.modelcontextprotocol/protocolVersion"]`
+    /// at all (any non-null value): only 2026 clients send it.
+    pub(crate) fn has_protocol_version(&self) -> bool {
+        self.meta
+            .as_ref()
+            .is_some_and(|m| m.protocol_version.is_some())
+    }
+
     pub(crate) fn protocol_version(&self) -> Option<&str> {
         self.meta
             .as_ref()
@@ -422,47 +430,79 @@ pub(crate) fn check_request_headers(
             .with_data(serde_json::json!({ "supported": supported, "requested": version })),
         ));
     }
-    match header_str(headers, METHOD_HEADER, id)? {
-        None => {
-            return Err(Rejection::header_mismatch(
-                id,
-                "Header mismatch: the required Mcp-Method header is missing".into(),
-            ))
-        }
-        Some(h) if h == method => {}
-        Some(h) => {
-            return Err(Rejection::header_mismatch(
-                id,
-                format!("Header mismatch: Mcp-Method header value '{h}' does not match body value '{method}'"),
-            ))
-        }
-    }
+    let Some(h) = header_str(headers, METHOD_HEADER, id)? else {
+        return Err(Rejection::header_mismatch(
+            id,
+            "Header mismatch: the required Mcp-Method header is missing".into(),
+        ));
+    };
+    check_method_header(h, id, method)?;
     if let Some(field) = name_field(method) {
-        let body = params.field(field).and_then(|v| v.as_str());
         let Some(raw) = header_str(headers, NAME_HEADER, id)? else {
             return Err(Rejection::header_mismatch(
                 id,
                 format!("Header mismatch: the Mcp-Name header is required for {method}"),
             ));
         };
-        let Some(decoded) = decode_header_value(raw) else {
-            return Err(Rejection::header_mismatch(
-                id,
-                "Header mismatch: the Mcp-Name header has a malformed Base64 value".into(),
-            ));
-        };
-        if body != Some(decoded.as_str()) {
-            return Err(Rejection::header_mismatch(
-                id,
-                format!(
-                    "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
-                    crate::cancel::sanitize_reason(&decoded),
-                    crate::cancel::sanitize_reason(body.unwrap_or("<absent>"))
-                ),
-            ));
+        check_name_header(raw, id, params.field(field).and_then(|v| v.as_str()))?;
+    }
+    Ok(())
+}
+
+/// Validates the metadata headers a legacy (2025) request does send: those
+/// revisions have no `Mcp-Method` or `Mcp-Name`, so they may be absent, but
+/// one that is present must match the body like on a 2026 request. A
+/// proxy or gateway may route or authorize by them; a client must not be
+/// able to show it one method and run another.
+pub(crate) fn check_legacy_headers(
+    headers: &HeaderMap,
+    id: &RequestId,
+    method: &str,
+    params: &MirroredParams,
+) -> Result<(), Rejection> {
+    if let Some(h) = header_str(headers, METHOD_HEADER, id)? {
+        check_method_header(h, id, method)?;
+    }
+    if let Some(field) = name_field(method) {
+        if let Some(raw) = header_str(headers, NAME_HEADER, id)? {
+            check_name_header(raw, id, params.field(field).and_then(|v| v.as_str()))?;
         }
     }
     Ok(())
+}
+
+fn check_method_header(header: &str, id: &RequestId, method: &str) -> Result<(), Rejection> {
+    if header == method {
+        return Ok(());
+    }
+    Err(Rejection::header_mismatch(
+        id,
+        format!(
+            "Header mismatch: Mcp-Method header value '{}' does not match body value '{}'",
+            crate::cancel::sanitize_reason(header),
+            crate::cancel::sanitize_reason(method)
+        ),
+    ))
+}
+
+fn check_name_header(raw: &str, id: &RequestId, body: Option<&str>) -> Result<(), Rejection> {
+    let Some(decoded) = decode_header_value(raw) else {
+        return Err(Rejection::header_mismatch(
+            id,
+            "Header mismatch: the Mcp-Name header has a malformed Base64 value".into(),
+        ));
+    };
+    if body == Some(decoded.as_str()) {
+        return Ok(());
+    }
+    Err(Rejection::header_mismatch(
+        id,
+        format!(
+            "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
+            crate::cancel::sanitize_reason(&decoded),
+            crate::cancel::sanitize_reason(body.unwrap_or("<absent>"))
+        ),
+    ))
 }
 
 /// Checks the `Mcp-Param-*` headers of a modern `tools/call` against its
