@@ -376,7 +376,10 @@ async fn no_message_for_a_request_after_its_response() {
             .collect();
         let last = datas.last().unwrap();
         assert_eq!(last["id"], id, "the response ends the stream: {text}");
-        assert!(datas.len() >= 4, "three progress before the response: {text}");
+        assert!(
+            datas.len() >= 4,
+            "three progress before the response: {text}"
+        );
         bounded(stopped_rx.recv()).await.unwrap();
     }
 }
