@@ -70,6 +70,12 @@ pub mod test_util;
 #[doc(hidden)]
 pub mod __fuzz;
 
+// The README's code blocks are compiled (and the self-contained ones run)
+// as doctests.
+#[cfg(all(doctest, feature = "stdio", feature = "http"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use builder::ServiceBuilderExt;
 pub use cancel::{CancelOnDisconnectLayer, CancelReason, Cancellation, InFlight};
 pub use error::{BoxError, Cancelled, Elapsed, Limit};
