@@ -401,4 +401,64 @@ mod tests {
         assert!(out.route(&mut array, |_| false).tap.is_none());
         assert_eq!(array.wire_params().unwrap().unwrap().get(), "[1]");
     }
+    #[cfg(feature = "stdio")]
+    #[test]
+    fn the_pending_table_keeps_ids_and_tokens_unique() {
+        let out = Outbound::new();
+        let mut table = Pending::new();
+        let reserved = |id: &RequestId| *id == RequestId::Number(2);
+        let mut first = McpRequest::without_id("a");
+        let id = table.register(&out, &mut first, reserved, 'a').unwrap();
+        assert_eq!(id, RequestId::Number(1));
+        assert_eq!(first.id(), Some(&id));
+        let mut second = observed(McpRequest::without_id("b"));
+        let id = table.register(&out, &mut second, reserved, 'b').unwrap();
+        assert_eq!(id, RequestId::Number(3), "2 is reserved");
+        let token = second.progress_token().cloned().expect("a token");
+        assert!(table.tap(&token).is_some());
+
+        let mut again = McpRequest::new(1, "c");
+        let e = table.register(&out, &mut again, reserved, 'c').unwrap_err();
+        assert_eq!(e.code, ErrorObject::INVALID_REQUEST);
+        let mut reused = McpRequest::new(2, "c");
+        assert!(table.register(&out, &mut reused, reserved, 'c').is_err());
+        let mut same_token = McpRequest::new(9, "c").with_params(
+            serde_json::json!({"_meta": {"progressToken": serde_json::to_value(&token).unwrap()}}),
+        );
+        assert!(table
+            .register(&out, &mut same_token, reserved, 'c')
+            .is_err());
+
+        assert_eq!(table.take(&RequestId::Number(3)), Some('b'));
+        assert!(table.tap(&token).is_none(), "the route goes with the call");
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.drain(), vec!['a']);
+    }
+
+    struct Probe(std::sync::Arc<std::sync::Mutex<Vec<CancelReason>>>);
+
+    impl Abandon for Probe {
+        fn abandon(&mut self, _id: &RequestId) -> Option<&'static str> {
+            Some("probing")
+        }
+        fn cancel(&mut self, _id: &RequestId, reason: CancelReason) {
+            self.0.lock().unwrap().push(reason);
+        }
+    }
+
+    #[test]
+    fn a_guard_cancels_with_the_reason_of_its_drop_unless_finished() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let guard = |n| CallGuard::new(RequestId::Number(n), "m", Probe(seen.clone()));
+        let mut done = guard(1);
+        done.finish();
+        drop(done);
+        drop(guard(2));
+        crate::cancel::drop_with_reason(&CancelReason::Shutdown, guard(3));
+        let seen = seen.lock().unwrap();
+        assert!(matches!(
+            seen.as_slice(),
+            [CancelReason::CallerDropped, CancelReason::Shutdown]
+        ));
+    }
 }

@@ -3,7 +3,7 @@
 //! was sent).
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request};
+use http::{header, HeaderName, HeaderValue, Request};
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -21,6 +21,11 @@ use crate::McpRequest;
 const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
 const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
+type Params = serde_json::Map<String, serde_json::Value>;
+
+/// The POST of request `id`: its body, with the `_meta` every request
+/// carries, and its headers (protocol version, method, name, the caller's
+/// extra headers and, for a `tools/call`, the `Mcp-Param-*` headers).
 pub(super) fn prepare(
     inner: &Inner,
     id: &RequestId,
@@ -30,51 +35,18 @@ pub(super) fn prepare(
     let params = req
         .wire_params()
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
-    let mut obj: serde_json::Map<String, serde_json::Value> = match params.as_deref() {
+    let mut obj: Params = match params.as_deref() {
         None => serde_json::Map::new(),
         Some(p) => serde_json::from_str(p.get()).map_err(|_| {
             HttpClientError::InvalidRequest("params must be a JSON object over HTTP".into())
         })?,
     };
-    let meta = obj
-        .entry("_meta")
-        .or_insert_with(|| serde_json::Value::Object(Default::default()));
-    let serde_json::Value::Object(meta) = meta else {
-        return Err(HttpClientError::InvalidRequest(
-            "params._meta must be an object".into(),
-        ));
-    };
-    let version = meta
-        .entry(PROTOCOL_VERSION_META)
-        .or_insert_with(|| inner.protocol_version.clone().into())
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            HttpClientError::InvalidRequest(format!(
-                "_meta[{PROTOCOL_VERSION_META:?}] must be a string"
-            ))
-        })?;
-    meta.entry(CLIENT_CAPABILITIES_META)
-        .or_insert_with(|| serde_json::json!({}));
-    if let Some(info) = &inner.client_info {
-        meta.entry(CLIENT_INFO_META).or_insert_with(|| info.clone());
-    }
+    let version = add_meta(inner, &mut obj)?;
     let name = name_field(method)
         .and_then(|f| obj.get(f))
         .and_then(|v| v.as_str())
         .map(encode_header_value);
-    let param_headers = if method == "tools/call" {
-        let tool = obj.get("name").and_then(|v| v.as_str());
-        let known = tool.and_then(|t| inner.tools().get_shared(t));
-        match known {
-            Some(h) => h
-                .headers_for(obj.get("arguments"))
-                .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?,
-            None => Vec::new(),
-        }
-    } else {
-        Vec::new()
-    };
+    let param_headers = param_headers(inner, method, &obj)?;
     let params = serde_json::value::to_raw_value(&obj)
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
     let body = jsonrpc::encode_request(id, method, Some(&params))
@@ -109,6 +81,54 @@ pub(super) fn prepare(
         http_req.headers_mut().insert(k, v);
     }
     Ok(http_req)
+}
+
+/// Adds the protocol version, client capabilities and client info to
+/// `params._meta` where the caller did not set them; the protocol version.
+fn add_meta(inner: &Inner, obj: &mut Params) -> Result<String, HttpClientError> {
+    let meta = obj
+        .entry("_meta")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    let serde_json::Value::Object(meta) = meta else {
+        return Err(HttpClientError::InvalidRequest(
+            "params._meta must be an object".into(),
+        ));
+    };
+    let version = meta
+        .entry(PROTOCOL_VERSION_META)
+        .or_insert_with(|| inner.protocol_version.clone().into())
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            HttpClientError::InvalidRequest(format!(
+                "_meta[{PROTOCOL_VERSION_META:?}] must be a string"
+            ))
+        })?;
+    meta.entry(CLIENT_CAPABILITIES_META)
+        .or_insert_with(|| serde_json::json!({}));
+    if let Some(info) = &inner.client_info {
+        meta.entry(CLIENT_INFO_META).or_insert_with(|| info.clone());
+    }
+    Ok(version)
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` of a tool whose annotations
+/// the client knows (none for anything else).
+fn param_headers(
+    inner: &Inner,
+    method: &str,
+    obj: &Params,
+) -> Result<Vec<(HeaderName, HeaderValue)>, HttpClientError> {
+    if method != "tools/call" {
+        return Ok(Vec::new());
+    }
+    let tool = obj.get("name").and_then(|v| v.as_str());
+    match tool.and_then(|t| inner.tools().get_shared(t)) {
+        Some(h) => h
+            .headers_for(obj.get("arguments"))
+            .map_err(|e| HttpClientError::InvalidRequest(e.to_string())),
+        None => Ok(Vec::new()),
+    }
 }
 
 pub(super) async fn exchange(
