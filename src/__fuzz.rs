@@ -48,5 +48,6 @@ where
     B: http_body::Body<Data = bytes::Bytes> + Unpin,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    crate::transport::http::client::read_response(res, id, tap, token).await
+    let route = crate::transport::call::client::Route { token, tap };
+    crate::transport::http::client::read_response(res, id, route).await
 }

@@ -1,8 +1,6 @@
 //! Transports: stdio and Streamable HTTP, on one request lifecycle.
 
 pub(crate) mod call;
-#[cfg(any(feature = "stdio", feature = "http"))]
-mod outbound;
 #[cfg(feature = "stdio")]
 pub mod stdio;
 

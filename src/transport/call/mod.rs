@@ -1,5 +1,7 @@
 //! The request lifecycle, once, for every transport.
 //!
+//! * [`client`]: the client side — ids, progress tokens and routes, the
+//!   table of pending requests, and the cancel-on-drop guard with its log.
 //! * [`outbox`]: how a request's messages leave — the gate that closes at
 //!   the request's end, so that nothing scoped to a request is written after
 //!   its response or its cancel, whichever task sends it.
@@ -11,5 +13,7 @@
 //! stdio keeps only its framing and write loop; HTTP keeps only its
 //! validation and the JSON-versus-SSE shape.
 
+#[cfg(any(feature = "stdio", feature = "http"))]
+pub(crate) mod client;
 pub(crate) mod outbox;
 pub(crate) mod server;

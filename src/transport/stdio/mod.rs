@@ -112,7 +112,7 @@ pub(crate) mod framing;
 mod server;
 
 pub use client::{
-    ResponseFuture, StdioClient, StdioClientBuilder, DEFAULT_CANCELLED_ID_RESERVATION,
+    future, StdioClient, StdioClientBuilder, DEFAULT_CANCELLED_ID_RESERVATION,
     DEFAULT_MAX_RESERVED_IDS, DEFAULT_SHUTDOWN_GRACE,
 };
 pub use server::{

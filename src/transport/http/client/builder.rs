@@ -1,0 +1,108 @@
+//! [`HttpClientBuilder`]: the HTTP client's protocol version, client info,
+//! extra headers and known tool schemas.
+
+use std::sync::{Arc, RwLock};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use super::{HttpClient, Inner};
+use crate::transport::call::client::Outbound;
+use crate::transport::http::param_headers::ToolHeaderMap;
+
+/// Configures an [`HttpClient`].
+#[derive(Debug)]
+pub struct HttpClientBuilder {
+    pub(super) uri: Uri,
+    pub(super) http2: bool,
+    pub(super) protocol_version: String,
+    pub(super) client_info: Option<serde_json::Value>,
+    pub(super) headers: HeaderMap,
+    pub(super) tools: ToolHeaderMap,
+    pub(super) relist_on_mismatch: bool,
+}
+
+impl HttpClientBuilder {
+    /// Whether a `tools/call` refused with `HeaderMismatch` (`-32020`) makes
+    /// the client list the tools again and, if that changed the
+    /// `Mcp-Param-*` headers the call carries, send it once more (the
+    /// spec's SHOULD; default: on). The refused call never reached the
+    /// handler, so sending it again cannot run it twice.
+    pub fn relist_on_header_mismatch(mut self, on: bool) -> Self {
+        self.relist_on_mismatch = on;
+        self
+    }
+
+    /// Speak HTTP/2 without upgrade (prior knowledge, `h2c`), one stream per
+    /// request over a shared connection.
+    pub fn http2_prior_knowledge(mut self) -> Self {
+        self.http2 = true;
+        self
+    }
+
+    /// The protocol version sent in `MCP-Protocol-Version` and `_meta`
+    /// (default `2026-07-28`).
+    pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
+        self.protocol_version = version.into();
+        self
+    }
+
+    /// The `io.modelcontextprotocol/clientInfo` sent with each request
+    /// (default: this crate's name and version).
+    pub fn client_info(mut self, name: &str, version: &str) -> Self {
+        self.client_info = Some(serde_json::json!({ "name": name, "version": version }));
+        self
+    }
+
+    /// Sends no `clientInfo`.
+    pub fn without_client_info(mut self) -> Self {
+        self.client_info = None;
+        self
+    }
+
+    /// An extra header on every request (e.g. `Authorization`).
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.append(name, value);
+        self
+    }
+
+    /// Registers a tool's `inputSchema` by hand, so its `x-mcp-header`
+    /// parameters are mirrored without a `tools/list` first. An invalid
+    /// annotation is logged (`warn`) and the tool left unregistered; use
+    /// [`param_headers`](Self::param_headers) with a [`ToolHeaderMap`] to
+    /// see the error.
+    pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
+        if let Err(e) = self.tools.insert(tool, input_schema) {
+            tracing::warn!(tool = %crate::cancel::sanitize_reason(tool), reason = %e, "tool definition rejected: invalid x-mcp-header annotation");
+        }
+        self
+    }
+
+    /// Starts from these tools' annotations (a later `tools/list` adds to
+    /// and replaces them).
+    pub fn param_headers(mut self, tools: ToolHeaderMap) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Builds the client.
+    pub fn build(self) -> HttpClient {
+        let mut builder = Client::builder(TokioExecutor::new());
+        if self.http2 {
+            builder.http2_only(true);
+        }
+        HttpClient {
+            inner: Arc::new(Inner {
+                client: builder.build_http(),
+                uri: self.uri,
+                protocol_version: self.protocol_version,
+                client_info: self.client_info,
+                headers: self.headers,
+                outbound: Outbound::new(),
+                tools: RwLock::new(self.tools),
+                relist_on_mismatch: self.relist_on_mismatch,
+            }),
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The stdio client's two tasks: the writer (cancellations and
+//! notifications first, never blocked; requests from a bounded queue, each
+//! skipped when its call was dropped before it was written) and the reader
+//! (responses to their pending calls, progress to its route, a server's
+//! cancellation of a `subscriptions/listen`).
+
+use std::io;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::mpsc;
+
+use super::Shared;
+use crate::jsonrpc::{self, CancelledParams, Message, RawNotification, RawResponse};
+use crate::transport::call::client::route_progress;
+use crate::transport::stdio::framing::{write_line, Frame, LineReader};
+use crate::{CancelReason, Cancelled};
+
+pub(super) enum Control {
+    /// A notification line (a cancellation, or one the caller sends):
+    /// written before any request queued after it, never blocked.
+    Line(Vec<u8>),
+    Close,
+}
+
+pub(super) const QUEUED: u8 = 0;
+pub(super) const WRITTEN: u8 = 1;
+pub(super) const ABANDONED: u8 = 2;
+
+pub(super) struct Queued {
+    pub(super) bytes: Vec<u8>,
+    pub(super) state: Arc<AtomicU8>,
+}
+
+pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut requests: mpsc::Receiver<Queued>,
+    mut ctl: mpsc::UnboundedReceiver<Control>,
+) {
+    let mut w = BufWriter::new(writer);
+    let res: io::Result<()> = async {
+        loop {
+            tokio::select! {
+                biased;
+                c = ctl.recv() => match c {
+                    Some(Control::Line(line)) => write_line(&mut w, &line).await?,
+                    Some(Control::Close) | None => break,
+                },
+                r = requests.recv() => match r {
+                    Some(q) => {
+                        if q.state.compare_exchange(QUEUED, WRITTEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                            write_line(&mut w, &q.bytes).await?;
+                        }
+                    }
+                    None => break,
+                },
+            }
+            if ctl.is_empty() && requests.is_empty() {
+                w.flush().await?;
+            }
+        }
+        // Cancellations are never lost: write what is left of them.
+        while let Ok(c) = ctl.try_recv() {
+            if let Control::Line(line) = c {
+                write_line(&mut w, &line).await?;
+            }
+        }
+        w.flush().await?;
+        w.shutdown().await
+    }
+    .await;
+    if let Err(e) = res {
+        tracing::debug!(error = %e, "stdio client writer stopped");
+    }
+}
+
+pub(super) async fn read_loop<R: tokio::io::AsyncBufRead + Unpin>(
+    mut lines: LineReader<R>,
+    shared: Arc<Shared>,
+) {
+    let why = loop {
+        match lines.next().await {
+            Ok(Some(Frame::Line(line))) => on_message(&shared, &line),
+            Ok(Some(Frame::TooLong { len })) => {
+                tracing::warn!(len, "oversize line from the server skipped");
+            }
+            Ok(None) => break "server closed its output".to_owned(),
+            Err(e) => break format!("read error: {e}"),
+        }
+    };
+    shared.close(&why);
+}
+
+fn on_message(shared: &Shared, line: &[u8]) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    match Message::decode(line) {
+        Ok(Message::Response(r)) => on_response(shared, r),
+        Ok(Message::Notification(n)) if n.method == jsonrpc::PROGRESS => {
+            route_progress(n.params.as_deref(), |t| shared.lock().pending.tap(t));
+        }
+        Ok(Message::Notification(n)) if n.method == jsonrpc::CANCELLED => on_cancelled(shared, &n),
+        Ok(Message::Notification(n)) => match &shared.sink {
+            Some(sink) => sink(&n),
+            None => tracing::debug!(method = ?n.method, "server notification ignored"),
+        },
+        Ok(Message::Request(r)) => {
+            tracing::warn!(request_id = %r.id, method = ?r.method, "request from the server ignored (stdio servers send none)");
+        }
+        Err(e) => tracing::warn!(error = %e, "malformed line from the server ignored"),
+    }
+}
+
+/// A response: to its pending call; a late one frees its reserved id.
+fn on_response(shared: &Shared, r: RawResponse) {
+    let Some(id) = r.id else {
+        match r.outcome {
+            Err(e) => {
+                tracing::warn!(code = e.code, message = ?e.message, "server reported an error about a message it could not read")
+            }
+            Ok(_) => tracing::debug!("result without id ignored"),
+        }
+        return;
+    };
+    let (p, late) = {
+        let mut st = shared.lock();
+        match st.pending.take(&id) {
+            Some(p) => (Some(p), false),
+            // The late answer came: the id is free again.
+            None => (None, st.reserved.release(&id)),
+        }
+    };
+    match p {
+        Some(p) => {
+            let _ = p.tx.send(Ok(r.outcome));
+        }
+        None if late => {
+            tracing::debug!(request_id = %id, "late response to a cancelled request ignored");
+        }
+        None => {
+            tracing::debug!(request_id = %id, "response for no request in flight ignored");
+        }
+    }
+}
+
+/// The server's `notifications/cancelled`: ends a `subscriptions/listen`
+/// (the one request the spec lets a server cancel), and nothing else.
+fn on_cancelled(shared: &Shared, n: &RawNotification) {
+    let Some(params) = n
+        .params
+        .as_deref()
+        .and_then(|p| serde_json::from_str::<CancelledParams>(p.get()).ok())
+    else {
+        tracing::debug!("malformed notifications/cancelled ignored");
+        return;
+    };
+    let taken = {
+        let mut st = shared.lock();
+        match st.pending.get(&params.request_id).map(|p| p.listen) {
+            Some(true) => Ok(st.pending.take(&params.request_id)),
+            Some(false) => Err(()),
+            None => Ok(None),
+        }
+    };
+    let reason = CancelReason::peer(params.reason.as_deref());
+    match taken {
+        Ok(Some(p)) => {
+            tracing::info!(request_id = %params.request_id, %reason, "server ended the request (subscription torn down)");
+            let _ = p.tx.send(Err(Box::new(Cancelled::new(reason))));
+        }
+        Err(()) => {
+            tracing::warn!(request_id = %params.request_id, %reason, "server sent notifications/cancelled for a request that is not a subscriptions/listen; ignored (the call goes on)");
+        }
+        Ok(None) => {
+            tracing::debug!(request_id = %params.request_id, "notifications/cancelled for no request in flight ignored")
+        }
+    }
+}
