@@ -277,7 +277,11 @@ async fn progress_keeps_a_request_alive_and_silence_ends_it() {
     let err = err
         .downcast_ref::<ErrorObject>()
         .expect("an error response");
-    assert_eq!(err.data.as_ref().unwrap()["limit"], "idle timeout", "{err:?}");
+    assert_eq!(
+        err.data.as_ref().unwrap()["limit"],
+        "idle timeout",
+        "{err:?}"
+    );
     h.event("DROPPED", 8).await;
 }
 

@@ -65,16 +65,16 @@
 //! forwarding to the handler, and inside that call — the only place the
 //! handler's future can be dropped, since rmcp's task is detached and a
 //! `Peer` cannot be built outside rmcp — it runs the handler under
-//! [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) and the
-//! [`TimeoutLayer`](crate::TimeoutLayer) and
-//! [`ProgressResetLayer`](crate::ProgressResetLayer) you configured, over a
-//! per-request [`Cancellation`](crate::Cancellation):
+//! [`CancelOnDisconnectLayer`] and the
+//! [`TimeoutLayer`] and
+//! [`ProgressResetLayer`] you configured, over a
+//! per-request [`Cancellation`]:
 //!
 //! | what happens | the handler's future | the handler's `ct` | the peer hears |
 //! | --- | --- | --- | --- |
 //! | the peer's `notifications/cancelled` | dropped | fires | nothing (rmcp discards the answer of a cancelled id) |
 //! | the HTTP client disconnects (stateless 2026 requests) | dropped | fires | nothing (the stream is gone) |
-//! | a deadline of the [`TimeoutLayer`](crate::TimeoutLayer) | dropped | fires | a `-32603` error with `data.limit` |
+//! | a deadline of the [`TimeoutLayer`] | dropped | fires | a `-32603` error with `data.limit` |
 //! | the progress idle limit or hard maximum | dropped | fires | a `-32603` error with `data.limit` |
 //! | the session ends (stdin closed, `RunningService::cancel`) | dropped once rmcp fires `ct` | fires | what rmcp's drain sends, see below |
 //!
