@@ -56,6 +56,7 @@
 pub mod builder;
 pub mod cancel;
 pub mod error;
+pub mod integrations;
 pub mod jsonrpc;
 pub mod notify;
 pub mod progress;

@@ -1,0 +1,255 @@
+//! The example tools written as an rmcp server (macros, as rmcp's docs show
+//! them), served through [`Cancellable`] so that a cancel drops the
+//! handler's future: `echo {text}`, `slow {seconds = 10, interval_ms = 100}`
+//! (never checks its token; reports progress each step when asked),
+//! `spawned {seconds, interval_ms}` (works in a spawned task that stops on
+//! its token).
+//!
+//! ```sh
+//! cargo run --features rmcp,stdio --example rmcp_server -- --events
+//! ```
+//!
+//! Flags: `--events` prints `STARTED <id> <ns>`, `DROPPED`, `DONE` and
+//! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
+//! the `tools/call` deadline (default 600 s, 60 s for other methods);
+//! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
+//! `--plain` serves the handler with rmcp alone, for contrast. Stdio only:
+//! rmcp's `StreamableHttpService` takes a `ServerHandler`, which
+//! [`Cancellable`] is not (see the module docs of
+//! `tower_mcp_cancel::integrations::rmcp`).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::{ProgressNotificationParam, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{
+    schemars, tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt,
+};
+use tower_mcp_cancel::integrations::rmcp::Cancellable;
+use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
+
+/// What `--events` prints, and where.
+#[derive(Clone, Debug, Default)]
+struct Events(bool);
+
+impl Events {
+    fn emit(&self, kind: &str, id: &str) {
+        if self.0 {
+            let ns = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            // One write, so that a line is never split by another writer.
+            let line = format!("{kind} {id} {ns}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        }
+    }
+}
+
+/// Reports `DROPPED` if the handler's future is dropped before it
+/// finished, `DONE` when it finished.
+struct Probe {
+    id: String,
+    events: Events,
+    done: bool,
+}
+
+impl Probe {
+    fn start(context: &RequestContext<RoleServer>, events: &Events) -> Self {
+        let id = serde_json::to_string(&context.id).unwrap_or_default();
+        events.emit("STARTED", &id);
+        Probe {
+            id,
+            events: events.clone(),
+            done: false,
+        }
+    }
+
+    fn finish(mut self) {
+        self.done = true;
+        tracing::info!(request_id = %self.id, "handler completed");
+        self.events.emit("DONE", &self.id);
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::info!(request_id = %self.id, "handler future dropped by cancellation");
+            self.events.emit("DROPPED", &self.id);
+        }
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct EchoArgs {
+    /// The text to return.
+    text: String,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct WorkArgs {
+    /// How long to work, in seconds (default 10).
+    seconds: Option<f64>,
+    /// The step length, in milliseconds (default 100).
+    interval_ms: Option<f64>,
+}
+
+impl WorkArgs {
+    /// (number of steps, step length).
+    fn steps(&self) -> (u64, Duration) {
+        let seconds = self.seconds.unwrap_or(10.0).clamp(0.0, 86_400.0);
+        let interval_ms = self.interval_ms.unwrap_or(100.0).clamp(1.0, 3_600_000.0);
+        let steps = ((seconds * 1000.0) / interval_ms).ceil().max(1.0) as u64;
+        (steps, Duration::from_secs_f64(interval_ms / 1000.0))
+    }
+}
+
+#[derive(Clone)]
+struct Tools {
+    events: Events,
+    tool_router: ToolRouter<Self>,
+}
+
+#[tool_router]
+impl Tools {
+    fn new(events: Events) -> Self {
+        Self {
+            events,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(description = "Returns its `text` argument.")]
+    async fn echo(
+        &self,
+        Parameters(EchoArgs { text }): Parameters<EchoArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> String {
+        let probe = Probe::start(&context, &self.events);
+        probe.finish();
+        text
+    }
+
+    #[tool(
+        description = "Sleeps `seconds` in steps of `interval_ms`, reporting progress each step when asked; never checks its cancellation token."
+    )]
+    async fn slow(
+        &self,
+        Parameters(args): Parameters<WorkArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> String {
+        let probe = Probe::start(&context, &self.events);
+        let (steps, interval) = args.steps();
+        let token = context.meta.get_progress_token();
+        for i in 1..=steps {
+            tokio::time::sleep(interval).await;
+            if let Some(token) = &token {
+                let param = ProgressNotificationParam::new(token.clone(), i as f64)
+                    .with_total(steps as f64)
+                    .with_message(format!("step {i}/{steps}"));
+                let _ = context.peer.notify_progress(param).await;
+            }
+        }
+        probe.finish();
+        format!("slept {steps} steps of {interval:?}")
+    }
+
+    #[tool(
+        description = "Works `seconds` in a spawned task that stops when the request's cancellation token fires."
+    )]
+    async fn spawned(
+        &self,
+        Parameters(args): Parameters<WorkArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, ErrorData> {
+        let probe = Probe::start(&context, &self.events);
+        let (steps, interval) = args.steps();
+        let (token, id, events) = (context.ct.clone(), probe.id.clone(), self.events.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            for _ in 1..=steps {
+                tokio::select! {
+                    _ = token.cancelled() => {
+                        tracing::info!(request_id = %id, "spawned task saw its token fire; stopping");
+                        events.emit("TOKEN", &id);
+                        return;
+                    }
+                    _ = tokio::time::sleep(interval) => {}
+                }
+            }
+            let _ = tx.send(steps);
+        });
+        let out = match rx.await {
+            Ok(n) => Ok(format!("spawned task finished {n} steps of {interval:?}")),
+            Err(_) => Err(ErrorData::internal_error("spawned task stopped", None)),
+        };
+        probe.finish();
+        out
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
+/// The value after `flag` on the command line, as milliseconds.
+fn millis(args: &[String], flag: &str) -> Option<Duration> {
+    let i = args.iter().position(|a| a == flag)?;
+    match args.get(i + 1).and_then(|v| v.parse::<u64>().ok()) {
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => {
+            eprintln!("{flag} needs a number of milliseconds");
+            std::process::exit(2);
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .try_init();
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--listen") {
+        eprintln!(
+            "--listen is not supported: rmcp's StreamableHttpService cannot serve a Cancellable"
+        );
+        std::process::exit(2);
+    }
+    let tools = Tools::new(Events(args.iter().any(|a| a == "--events")));
+
+    let result = if args.iter().any(|a| a == "--plain") {
+        match tools.serve(rmcp::transport::stdio()).await {
+            Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    } else {
+        let call_timeout = millis(&args, "--timeout-ms").unwrap_or(Duration::from_secs(600));
+        let mut server = Cancellable::new(tools)
+            .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call_timeout));
+        if let Some(idle) = millis(&args, "--idle-ms") {
+            server = server.progress(ProgressResetLayer::new(idle));
+        }
+        match server.serve(rmcp::transport::stdio()).await {
+            Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let code = match result {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!(error = %e, "rmcp server stopped");
+            1
+        }
+    };
+    // stdin's reader may still be blocked in a read: do not wait for it.
+    std::process::exit(code);
+}

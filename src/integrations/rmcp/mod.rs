@@ -1,0 +1,342 @@
+//! Drop-cancellation, timeouts and progress-reset for servers written with
+//! [rmcp](https://docs.rs/rmcp) (the official Rust MCP SDK, 3.x), behind
+//! the `rmcp` feature.
+//!
+//! Keep your `ServerHandler` (macros and all) and your transport; wrap the
+//! handler in a [`Cancellable`] and serve that:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+//! use rmcp::model::{ServerCapabilities, ServerConfig};
+//! use rmcp::{schemars, tool, tool_handler, tool_router, ServerHandler};
+//! use tower_mcp_cancel::integrations::rmcp::Cancellable;
+//! use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Nap {
+//!     seconds: u64,
+//! }
+//!
+//! #[derive(Clone)]
+//! struct Sleeper {
+//!     tool_router: ToolRouter<Self>,
+//! }
+//!
+//! #[tool_router]
+//! impl Sleeper {
+//!     /// Never looks at its cancellation token: only a drop stops it.
+//!     #[tool(description = "Sleeps")]
+//!     async fn nap(&self, Parameters(Nap { seconds }): Parameters<Nap>) -> String {
+//!         tokio::time::sleep(Duration::from_secs(seconds)).await;
+//!         "rested".to_owned()
+//!     }
+//! }
+//!
+//! #[tool_handler(router = self.tool_router)]
+//! impl ServerHandler for Sleeper {
+//!     fn get_info(&self) -> ServerConfig {
+//!         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let sleeper = Sleeper { tool_router: Sleeper::tool_router() };
+//!     let running = Cancellable::new(sleeper)
+//!         .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", Duration::from_secs(600)))
+//!         .progress(ProgressResetLayer::new(Duration::from_secs(30)))
+//!         .serve(rmcp::transport::stdio())
+//!         .await?;
+//!     running.waiting().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # What it does
+//!
+//! rmcp spawns one task per request and calls the service's
+//! `handle_request` in it with a `RequestContext` whose `ct` it fires for
+//! the peer's `notifications/cancelled`, a Streamable HTTP client that went
+//! away (2026-era stateless requests), and the session ending. It never
+//! drops the handler's future: a handler that does not watch `ct` runs to
+//! its end. [`Cancellable`] implements rmcp's `Service<RoleServer>` by
+//! forwarding to the handler, and inside that call — the only place the
+//! handler's future can be dropped, since rmcp's task is detached and a
+//! `Peer` cannot be built outside rmcp — it runs the handler under
+//! [`CancelOnDisconnectLayer`] and the
+//! [`TimeoutLayer`] and
+//! [`ProgressResetLayer`] you configured, over a
+//! per-request [`Cancellation`]:
+//!
+//! | what happens | the handler's future | the handler's `ct` | the peer hears |
+//! | --- | --- | --- | --- |
+//! | the peer's `notifications/cancelled` | dropped | fires | nothing (rmcp discards the answer of a cancelled id) |
+//! | the HTTP client disconnects (stateless 2026 requests) | dropped | fires | nothing (the stream is gone) |
+//! | a deadline of the [`TimeoutLayer`] | dropped | fires | a `-32603` error with `data.limit` |
+//! | the progress idle limit or hard maximum | dropped | fires | a `-32603` error with `data.limit` |
+//! | the session ends (stdin closed, `RunningService::cancel`) | dropped once rmcp fires `ct` | fires | what rmcp's drain sends, see below |
+//!
+//! Each is logged with the request id, method and reason. The handler's
+//! `context.ct` is replaced by the request's cancellation token, so work
+//! it spawned stops in every row.
+//!
+//! Progress the handler reports with `peer.notify_progress` restarts the
+//! idle limit when the transport was served through [`Cancellable::serve`]
+//! (or wrapped by [`Cancellable::observe`]): rmcp's `Peer` writes only to
+//! the transport, so that is where [`ObserveProgress`] sees it. A request
+//! without a progress token keeps its idle limit, unreset.
+//!
+//! # What it does not cover
+//!
+//! * rmcp's `StreamableHttpService` takes a `ServerHandler`, not a
+//!   `Service<RoleServer>`, and builds its transports itself: it cannot
+//!   serve a [`Cancellable`], and [`ObserveProgress`] cannot reach its
+//!   transports.
+//! * When a session ends (stdin closed, `RunningService::cancel`), rmcp
+//!   first waits up to 5 s (2 s) for handlers to answer and only then fires
+//!   `ct`; an answer made in that window — including the error of a handler
+//!   dropped on `RunningService::cancel` — is written.
+//! * rmcp's `local` feature (non-`Send` handlers) is not supported.
+
+mod progress;
+mod request;
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use ::rmcp::model::{ClientNotification, ClientRequest, ErrorCode, ProtocolVersion, ServerResult};
+use ::rmcp::service::{
+    NotificationContext, RequestContext, RunningService, ServerInitializeError, ServiceRole,
+};
+use ::rmcp::transport::{IntoTransport, Transport};
+use ::rmcp::{ErrorData, RoleServer, Service};
+use tower::{ServiceBuilder, ServiceExt as _};
+use tower_service::Service as TowerService;
+
+pub use self::progress::ObserveProgress;
+use self::progress::ProgressRegistry;
+pub use self::request::RmcpRequest;
+use crate::{
+    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed,
+    ProgressResetLayer, RequestView, TimeoutLayer,
+};
+
+/// The reason given when rmcp fires a request's `ct`: rmcp does not say
+/// which of its causes it was.
+const RMCP_CANCELLED: &str =
+    "rmcp cancelled the request (the peer's notifications/cancelled, a disconnect, or the session ending)";
+
+/// An rmcp server (`ServerHandler` or any `Service<RoleServer>`) whose
+/// requests are dropped when cancelled, under this crate's timeout and
+/// progress policies. See the [module docs](self).
+pub struct Cancellable<H> {
+    handler: Arc<H>,
+    timeout: Option<TimeoutLayer>,
+    progress: Option<ProgressResetLayer>,
+    registry: ProgressRegistry,
+}
+
+impl<H> Clone for Cancellable<H> {
+    fn clone(&self) -> Self {
+        Self {
+            handler: self.handler.clone(),
+            timeout: self.timeout.clone(),
+            progress: self.progress.clone(),
+            registry: self.registry.clone(),
+        }
+    }
+}
+
+impl<H> std::fmt::Debug for Cancellable<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancellable")
+            .field("timeout", &self.timeout)
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H> Cancellable<H> {
+    /// Wraps `handler`: cancels drop its future; no deadline yet.
+    pub fn new(handler: H) -> Self {
+        Self {
+            handler: Arc::new(handler),
+            timeout: None,
+            progress: None,
+            registry: ProgressRegistry::default(),
+        }
+    }
+
+    /// Puts every request under `layer`'s deadlines.
+    pub fn timeout(mut self, layer: TimeoutLayer) -> Self {
+        self.timeout = Some(layer);
+        self
+    }
+
+    /// Puts every request under `layer`'s idle limit and hard maximum.
+    pub fn progress(mut self, layer: ProgressResetLayer) -> Self {
+        self.progress = Some(layer);
+        self
+    }
+
+    /// The wrapped handler.
+    pub fn get_ref(&self) -> &H {
+        &self.handler
+    }
+
+    /// Wraps `transport` so that the progress the handler sends through it
+    /// restarts its requests' idle limits. [`serve`](Self::serve) does this
+    /// for you; use it with rmcp's own `serve_*` functions.
+    pub fn observe<T, E, A>(
+        &self,
+        transport: T,
+    ) -> ObserveProgress<impl Transport<RoleServer, Error = E> + 'static>
+    where
+        T: IntoTransport<RoleServer, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        ObserveProgress::new(transport.into_transport(), self.registry.clone())
+    }
+
+    /// Serves over `transport` (anything rmcp's `serve` takes: `stdio()`, a
+    /// reader/writer pair, ...), with progress observed. Use this rather
+    /// than rmcp's `ServiceExt::serve`, which would not observe progress.
+    pub async fn serve<T, E, A>(
+        self,
+        transport: T,
+    ) -> Result<RunningService<RoleServer, Self>, ServerInitializeError>
+    where
+        H: Service<RoleServer>,
+        T: IntoTransport<RoleServer, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let transport = self.observe(transport);
+        ::rmcp::serve_server(self, transport).await
+    }
+}
+
+impl<H: Service<RoleServer>> Cancellable<H> {
+    /// Runs one request through the layers to the handler.
+    fn call(
+        &self,
+        req: RmcpRequest,
+    ) -> impl Future<Output = Result<ServerResult, BoxError>> + Send + 'static {
+        let handler = Handler {
+            handler: self.handler.clone(),
+            registry: self.registry.clone(),
+        };
+        ServiceBuilder::new()
+            .layer(CancelOnDisconnectLayer::new())
+            .option_layer(self.timeout.clone())
+            .option_layer(self.progress.clone())
+            .service(handler)
+            .oneshot(req)
+    }
+}
+
+impl<H: Service<RoleServer>> Service<RoleServer> for Cancellable<H> {
+    async fn handle_request(
+        &self,
+        request: ClientRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        let rmcp_ct = context.ct.clone();
+        let cancellation = Cancellation::new();
+        let call = self.call(RmcpRequest::new(request, context, cancellation.clone()));
+        // rmcp's token → the request's cancellation, which the
+        // CancelOnDisconnect layer races the handler against.
+        let forward = async {
+            rmcp_ct.cancelled().await;
+            cancellation.cancel(CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)));
+            std::future::pending::<()>().await
+        };
+        let out = tokio::select! {
+            biased;
+            out = call => out,
+            () = forward => unreachable!("pending never resolves"),
+        };
+        out.map_err(|e| error_data(&*e))
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: ClientNotification,
+        context: NotificationContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if let ClientNotification::CancelledNotification(n) = &notification {
+            // rmcp has fired the request's ct already; this is for the log.
+            tracing::info!(
+                request_id = ?n.params.request_id,
+                reason = ?n.params.reason,
+                "peer cancelled a request"
+            );
+        }
+        self.handler
+            .handle_notification(notification, context)
+            .await
+    }
+
+    fn get_info(&self) -> <RoleServer as ServiceRole>::Info {
+        self.handler.get_info()
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        self.handler.supported_protocol_versions()
+    }
+}
+
+/// The innermost service: registers the request's progress tap and calls
+/// the handler.
+struct Handler<H> {
+    handler: Arc<H>,
+    registry: ProgressRegistry,
+}
+
+impl<H: Service<RoleServer>> TowerService<RmcpRequest> for Handler<H> {
+    type Response = ServerResult;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<ServerResult, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: RmcpRequest) -> Self::Future {
+        let handler = self.handler.clone();
+        // Only a token the client sent can come back in the handler's
+        // progress notifications.
+        let registration = match (req.progress_token(), req.progress_tap()) {
+            (Some(_), Some(tap)) => Some(self.registry.register(tap.clone())),
+            _ => None,
+        };
+        Box::pin(async move {
+            let _registration = registration;
+            handler
+                .handle_request(req.request, req.context)
+                .await
+                .map_err(|e| Box::new(e) as BoxError)
+        })
+    }
+}
+
+/// The rmcp error for a failed call: the handler's own as it is, a limit's
+/// with its data, anything else as an internal error saying what it was.
+fn error_data(error: &(dyn std::error::Error + 'static)) -> ErrorData {
+    if let Some(e) = error.downcast_ref::<ErrorData>() {
+        return e.clone();
+    }
+    if let Some(e) = error.downcast_ref::<Elapsed>() {
+        let e = e.to_error_object();
+        let code = i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0);
+        return ErrorData::new(ErrorCode(code), e.message, e.data);
+    }
+    if let Some(c) = error.downcast_ref::<Cancelled>() {
+        return ErrorData::internal_error(format!("request cancelled: {}", c.reason()), None);
+    }
+    ErrorData::internal_error(error.to_string(), None)
+}

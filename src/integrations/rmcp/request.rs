@@ -1,0 +1,109 @@
+//! One rmcp request as the layers see it: [`RmcpRequest`], a
+//! [`RequestView`] over rmcp's `ClientRequest` and `RequestContext`.
+
+use ::rmcp::model::{ClientRequest, NumberOrString};
+use ::rmcp::service::RequestContext;
+use ::rmcp::RoleServer;
+use http::Extensions;
+use tokio::time::Instant;
+
+use crate::jsonrpc::{Method, ProgressToken, RequestId};
+use crate::{Cancellation, RequestView};
+
+/// An rmcp request on its way through the layers to the handler: the
+/// request, the context rmcp built for it (whose `ct` is replaced by the
+/// [`Cancellation`]'s token), and the layers' per-request state.
+pub struct RmcpRequest {
+    pub(super) request: ClientRequest,
+    pub(super) context: RequestContext<RoleServer>,
+    method: Method,
+    extensions: Extensions,
+    cancellation: Cancellation,
+    started: Option<Instant>,
+}
+
+impl std::fmt::Debug for RmcpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RmcpRequest")
+            .field("id", &self.context.id)
+            .field("method", &self.method)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RmcpRequest {
+    /// Wraps rmcp's request; the handler's `context.ct` becomes
+    /// `cancellation`'s token, so it fires for every way the request ends
+    /// early (work the handler spawned still stops through it).
+    pub(super) fn new(
+        request: ClientRequest,
+        mut context: RequestContext<RoleServer>,
+        cancellation: Cancellation,
+    ) -> Self {
+        context.ct = cancellation.token();
+        Self {
+            method: Method::new(request.method()),
+            request,
+            context,
+            extensions: Extensions::new(),
+            cancellation,
+            started: None,
+        }
+    }
+
+    /// The rmcp request.
+    pub fn request(&self) -> &ClientRequest {
+        &self.request
+    }
+
+    /// The context rmcp built for the request (its `ct` is the
+    /// [`Cancellation`]'s token).
+    pub fn context(&self) -> &RequestContext<RoleServer> {
+        &self.context
+    }
+}
+
+/// rmcp's id or token (a number or a string) as this crate's.
+pub(super) fn convert<T: From<i64> + From<String>>(v: &NumberOrString) -> T {
+    match v {
+        NumberOrString::Number(n) => T::from(*n),
+        NumberOrString::String(s) => T::from(s.to_string()),
+    }
+}
+
+impl RequestView for RmcpRequest {
+    fn request_id(&self) -> Option<RequestId> {
+        Some(convert(&self.context.id))
+    }
+    fn mcp_method(&self) -> Option<Method> {
+        Some(self.method.clone())
+    }
+    fn progress_token(&self) -> Option<ProgressToken> {
+        self.context
+            .meta
+            .get_progress_token()
+            .map(|t| convert(&t.0))
+    }
+    /// Always `false`: a handler reports progress only for a token the
+    /// client sent, and a token the client never asked for must not reach
+    /// it. A request without one keeps its idle limit, unreset.
+    fn set_progress_token(&mut self, _token: ProgressToken) -> bool {
+        false
+    }
+    fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+    fn cancellation(&self) -> Option<&Cancellation> {
+        Some(&self.cancellation)
+    }
+    fn set_cancellation(&mut self, cancellation: Cancellation) {
+        self.context.ct = cancellation.token();
+        self.cancellation = cancellation;
+    }
+    fn started_at(&mut self) -> Instant {
+        *self.started.get_or_insert_with(Instant::now)
+    }
+}

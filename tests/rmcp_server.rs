@@ -1,0 +1,297 @@
+//! An rmcp server wrapped in `integrations::rmcp::Cancellable`, driven
+//! in-process over pipes by this crate's `StdioClient`: an explicit cancel,
+//! a client timeout, a server deadline and the progress idle limit each
+//! drop the uncooperative handler's future; nothing is written for a
+//! cancelled id; plain rmcp, for contrast, runs the handler to its end.
+//! Every line the server writes is recorded by a relay between the two.
+#![cfg(all(feature = "rmcp", feature = "stdio"))]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tower::{Layer, ServiceExt};
+use tower_mcp_cancel::integrations::rmcp::Cancellable;
+use tower_mcp_cancel::jsonrpc::ErrorObject;
+use tower_mcp_cancel::transport::stdio::StdioClient;
+use tower_mcp_cancel::{Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
+
+type Events = mpsc::UnboundedSender<(&'static str, Value)>;
+
+/// `slow {seconds, interval_ms}` (never checks its token, reports progress
+/// when asked) and `spawned` (a spawned task that stops on the token).
+#[derive(Clone)]
+struct Tools(Events);
+
+/// Sends `DROPPED` unless finished.
+struct Probe(Events, Value, bool);
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let kind = if self.2 { "DONE" } else { "DROPPED" };
+        let _ = self.0.send((kind, self.1.clone()));
+    }
+}
+
+fn schema() -> Arc<serde_json::Map<String, Value>> {
+    Arc::new(json!({"type": "object"}).as_object().unwrap().clone())
+}
+
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new("slow", "sleeps", schema()),
+            Tool::new("spawned", "works in a spawned task", schema()),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let id = serde_json::to_value(&context.id).unwrap();
+        let _ = self.0.send(("STARTED", id.clone()));
+        let mut probe = Probe(self.0.clone(), id.clone(), false);
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let steps = args["steps"].as_u64().unwrap_or(1000);
+        let interval = Duration::from_millis(args["interval_ms"].as_u64().unwrap_or(1000));
+        match request.name.as_ref() {
+            "slow" => {
+                let token = context.meta.get_progress_token();
+                for i in 1..=steps {
+                    tokio::time::sleep(interval).await;
+                    if let Some(t) = &token {
+                        let p = ProgressNotificationParam::new(t.clone(), i as f64);
+                        let _ = context.peer.notify_progress(p).await;
+                    }
+                }
+            }
+            _ => {
+                let (ct, events) = (context.ct.clone(), self.0.clone());
+                tokio::spawn(async move {
+                    ct.cancelled().await;
+                    let _ = events.send(("TOKEN", id));
+                });
+                std::future::pending::<()>().await;
+            }
+        }
+        probe.2 = true;
+        Ok(CallToolResult::success(vec![ContentBlock::text("done")]).into())
+    }
+}
+
+struct Harness {
+    client: StdioClient,
+    events: mpsc::UnboundedReceiver<(&'static str, Value)>,
+    /// Every line the server wrote, in order.
+    written: Arc<Mutex<Vec<Value>>>,
+    relay: tokio::task::JoinHandle<()>,
+}
+
+/// Serves `wrap(Tools)` over pipes, relays its output to a `StdioClient`
+/// recording every line, and does the legacy handshake.
+async fn start(wrap: impl FnOnce(Tools) -> Option<Cancellable<Tools>>) -> Harness {
+    let (tx, events) = mpsc::unbounded_channel();
+    let (client_w, server_r) = tokio::io::duplex(64 * 1024);
+    let (server_w, relay_r) = tokio::io::duplex(64 * 1024);
+    let (mut relay_w, client_r) = tokio::io::duplex(64 * 1024);
+    let tools = Tools(tx);
+    match wrap(tools.clone()) {
+        Some(c) => {
+            tokio::spawn(async move {
+                let running = c.serve((server_r, server_w)).await.unwrap();
+                let _ = running.waiting().await;
+            });
+        }
+        None => {
+            tokio::spawn(async move {
+                let running = tools.serve((server_r, server_w)).await.unwrap();
+                let _ = running.waiting().await;
+            });
+        }
+    }
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let log = written.clone();
+    let relay = tokio::spawn(async move {
+        let mut lines = BufReader::new(relay_r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            log.lock()
+                .unwrap()
+                .push(serde_json::from_str(&line).unwrap());
+            if relay_w
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let client = StdioClient::new(client_r, client_w);
+    let init = McpRequest::new(0, "initialize").with_params(json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    }));
+    client.clone().oneshot(init).await.unwrap();
+    client
+        .notify("notifications/initialized", &json!({}))
+        .unwrap();
+    Harness {
+        client,
+        events,
+        written,
+        relay,
+    }
+}
+
+fn call(id: i64, tool: &str, args: Value) -> McpRequest {
+    McpRequest::new(id, "tools/call").with_params(json!({"name": tool, "arguments": args}))
+}
+
+impl Harness {
+    /// Waits for the event `kind` of request `id`.
+    async fn event(&mut self, kind: &str, id: i64) {
+        loop {
+            let (k, i) = self.events.recv().await.expect("server gone");
+            if k == kind && i == json!(id) {
+                return;
+            }
+            assert!(
+                !(i == json!(id) && (k == "DONE" || k == "DROPPED")),
+                "{id}: {k} where {kind} was expected"
+            );
+        }
+    }
+
+    /// Closes the client, waits until the server's output ends, and checks
+    /// that it wrote nothing for `id`.
+    async fn assert_nothing_written_for(self, id: i64) {
+        self.client.shutdown().await.unwrap();
+        self.relay.await.unwrap();
+        let written = self.written.lock().unwrap();
+        assert!(
+            !written.iter().any(|v| v["id"] == json!(id)),
+            "the server wrote for the cancelled id {id}: {written:?}"
+        );
+    }
+}
+
+fn cancellable(tools: Tools) -> Option<Cancellable<Tools>> {
+    Some(Cancellable::new(tools))
+}
+
+#[tokio::test]
+async fn an_explicit_cancel_drops_the_handler_and_nothing_is_written_for_it() {
+    let mut h = start(cancellable).await;
+    let pending = tokio::spawn(h.client.clone().oneshot(call(7, "slow", json!({}))));
+    h.event("STARTED", 7).await;
+    // Dropping the call's future is the client's cancel: it writes
+    // notifications/cancelled.
+    pending.abort();
+    h.event("DROPPED", 7).await;
+    let ping = h.client.clone().oneshot(McpRequest::new(8, "ping")).await;
+    assert!(ping.is_ok(), "{ping:?}");
+    h.assert_nothing_written_for(7).await;
+}
+
+#[tokio::test]
+async fn a_client_timeout_drops_the_handler_and_nothing_is_written_for_it() {
+    let mut h = start(cancellable).await;
+    let svc = TimeoutLayer::new(Duration::from_millis(200)).layer(h.client.clone());
+    let err = svc.oneshot(call(7, "slow", json!({}))).await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().limit(),
+        Limit::Timeout
+    );
+    h.event("DROPPED", 7).await;
+    h.assert_nothing_written_for(7).await;
+}
+
+#[tokio::test]
+async fn a_server_deadline_drops_the_handler_fires_its_token_and_answers_with_an_error() {
+    let mut h = start(|t| {
+        Some(
+            Cancellable::new(t).timeout(
+                TimeoutLayer::new(Duration::from_secs(60))
+                    .method("tools/call", Duration::from_millis(200)),
+            ),
+        )
+    })
+    .await;
+    let err = h
+        .client
+        .clone()
+        .oneshot(call(7, "spawned", json!({})))
+        .await
+        .unwrap_err();
+    let err = err
+        .downcast_ref::<ErrorObject>()
+        .expect("an error response");
+    assert_eq!(err.code, ErrorObject::INTERNAL_ERROR, "{err:?}");
+    assert_eq!(err.data.as_ref().unwrap()["limit"], "timeout", "{err:?}");
+    h.event("DROPPED", 7).await;
+    h.event("TOKEN", 7).await;
+}
+
+#[tokio::test]
+async fn progress_keeps_a_request_alive_and_silence_ends_it() {
+    let mut h = start(|t| {
+        Some(Cancellable::new(t).progress(
+            ProgressResetLayer::new(Duration::from_millis(400)).max(Duration::from_secs(30)),
+        ))
+    })
+    .await;
+    // 10 steps of 100 ms with a progress token: 1 s in all, idle never 400 ms.
+    let args = json!({"steps": 10, "interval_ms": 100});
+    let mut req = call(7, "slow", args.clone());
+    req = req
+        .with_params(json!({"name": "slow", "arguments": args, "_meta": {"progressToken": "p7"}}));
+    let ok = h.client.clone().oneshot(req).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    h.event("DONE", 7).await;
+    // The same without a token: nothing resets the idle limit.
+    let err = h
+        .client
+        .clone()
+        .oneshot(call(8, "slow", args))
+        .await
+        .unwrap_err();
+    let err = err
+        .downcast_ref::<ErrorObject>()
+        .expect("an error response");
+    assert_eq!(
+        err.data.as_ref().unwrap()["limit"],
+        "idle timeout",
+        "{err:?}"
+    );
+    h.event("DROPPED", 8).await;
+}
+
+#[tokio::test]
+async fn plain_rmcp_runs_a_cancelled_handler_to_its_end() {
+    let mut h = start(|_| None).await;
+    let args = json!({"steps": 3, "interval_ms": 100});
+    let pending = tokio::spawn(h.client.clone().oneshot(call(7, "slow", args)));
+    h.event("STARTED", 7).await;
+    pending.abort();
+    // rmcp fired the handler's ct, but nothing dropped its future.
+    h.event("DONE", 7).await;
+}
