@@ -21,7 +21,7 @@
 //! threads do not disturb the figures.
 #![cfg(all(feature = "stdio", feature = "http", feature = "test-util"))]
 
-mod stdio_support;
+use crate::support::stdio as stdio_support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -302,7 +302,7 @@ async fn stdio_cancel_for_another_connections_id_affects_nothing() {
     }
 }
 
-mod http_support;
+use crate::support::http as http_support;
 
 #[tokio::test]
 async fn http_cancel_for_another_connections_id_affects_nothing() {

@@ -6,7 +6,7 @@
 //! server side sends, never on a timer.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use http_body_util::BodyExt;
 use http_support::*;

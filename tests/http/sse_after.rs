@@ -7,7 +7,7 @@
 //! our client reading it, and cancellation over real loopback sockets.
 #![cfg(all(feature = "http", feature = "test-util"))]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! modern `_meta` protocol version stays rejected.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use http_support::*;
 use serde_json::{json, Value};

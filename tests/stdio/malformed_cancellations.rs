@@ -4,7 +4,7 @@
 //! derived `Deserialize` would take the struct from an array, too).
 #![cfg(feature = "stdio")]
 
-mod stdio_support;
+use crate::support::stdio as stdio_support;
 
 use serde_json::{json, Value};
 use stdio_support::*;

@@ -4,7 +4,7 @@
 //! against the body and answers `400` / `-32020` naming the header.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! validation, and the HTTP statuses of the spec.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use http_support::*;
 use serde_json::{json, Value};

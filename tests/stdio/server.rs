@@ -3,7 +3,7 @@
 //! handler events and from `ping` round trips through the one ordered writer.
 #![cfg(feature = "stdio")]
 
-mod stdio_support;
+use crate::support::stdio as stdio_support;
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
