@@ -80,7 +80,7 @@ async fn assumed_2025_requests_are_not_cancelled_by_a_disconnect_by_default() {
         .unwrap();
     events.until(|e| matches!(e, Event::Started(_))).await;
     drop(stream);
-    let seen = events.until(|e| *e == Event::ConnClosed).await;
+    let seen = events.until(|e| *e == CONN_CLOSED).await;
     assert!(
         seen.iter()
             .all(|e| !matches!(e, Event::Dropped(_) | Event::Token(..))),

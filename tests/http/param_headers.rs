@@ -72,7 +72,7 @@ async fn start(proto: Proto) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     });
     let svc = StreamableHttpService::new(mcp).tools(&tools_list());
     // Connection events are not needed here.
-    let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, _) = tower_mcp_cancel::test_util::Recorder::new();
     (serve(svc, proto, tx).await, calls)
 }
 

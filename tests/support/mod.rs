@@ -4,7 +4,7 @@
 //! helpers for HTTP ([`http`]). Handler events, drop probes and `settle`
 //! are the library's own `tower_mcp_cancel::test_util`.
 // Every binary compiles all of it and uses a part.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 #[cfg(feature = "http")]
 pub mod http;

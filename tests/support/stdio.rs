@@ -1,7 +1,6 @@
 //! Shared helpers of the stdio integration tests: a raw JSON-lines peer over
 //! an in-memory pipe, and a handler whose events (started, dropped, token)
 //! arrive on a channel, so tests order on them instead of sleeping.
-#![allow(dead_code)]
 
 use std::time::Duration;
 
@@ -159,9 +158,4 @@ pub async fn next_event(rx: &mut mpsc::UnboundedReceiver<Ev>) -> Ev {
         .expect("event channel closed")
 }
 
-/// Lets every task that can run, run (bounded), without moving the clock.
-pub async fn settle() {
-    for _ in 0..200 {
-        tokio::task::yield_now().await;
-    }
-}
+pub use tower_mcp_cancel::test_util::settle;
