@@ -14,7 +14,7 @@ pub enum Event {
     /// The handler started ([`Recorder::start`]).
     Started(RequestId),
     /// The request's cancellation token fired, with the reason it carried
-    /// then (seen by a task [`Recorder::start`] spawned).
+    /// then (seen by the task [`Recorder::watch_token`] spawned).
     Token(RequestId, Option<CancelReason>),
     /// The handler's [`Recording`] was dropped before
     /// [`Recording::finish`]: its future was dropped.
@@ -27,7 +27,8 @@ pub enum Event {
 }
 
 /// The sending side: clone it into a `service_fn` and call
-/// [`start`](Self::start) at the top of each handler.
+/// [`start`](Self::start) at the top of each handler (and
+/// [`watch_token`](Self::watch_token) to see its token fire).
 ///
 /// ```
 /// use tower::{service_fn, BoxError, ServiceExt};
@@ -78,24 +79,29 @@ impl Recorder {
     }
 
     /// Records the start of `req` ([`Event::Started`]; a request without an
-    /// id records as id `0`) and, when it carries a cancellation, spawns a
-    /// task reporting [`Event::Token`] once its token fires (call it inside
-    /// a tokio runtime).
+    /// id records as id `0`) and returns its [`Recording`].
     pub fn start(&self, req: &McpRequest) -> Recording {
-        let id = req.id().cloned().unwrap_or_else(|| RequestId::from(0));
-        if let Some(c) = req.cancellation() {
-            let (c, token, tx, id) = (c.clone(), c.token(), self.tx.clone(), id.clone());
-            tokio::spawn(async move {
-                token.cancelled().await;
-                let _ = tx.send(Event::Token(id, c.reason().cloned()));
-            });
-        }
+        let id = id_of(req);
         self.record(Event::Started(id.clone()));
         Recording {
             tx: self.tx.clone(),
             id,
             finished: false,
         }
+    }
+
+    /// When `req` carries a cancellation, spawns a task (call it inside a
+    /// tokio runtime) that reports [`Event::Token`] once its token fires:
+    /// what spawned work of the handler would see.
+    pub fn watch_token(&self, req: &McpRequest) {
+        let Some(c) = req.cancellation() else {
+            return;
+        };
+        let (c, token, tx, id) = (c.clone(), c.token(), self.tx.clone(), id_of(req));
+        tokio::spawn(async move {
+            token.cancelled().await;
+            let _ = tx.send(Event::Token(id, c.reason().cloned()));
+        });
     }
 
     /// Records an event of the test's own.
@@ -107,6 +113,10 @@ impl Recorder {
     pub fn record(&self, event: Event) {
         let _ = self.tx.send(event);
     }
+}
+
+fn id_of(req: &McpRequest) -> RequestId {
+    req.id().cloned().unwrap_or_else(|| RequestId::from(0))
 }
 
 impl Recording {
@@ -178,6 +188,11 @@ impl Events {
                 return seen;
             }
         }
+    }
+
+    /// The next event if one is queued, without waiting.
+    pub fn try_next(&mut self) -> Option<Event> {
+        self.rx.try_recv().ok()
     }
 
     /// The events already queued, without waiting.

@@ -89,6 +89,7 @@ impl Tools {
         if let Some(c) = ctx.cancellation() {
             *self.last.lock().unwrap() = Some(c.clone());
         }
+        self.recorder.watch_token(&req);
         let mut probe = self.recorder.start(&req);
         let params: Value = req.params_as().unwrap_or_default();
         let args = &params["arguments"];
