@@ -11,6 +11,25 @@ use tokio::time::Instant;
 /// Clone it into a `service_fn` and arm a guard per call with
 /// [`DropProbe::guard`]; [`DropProbe::new`] gives a probe and its first
 /// guard at once.
+///
+/// ```
+/// use tower::{service_fn, BoxError, ServiceExt};
+/// use tower_mcp_cancel::{test_util::DropProbe, McpRequest};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let probe = DropProbe::default();
+/// let guards = probe.clone();
+/// let svc = service_fn(move |_req: McpRequest| {
+///     let guard = guards.guard(); // one per call
+///     async move {
+///         guard.finish();
+///         Ok::<_, BoxError>(serde_json::json!({}))
+///     }
+/// });
+/// svc.oneshot(McpRequest::new(1, "ping")).await.unwrap();
+/// assert!(probe.is_dropped() && probe.is_finished() && !probe.was_cancelled());
+/// # }
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct DropProbe {
     inner: Arc<ProbeInner>,
