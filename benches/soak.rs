@@ -8,10 +8,10 @@
 //! cargo bench --bench soak -- --requests 200000 --transport http
 //! ```
 //!
-//! The harness is `tests/soak_support/mod.rs`, shared with the CI version
-//! (`tests/soak.rs`, 20 000 requests).
+//! The harness is `tests/soak/harness.rs`, shared with the CI version
+//! (`tests/soak/main.rs`, 20 000 requests).
 
-#[path = "../tests/soak_support/mod.rs"]
+#[path = "../tests/soak/harness.rs"]
 mod soak_support;
 
 use soak_support::{run, Config, Transport};

@@ -73,11 +73,7 @@ fn cancel_ids() -> [RequestId; 8] {
 }
 
 /// Lets every task that can run, run, without moving the clock.
-async fn settle(rounds: usize) {
-    for _ in 0..rounds {
-        tokio::task::yield_now().await;
-    }
-}
+use tower_mcp_cancel::test_util::settle_rounds as settle;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

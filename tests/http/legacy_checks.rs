@@ -4,7 +4,7 @@
 //! headers a legacy request does send must match its body.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use http_support::*;
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 //! each) is `cargo bench --bench soak`; see `BENCHMARKS.md`.
 #![cfg(all(feature = "stdio", feature = "http"))]
 
-#[path = "soak_support/mod.rs"]
+#[path = "harness.rs"]
 mod soak_support;
 
 use std::sync::Mutex;

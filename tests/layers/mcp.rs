@@ -38,13 +38,11 @@ fn elapsed(e: &BoxError) -> Elapsed {
 
 #[tokio::test(start_paused = true)]
 async fn timeout_drops_inner_future_at_the_deadline() {
-    let (probe, guard) = DropProbe::new();
-    let guard = Mutex::new(Some(guard));
+    let probe = DropProbe::default();
+    let guards = probe.clone();
     let mut svc = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_secs(5)))
-        .service(service_fn(move |_r: McpRequest| {
-            never(guard.lock().unwrap().take().unwrap())
-        }));
+        .service(service_fn(move |_r: McpRequest| never(guards.guard())));
     let start = Instant::now();
     let mut fut = Box::pin(
         svc.ready()
@@ -262,18 +260,17 @@ async fn server_side_timeout_fires_the_token_and_answers_an_error() {
 
 fn progress_service(
     schedule: Vec<(u64, f64)>,
-    probe: Option<tower_mcp_cancel::test_util::DropGuard>,
+    probe: Option<DropProbe>,
 ) -> impl Service<
     McpRequest,
     Response = Value,
     Error = BoxError,
     Future = impl Future<Output = Result<Value, BoxError>> + Send,
 > + Clone {
-    let probe = Arc::new(Mutex::new(probe));
     service_fn(move |r: McpRequest| {
         let tap = r.progress_tap().cloned().expect("tap set by the layer");
         let schedule = schedule.clone();
-        let guard = probe.lock().unwrap().take();
+        let guard = probe.as_ref().map(DropProbe::guard);
         async move {
             let _g = guard;
             for (wait_ms, value) in schedule {
@@ -313,10 +310,10 @@ async fn repeated_or_decreasing_progress_does_not_reset() {
         (400, f64::NAN),
         (400, 2.0),
     ];
-    let (probe, guard) = DropProbe::new();
+    let probe = DropProbe::default();
     let mut svc = ServiceBuilder::new()
         .layer(ProgressResetLayer::new(Duration::from_secs(1)))
-        .service(progress_service(schedule, Some(guard)));
+        .service(progress_service(schedule, Some(probe.clone())));
     let start = Instant::now();
     let e = svc
         .ready()
@@ -338,10 +335,10 @@ async fn repeated_or_decreasing_progress_does_not_reset() {
 #[tokio::test(start_paused = true)]
 async fn max_fires_without_progress_and_with_steady_progress() {
     // No progress, idle longer than max: max fires.
-    let (probe, guard) = DropProbe::new();
+    let probe = DropProbe::default();
     let mut svc = ServiceBuilder::new()
         .layer(ProgressResetLayer::new(Duration::from_secs(10)).max(Duration::from_secs(3)))
-        .service(progress_service(vec![(100_000, 1.0)], Some(guard)));
+        .service(progress_service(vec![(100_000, 1.0)], Some(probe.clone())));
     let start = Instant::now();
     let e = svc
         .ready()
@@ -358,10 +355,10 @@ async fn max_fires_without_progress_and_with_steady_progress() {
 
     // Progress every 100 ms forever: max still fires at 3 s.
     let schedule = (1..=1000).map(|i| (100, i as f64)).collect();
-    let (probe, guard) = DropProbe::new();
+    let probe = DropProbe::default();
     let mut svc = ServiceBuilder::new()
         .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(3)))
-        .service(progress_service(schedule, Some(guard)));
+        .service(progress_service(schedule, Some(probe.clone())));
     let start = Instant::now();
     let e = svc
         .ready()
@@ -452,7 +449,7 @@ async fn tokens_are_assigned_unique_and_existing_ones_kept() {
 #[tokio::test(start_paused = true)]
 async fn assigned_token_reaches_the_wire_params() {
     let (mut svc, mut handle) =
-        mock_stack::<Value, _>(ProgressResetLayer::new(Duration::from_secs(1)));
+        mock_stack::<McpRequest, Value, _>(ProgressResetLayer::new(Duration::from_secs(1)));
     let call = tokio::spawn(async move {
         svc.ready()
             .await
@@ -475,25 +472,22 @@ async fn assigned_token_reaches_the_wire_params() {
 // ---------- CancelOnDisconnectLayer ----------
 
 fn cancel_stack(
-    probe: tower_mcp_cancel::test_util::DropGuard,
+    probe: DropProbe,
 ) -> impl Service<
     McpRequest,
     Response = Value,
     Error = BoxError,
     Future = impl Future<Output = Result<Value, BoxError>> + Send,
 > {
-    let probe = Mutex::new(Some(probe));
     ServiceBuilder::new()
         .cancel_on_disconnect()
-        .service(service_fn(move |_r: McpRequest| {
-            never(probe.lock().unwrap().take().unwrap())
-        }))
+        .service(service_fn(move |_r: McpRequest| never(probe.guard())))
 }
 
 #[tokio::test(start_paused = true)]
 async fn cancel_during_drops_the_handler_and_fires_the_token() {
-    let (probe, guard) = DropProbe::new();
-    let mut svc = cancel_stack(guard);
+    let probe = DropProbe::default();
+    let mut svc = cancel_stack(probe.clone());
     let c = Cancellation::new();
     let token = c.token();
     let fut = svc
@@ -561,8 +555,8 @@ async fn cancel_after_completion_is_a_noop() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_response_future_fires_client_disconnected() {
-    let (probe, guard) = DropProbe::new();
-    let mut svc = cancel_stack(guard);
+    let probe = DropProbe::default();
+    let mut svc = cancel_stack(probe.clone());
     let c = Cancellation::new();
     let fut = svc
         .ready()
@@ -603,14 +597,16 @@ async fn layer_creates_a_cancellation_when_the_transport_gave_none() {
 #[tokio::test(start_paused = true)]
 async fn registry_races_ids_and_string_vs_integer() {
     let in_flight = InFlight::new();
-    let (p_int, g_int) = DropProbe::new();
-    let (p_str, g_str) = DropProbe::new();
-    let (p_zero, g_zero) = DropProbe::new();
+    let (p_int, p_str, p_zero) = (
+        DropProbe::default(),
+        DropProbe::default(),
+        DropProbe::default(),
+    );
     let mut tasks = Vec::new();
     for (id, guard) in [
-        (RequestId::from(1), g_int),
-        (RequestId::from("1"), g_str),
-        (RequestId::from(0), g_zero),
+        (RequestId::from(1), p_int.clone()),
+        (RequestId::from("1"), p_str.clone()),
+        (RequestId::from(0), p_zero.clone()),
     ] {
         let reg = in_flight.register(id.clone(), None).unwrap();
         let mut svc = cancel_stack(guard);
@@ -997,14 +993,14 @@ mod http_form {
 
 #[tokio::test(start_paused = true)]
 async fn full_stack_composes_in_service_builder() {
-    let (probe, guard) = DropProbe::new();
-    let guard = Mutex::new(Some(guard));
+    let probe = DropProbe::default();
+    let guards = probe.clone();
     let mut svc = ServiceBuilder::new()
         .cancel_on_disconnect()
         .mcp_timeout_layer(TimeoutLayer::new(Duration::from_secs(30)))
         .progress_reset(Duration::from_secs(2), Duration::from_secs(60))
         .service(service_fn(move |r: McpRequest| {
-            let g = guard.lock().unwrap().take();
+            let g = guards.guard();
             let tap = r.progress_tap().cloned();
             let has_cancellation = r.cancellation().is_some();
             async move {

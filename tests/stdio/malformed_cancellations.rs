@@ -4,14 +4,14 @@
 //! derived `Deserialize` would take the struct from an array, too).
 #![cfg(feature = "stdio")]
 
-mod stdio_support;
+use crate::support::stdio as stdio_support;
 
 use serde_json::{json, Value};
 use stdio_support::*;
-use tokio::sync::mpsc;
 use tower::util::BoxCloneService;
 use tower::{service_fn, ServiceExt};
-use tower_mcp_cancel::jsonrpc::CancelledParams;
+use tower_mcp_cancel::jsonrpc::{CancelledParams, RequestId};
+use tower_mcp_cancel::test_util::{Event, Recorder};
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{BoxError, McpRequest};
 
@@ -56,13 +56,12 @@ fn cancelled_params_decode_only_from_an_object_with_a_valid_request_id() {
 
 #[tokio::test(start_paused = true)]
 async fn the_server_ignores_a_malformed_cancellation() {
-    let (tx, mut ev) = mpsc::unbounded_channel();
+    let (rec, mut ev) = Recorder::new();
     let svc = BoxCloneService::new(service_fn(move |req: McpRequest| {
-        let tx = tx.clone();
+        let rec = rec.clone();
         async move {
-            let id = req.id().map(|i| i.to_string()).unwrap_or_default();
             if req.method() == "hang" {
-                let p = Probe::new(id, tx);
+                let p = rec.start(&req);
                 tokio::time::sleep(BOUND).await;
                 p.finish();
             }
@@ -72,7 +71,7 @@ async fn the_server_ignores_a_malformed_cancellation() {
     let (mut peer, r, w) = pipe(64 * 1024);
     let served = tokio::spawn(StdioServer::new().serve(svc, r, w));
     peer.request(json!(1), "hang", json!({})).await;
-    assert_eq!(next_event(&mut ev).await, Ev::Started("1".into()));
+    assert_eq!(ev.next().await, Event::Started(RequestId::from(1)));
     for p in malformed() {
         peer.send(cancel_line(&p)).await;
     }
@@ -80,13 +79,13 @@ async fn the_server_ignores_a_malformed_cancellation() {
     peer.sync(json!("s")).await;
     settle().await;
     assert_eq!(
-        ev.try_recv().ok(),
+        ev.try_next(),
         None,
         "a malformed cancellation dropped the handler"
     );
     // A valid one still cancels.
     peer.cancel(json!(1), "stop").await;
-    assert_eq!(next_event(&mut ev).await, Ev::Dropped("1".into()));
+    assert_eq!(ev.next().await, Event::Dropped(RequestId::from(1)));
     assert!(peer.close().await.is_empty());
     served.await.unwrap().unwrap();
 }

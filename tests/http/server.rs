@@ -2,7 +2,7 @@
 //! validation, and the HTTP statuses of the spec.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use http_support::*;
 use serde_json::{json, Value};
@@ -360,7 +360,7 @@ async fn no_message_for_a_request_after_its_response() {
             Ok::<_, BoxError>(json!({"resultType": "complete"}))
         }
     });
-    let (closed, _closed_rx) = mpsc::unbounded_channel();
+    let (closed, _closed_rx) = tower_mcp_cancel::test_util::Recorder::new();
     let addr = serve(StreamableHttpService::new(mcp), Proto::H2, closed).await;
     let mut conn = Conn::connect(addr, Proto::H2).await;
     for id in 0..20 {

@@ -7,7 +7,7 @@
 //! our client reading it, and cancellation over real loopback sockets.
 #![cfg(all(feature = "http", feature = "test-util"))]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,17 +33,17 @@ use tower_mcp_cancel::{
 #[derive(Clone)]
 struct Slow {
     release: Arc<Notify>,
-    guard: Arc<Mutex<Option<tower_mcp_cancel::test_util::DropGuard>>>,
+    probe: DropProbe,
     cancellation: Arc<Mutex<Option<Cancellation>>>,
 }
 
 impl Slow {
     fn new() -> (Self, DropProbe) {
-        let (probe, guard) = DropProbe::new();
+        let probe = DropProbe::default();
         (
             Self {
                 release: Arc::new(Notify::new()),
-                guard: Arc::new(Mutex::new(Some(guard))),
+                probe: probe.clone(),
                 cancellation: Arc::default(),
             },
             probe,
@@ -58,13 +58,11 @@ impl Slow {
         service_fn(move |req: McpRequest| {
             let this = this.clone();
             async move {
-                let guard = this.guard.lock().unwrap().take();
+                let guard = this.probe.guard();
                 *this.cancellation.lock().unwrap() =
                     RequestContext::of(&req).cancellation().cloned();
                 this.release.notified().await;
-                if let Some(g) = &guard {
-                    g.finish();
-                }
+                guard.finish();
                 Ok::<_, BoxError>(json!({"resultType": "complete", "released": true}))
             }
         })
@@ -265,7 +263,7 @@ async fn serve_reporting_heads(
         }),
         svc,
     );
-    let addr = serve(svc, Proto::H1, tools.sender()).await;
+    let addr = serve(svc, Proto::H1, tools.recorder()).await;
     (addr, tools, events, heads)
 }
 

@@ -21,7 +21,7 @@
 //! threads do not disturb the figures.
 #![cfg(all(feature = "stdio", feature = "http", feature = "test-util"))]
 
-mod stdio_support;
+use crate::support::stdio as stdio_support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -302,7 +302,7 @@ async fn stdio_cancel_for_another_connections_id_affects_nothing() {
     }
 }
 
-mod http_support;
+use crate::support::http as http_support;
 
 #[tokio::test]
 async fn http_cancel_for_another_connections_id_affects_nothing() {
@@ -335,7 +335,7 @@ async fn http_cancel_for_another_connections_id_affects_nothing() {
             }
         })
     };
-    let (closed_tx, _closed) = mpsc::unbounded_channel();
+    let (closed_tx, _closed) = tower_mcp_cancel::test_util::Recorder::new();
     let addr = http_support::serve(StreamableHttpService::new(svc), Proto::H1, closed_tx).await;
 
     // Connection A (a raw socket) and connection B (hyper) both call id 1.
@@ -487,7 +487,7 @@ async fn an_oversize_http_body_is_refused_with_413_memory_is_bounded_and_the_ser
     const SENT: usize = 64 << 20;
     let (tx, _rx) = mpsc::unbounded_channel();
     let endpoint = StreamableHttpService::new(work_service(tx)).max_body_bytes(LIMIT);
-    let (closed_tx, _closed) = mpsc::unbounded_channel();
+    let (closed_tx, _closed) = tower_mcp_cancel::test_util::Recorder::new();
     let addr = http_support::serve(endpoint, Proto::H1, closed_tx).await;
 
     // A chunked body (no Content-Length to refuse up front) of 64 MiB.
@@ -724,7 +724,7 @@ async fn method_names_and_ids_from_the_wire_carry_no_control_characters_into_log
 
     // HTTP server: a notification with such a method.
     let (tx, _rx) = mpsc::unbounded_channel();
-    let (closed_tx, _closed) = mpsc::unbounded_channel();
+    let (closed_tx, _closed) = tower_mcp_cancel::test_util::Recorder::new();
     let addr = http_support::serve(
         StreamableHttpService::new(work_service(tx)),
         Proto::H1,

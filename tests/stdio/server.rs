@@ -3,7 +3,7 @@
 //! handler events and from `ping` round trips through the one ordered writer.
 #![cfg(feature = "stdio")]
 
-mod stdio_support;
+use crate::support::stdio as stdio_support;
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,8 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tower::util::BoxCloneService;
 use tower::{service_fn, ServiceBuilder};
-use tower_mcp_cancel::jsonrpc::ErrorObject;
+use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
 use tower_mcp_cancel::notify::RequestContext;
+use tower_mcp_cancel::test_util::{Event, Events, Recorder};
 use tower_mcp_cancel::transport::stdio::StdioServer;
 use tower_mcp_cancel::{
     BoxError, CancelOnDisconnectLayer, CancelReason, Cancelled, McpRequest, TimeoutLayer,
@@ -25,36 +26,31 @@ use tower_mcp_cancel::{
 
 type Svc = BoxCloneService<McpRequest, Value, BoxError>;
 
-fn handler(tx: mpsc::UnboundedSender<Ev>, flood: Arc<AtomicUsize>) -> Svc {
+fn handler(rec: Recorder, flood: Arc<AtomicUsize>) -> Svc {
     BoxCloneService::new(service_fn(move |req: McpRequest| {
-        let tx = tx.clone();
+        let rec = rec.clone();
         let flood = flood.clone();
         async move {
-            let id = req.id().map(|i| i.to_string()).unwrap_or_default();
             let ctx = RequestContext::of(&req);
             let params: Value = req.params_as().unwrap_or(Value::Null);
             match req.method() {
                 "ping" => Ok(json!({})),
                 "echo" => Ok(json!({ "params": params })),
                 "hang" => {
-                    let p = Probe::new(id, tx);
+                    let p = rec.start(&req);
                     tokio::time::sleep(BOUND).await; // never looks at its token
                     p.finish();
                     Ok(json!({}))
                 }
                 "spawn" => {
-                    let p = Probe::new(id.clone(), tx.clone());
-                    let token = ctx.token();
-                    tokio::spawn(async move {
-                        token.cancelled().await;
-                        let _ = tx.send(Ev::Token(id));
-                    });
+                    let p = rec.start(&req);
+                    rec.watch_token(&req);
                     tokio::time::sleep(BOUND).await;
                     p.finish();
                     Ok(json!({}))
                 }
                 "progress" => {
-                    let p = Probe::new(id, tx);
+                    let p = rec.start(&req);
                     for i in 1..=10 {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         ctx.progress(i as f64, Some(10.0), None).await;
@@ -63,7 +59,7 @@ fn handler(tx: mpsc::UnboundedSender<Ev>, flood: Arc<AtomicUsize>) -> Svc {
                     Ok(json!({ "done": true }))
                 }
                 "flood" => {
-                    let p = Probe::new(id, tx);
+                    let p = rec.start(&req);
                     let pad = "x".repeat(100);
                     while ctx
                         .notify(
@@ -94,7 +90,7 @@ fn handler(tx: mpsc::UnboundedSender<Ev>, flood: Arc<AtomicUsize>) -> Svc {
                         "subscription closed by the server".into(),
                     ))) as BoxError),
                     _ => {
-                        let p = Probe::new(id, tx);
+                        let p = rec.start(&req);
                         tokio::time::sleep(BOUND).await;
                         p.finish();
                         Ok(json!({}))
@@ -120,7 +116,7 @@ impl serde::Serialize for Unserializable {
 
 struct H {
     peer: Peer,
-    ev: mpsc::UnboundedReceiver<Ev>,
+    ev: Events,
     served: JoinHandle<io::Result<()>>,
     flood: Arc<AtomicUsize>,
 }
@@ -131,9 +127,9 @@ fn start_with(
     buf: usize,
     shutdown: Option<oneshot::Receiver<()>>,
 ) -> H {
-    let (tx, ev) = mpsc::unbounded_channel();
+    let (rec, ev) = Recorder::new();
     let flood = Arc::new(AtomicUsize::new(0));
-    let svc = wrap(handler(tx, flood.clone()));
+    let svc = wrap(handler(rec, flood.clone()));
     let (peer, r, w) = pipe(buf);
     let served = tokio::spawn(async move {
         match shutdown {
@@ -172,9 +168,9 @@ fn layered(s: Svc) -> Svc {
 async fn uncooperative_handler_is_dropped_on_cancel_without_any_layer() {
     let mut h = start();
     h.peer.request(json!(1), "hang", json!({})).await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Started("1".into()));
+    assert_eq!(h.ev.next().await, Event::Started(RequestId::from(1)));
     h.peer.cancel(json!(1), "user pressed stop").await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("1".into()));
+    assert_eq!(h.ev.next().await, Event::Dropped(RequestId::from(1)));
     let lines = h.peer.sync(json!("s")).await;
     assert_eq!(lines.len(), 1, "nothing but the ping response: {lines:?}");
     assert!(h.peer.close().await.is_empty());
@@ -190,13 +186,14 @@ async fn with_the_layer_too_the_handler_is_dropped_and_spawned_work_stops_via_to
             start()
         };
         h.peer.request(json!("a"), "spawn", json!({})).await;
-        assert_eq!(next_event(&mut h.ev).await, Ev::Started("\"a\"".into()));
+        assert_eq!(h.ev.next().await, Event::Started(RequestId::from("a")));
         h.peer.cancel(json!("a"), "stop").await;
-        let mut got = vec![next_event(&mut h.ev).await, next_event(&mut h.ev).await];
+        let mut got = vec![h.ev.next().await, h.ev.next().await];
         got.sort_by_key(|e| format!("{e:?}"));
-        assert_eq!(
-            got,
-            vec![Ev::Dropped("\"a\"".into()), Ev::Token("\"a\"".into())]
+        let a = RequestId::from("a");
+        assert!(
+            matches!(&got[..], [Event::Dropped(d), Event::Token(t, _)] if *d == a && *t == a),
+            "{got:?}"
         );
         assert!(h.peer.close().await.is_empty());
         h.served.await.unwrap().unwrap();
@@ -221,8 +218,8 @@ async fn nothing_is_written_for_a_cancelled_id() {
         assert_eq!(v["params"]["progress"], i as f64);
     }
     h.peer.cancel(json!(7), "enough").await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Started("7".into()));
-    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("7".into()));
+    assert_eq!(h.ev.next().await, Event::Started(RequestId::from(7)));
+    assert_eq!(h.ev.next().await, Event::Dropped(RequestId::from(7)));
     // Long past the handler's natural end (1 s) ...
     tokio::time::advance(Duration::from_secs(5)).await;
     // ... nothing for id 7 or its token was written: no progress, no response.
@@ -244,23 +241,22 @@ async fn eof_cancels_everything_and_serve_returns() {
     h.peer.request(json!(4), "spawn", json!({})).await;
     let mut started = 0;
     while started < 4 {
-        if let Ev::Started(_) = next_event(&mut h.ev).await {
+        if let Event::Started(_) = h.ev.next().await {
             started += 1;
         }
     }
     assert!(h.peer.close().await.is_empty(), "nothing written at EOF");
     h.served.await.unwrap().unwrap();
-    let mut evs = Vec::new();
-    while let Ok(e) = h.ev.try_recv() {
-        evs.push(e);
-    }
-    for id in ["1", "2", "3", "4"] {
+    let evs = h.ev.drain();
+    for id in [1, 2, 3, 4] {
         assert!(
-            evs.contains(&Ev::Dropped(id.into())),
+            evs.contains(&Event::Dropped(RequestId::from(id))),
             "{id} dropped: {evs:?}"
         );
     }
-    assert!(evs.contains(&Ev::Token("4".into())));
+    assert!(evs
+        .iter()
+        .any(|e| matches!(e, Event::Token(id, _) if *id == RequestId::from(4))));
 }
 
 #[tokio::test(start_paused = true)]
@@ -330,9 +326,9 @@ async fn cancel_before_request_does_not_poison_it() {
     let mut h = start();
     h.peer.cancel(json!(5), "too early").await;
     h.peer.request(json!(5), "hang", json!({})).await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Started("5".into()));
+    assert_eq!(h.ev.next().await, Event::Started(RequestId::from(5)));
     h.peer.sync(json!("s")).await;
-    assert!(h.ev.try_recv().is_err(), "request 5 is still running");
+    assert!(h.ev.try_next().is_none(), "request 5 is still running");
     // And a cancel after completion is a no-op.
     h.peer.cancel(json!(6), "early").await;
     h.peer.request(json!(6), "echo", json!({})).await;
@@ -340,7 +336,7 @@ async fn cancel_before_request_does_not_poison_it() {
     h.peer.cancel(json!(6), "late").await;
     h.peer.cancel(json!(6), "duplicate").await;
     h.peer.cancel(json!(5), "now").await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("5".into()));
+    assert_eq!(h.ev.next().await, Event::Dropped(RequestId::from(5)));
     h.peer.cancel(json!(5), "again").await;
     assert_eq!(h.peer.sync(json!("t")).await.len(), 1);
     h.peer.close().await;
@@ -354,18 +350,18 @@ async fn string_and_integer_ids_are_different_requests_and_zero_is_an_id() {
     h.peer.request(json!(1), "hang", json!({})).await;
     h.peer.request(json!(0), "hang", json!({})).await;
     for _ in 0..3 {
-        assert!(matches!(next_event(&mut h.ev).await, Ev::Started(_)));
+        assert!(matches!(h.ev.next().await, Event::Started(_)));
     }
     // None of them was taken for a duplicate.
     assert_eq!(h.peer.sync(json!("s")).await.len(), 1);
     h.peer.cancel(json!("1"), "string one").await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("\"1\"".into()));
+    assert_eq!(h.ev.next().await, Event::Dropped(RequestId::from("1")));
     h.peer.sync(json!("s2")).await;
-    assert!(h.ev.try_recv().is_err(), "integer 1 still runs");
+    assert!(h.ev.try_next().is_none(), "integer 1 still runs");
     h.peer.cancel(json!(0), "zero").await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("0".into()));
+    assert_eq!(h.ev.next().await, Event::Dropped(RequestId::from(0)));
     h.peer.cancel(json!(1), "integer one").await;
-    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("1".into()));
+    assert_eq!(h.ev.next().await, Event::Dropped(RequestId::from(1)));
     h.peer.request(json!(0), "echo", json!({})).await;
     assert_eq!(h.peer.recv().await.unwrap()["id"], 0);
     h.peer.close().await;
@@ -393,8 +389,8 @@ async fn a_server_side_deadline_is_answered_and_a_panic_is_an_internal_error() {
         (v["id"].clone(), v["error"]["code"].clone()),
         (json!(1), json!(-32603))
     );
-    assert_eq!(next_event(&mut h.ev).await, Ev::Started("1".into()));
-    assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("1".into()));
+    assert_eq!(h.ev.next().await, Event::Started(RequestId::from(1)));
+    assert_eq!(h.ev.next().await, Event::Dropped(RequestId::from(1)));
     h.peer.request(json!(2), "panic", json!({})).await;
     let v = h.peer.recv().await.unwrap();
     assert_eq!(
@@ -445,12 +441,12 @@ async fn listen_cancelled_by_the_client_gets_nothing_and_no_cancel_for_other_req
         .await;
     h.peer.request(json!(1), "hang", json!({})).await;
     for _ in 0..2 {
-        assert!(matches!(next_event(&mut h.ev).await, Ev::Started(_)));
+        assert!(matches!(h.ev.next().await, Event::Started(_)));
     }
     h.peer.cancel(json!("L"), "done listening").await;
     h.peer.cancel(json!(1), "done").await;
     for _ in 0..2 {
-        assert!(matches!(next_event(&mut h.ev).await, Ev::Dropped(_)));
+        assert!(matches!(h.ev.next().await, Event::Dropped(_)));
     }
     let lines = h.peer.sync(json!("s")).await;
     assert_eq!(lines.len(), 1, "{lines:?}");
@@ -467,7 +463,7 @@ async fn shutdown_ends_listen_gracefully_and_answers_nothing_else() {
         .await;
     h.peer.request(json!(1), "hang", json!({})).await;
     for _ in 0..2 {
-        assert!(matches!(next_event(&mut h.ev).await, Ev::Started(_)));
+        assert!(matches!(h.ev.next().await, Event::Started(_)));
     }
     stop.send(()).unwrap();
     h.served.await.unwrap().unwrap();
@@ -506,8 +502,8 @@ async fn a_reader_that_stops_reading_applies_backpressure() {
     // Reading again lets it finish.
     let lines = h.peer.until_response(json!(1)).await;
     assert_eq!(lines.len(), 1001);
-    assert_eq!(next_event(&mut h.ev).await, Ev::Started("1".into()));
-    assert_eq!(next_event(&mut h.ev).await, Ev::Done("1".into()));
+    assert_eq!(h.ev.next().await, Event::Started(RequestId::from(1)));
+    assert_eq!(h.ev.next().await, Event::Done(RequestId::from(1)));
     h.peer.close().await;
     h.served.await.unwrap().unwrap();
 }
@@ -547,7 +543,7 @@ async fn a_duplicate_in_flight_id_is_answered_without_that_id() {
             None,
         );
         h.peer.request(json!(3), "hang", json!({})).await;
-        assert_eq!(next_event(&mut h.ev).await, Ev::Started("3".into()));
+        assert_eq!(h.ev.next().await, Event::Started(RequestId::from(3)));
         h.peer.request(json!(3), "echo", json!({})).await;
         let v = h.peer.recv().await.unwrap();
         assert!(
@@ -557,7 +553,7 @@ async fn a_duplicate_in_flight_id_is_answered_without_that_id() {
         assert!(v["error"]["code"].is_i64(), "{v}");
         // The first request is unaffected and still cancellable.
         h.peer.cancel(json!(3), "stop").await;
-        assert_eq!(next_event(&mut h.ev).await, Ev::Dropped("3".into()));
+        assert_eq!(h.ev.next().await, Event::Dropped(RequestId::from(3)));
         let lines = h.peer.sync(json!("s")).await;
         assert_eq!(lines.len(), 1, "nothing for id 3: {lines:?}");
         h.peer.close().await;

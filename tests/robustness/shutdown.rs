@@ -12,7 +12,7 @@
 //! up as real time.
 #![cfg(all(feature = "stdio", feature = "http", feature = "test-util"))]
 
-mod stdio_support;
+use crate::support::stdio as stdio_support;
 
 use std::io;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! modern `_meta` protocol version stays rejected.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use http_support::*;
 use serde_json::{json, Value};
@@ -80,7 +80,7 @@ async fn assumed_2025_requests_are_not_cancelled_by_a_disconnect_by_default() {
         .unwrap();
     events.until(|e| matches!(e, Event::Started(_))).await;
     drop(stream);
-    let seen = events.until(|e| *e == Event::ConnClosed).await;
+    let seen = events.until(|e| *e == CONN_CLOSED).await;
     assert!(
         seen.iter()
             .all(|e| !matches!(e, Event::Dropped(_) | Event::Token(..))),

@@ -4,7 +4,7 @@
 //! against the body and answers `400` / `-32020` naming the header.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,7 +72,7 @@ async fn start(proto: Proto) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     });
     let svc = StreamableHttpService::new(mcp).tools(&tools_list());
     // Connection events are not needed here.
-    let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, _) = tower_mcp_cancel::test_util::Recorder::new();
     (serve(svc, proto, tx).await, calls)
 }
 

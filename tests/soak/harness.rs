@@ -1,5 +1,5 @@
 //! The soak harness (issue 7, item 3), shared by `benches/soak.rs` (1 000 000
-//! requests) and `tests/soak.rs` (20 000, in CI).
+//! requests) and `tests/soak/main.rs` (20 000, in CI).
 //!
 //! Requests go through the real transports — the stdio driver and
 //! `StdioClient` over an in-memory pipe, or `StreamableHttpService` on a

@@ -1,7 +1,6 @@
 //! Shared pieces of the HTTP integration tests: a loopback server (hyper,
-//! HTTP/1.1 or HTTP/2), a test MCP service that reports what happens to its
-//! handlers on a channel, and raw-request helpers.
-#![allow(dead_code)]
+//! HTTP/1.1 or HTTP/2), a test MCP service that records what happens to its
+//! handlers (`test_util::Recorder`), and raw-request helpers.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,110 +12,49 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tower::{service_fn, Service, ServiceExt};
-use tower_mcp_cancel::jsonrpc::RequestId;
 use tower_mcp_cancel::notify::RequestContext;
+use tower_mcp_cancel::test_util::Recorder;
 use tower_mcp_cancel::transport::http::StreamableHttpService;
 use tower_mcp_cancel::{BoxError, CancelReason, Cancellation, McpRequest};
 
 /// Every wait in these tests is bounded by this.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// What happened to a handler.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// The handler started.
-    Started(RequestId),
-    /// The handler future was dropped before it finished.
-    Dropped(RequestId),
-    /// The request's token fired (seen by a spawned task), with the reason.
-    Token(RequestId, Option<CancelReason>),
-    /// The handler finished.
-    Done(RequestId),
-    /// A served connection ended.
-    ConnClosed,
-}
+/// What happened to a handler: the library's recorder events.
+pub use tower_mcp_cancel::test_util::{Event, Events};
 
-/// The receiving side of the events.
-pub struct Events(pub mpsc::UnboundedReceiver<Event>);
-
-impl Events {
-    /// The next event (bounded wait).
-    pub async fn next(&mut self) -> Event {
-        tokio::time::timeout(WAIT, self.0.recv())
-            .await
-            .expect("timed out waiting for an event")
-            .expect("event channel closed")
-    }
-
-    /// Waits for an event matching `f`, returning the ones skipped.
-    pub async fn until(&mut self, f: impl Fn(&Event) -> bool) -> Vec<Event> {
-        let mut skipped = Vec::new();
-        loop {
-            let e = self.next().await;
-            if f(&e) {
-                skipped.push(e);
-                return skipped;
-            }
-            skipped.push(e);
-        }
-    }
-
-    /// The events already queued, without waiting.
-    pub fn drain(&mut self) -> Vec<Event> {
-        let mut v = Vec::new();
-        while let Ok(e) = self.0.try_recv() {
-            v.push(e);
-        }
-        v
-    }
-}
+/// The note a served connection's end is recorded as.
+pub const CONN_CLOSED: Event = Event::Note("connection closed");
 
 /// Shared state of the test service.
 #[derive(Clone)]
 pub struct Tools {
-    tx: mpsc::UnboundedSender<Event>,
+    recorder: Recorder,
     /// Released by the test to let `wait_release` handlers finish.
     pub release: Arc<Notify>,
     /// The last request's cancellation, for inspection.
     pub last: Arc<std::sync::Mutex<Option<Cancellation>>>,
 }
 
-struct DropProbe {
-    tx: mpsc::UnboundedSender<Event>,
-    id: RequestId,
-    finished: bool,
-}
-
-impl Drop for DropProbe {
-    fn drop(&mut self) {
-        let e = if self.finished {
-            Event::Done(self.id.clone())
-        } else {
-            Event::Dropped(self.id.clone())
-        };
-        let _ = self.tx.send(e);
-    }
-}
-
 impl Tools {
     /// The tools and the receiving end of their events.
     pub fn new() -> (Self, Events) {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (recorder, events) = Recorder::new();
         (
             Self {
-                tx,
+                recorder,
                 release: Arc::new(Notify::new()),
                 last: Arc::default(),
             },
-            Events(rx),
+            events.with_bound(WAIT),
         )
     }
 
-    /// A sender for other events (connections).
-    pub fn sender(&self) -> mpsc::UnboundedSender<Event> {
-        self.tx.clone()
+    /// The recorder, for other events (connections).
+    pub fn recorder(&self) -> Recorder {
+        self.recorder.clone()
     }
 
     /// The MCP service. `tools/call` tools (by `params.name`):
@@ -150,21 +88,9 @@ impl Tools {
         let ctx = RequestContext::of(&req);
         if let Some(c) = ctx.cancellation() {
             *self.last.lock().unwrap() = Some(c.clone());
-            let token = c.token();
-            let c = c.clone();
-            let tx = self.tx.clone();
-            let id = id.clone();
-            tokio::spawn(async move {
-                token.cancelled().await;
-                let _ = tx.send(Event::Token(id, c.reason().cloned()));
-            });
         }
-        let _ = self.tx.send(Event::Started(id.clone()));
-        let mut probe = DropProbe {
-            tx: self.tx.clone(),
-            id: id.clone(),
-            finished: false,
-        };
+        self.recorder.watch_token(&req);
+        let mut probe = self.recorder.start(&req);
         let params: Value = req.params_as().unwrap_or_default();
         let args = &params["arguments"];
         let out = match req.method() {
@@ -220,7 +146,7 @@ impl Tools {
                         )
                         .await;
                     }
-                    probe.finished = true;
+                    probe.set_finished();
                     return Err(Box::new(tower_mcp_cancel::Cancelled::new(
                         CancelReason::Other("the handler gave up".into()),
                     )));
@@ -230,7 +156,7 @@ impl Tools {
                     json!({"resultType": "complete", "released": true})
                 }
                 other => {
-                    probe.finished = true;
+                    probe.set_finished();
                     return Err(Box::new(tower_mcp_cancel::jsonrpc::ErrorObject::new(
                         -32602,
                         format!("unknown tool {other}"),
@@ -247,14 +173,14 @@ impl Tools {
                 unreachable!()
             }
             _ => {
-                probe.finished = true;
+                probe.set_finished();
                 return Err(Box::new(tower_mcp_cancel::jsonrpc::ErrorObject::new(
                     -32601,
                     "Method not found",
                 )));
             }
         };
-        probe.finished = true;
+        probe.set_finished();
         Ok(out)
     }
 }
@@ -269,8 +195,8 @@ pub enum Proto {
 }
 
 /// Serves `svc` on 127.0.0.1 (a free port); each connection's end is
-/// reported as [`Event::ConnClosed`] on `closed`.
-pub async fn serve<S, B>(svc: S, proto: Proto, closed: mpsc::UnboundedSender<Event>) -> SocketAddr
+/// recorded as [`CONN_CLOSED`] on `closed`.
+pub async fn serve<S, B>(svc: S, proto: Proto, closed: Recorder) -> SocketAddr
 where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -305,7 +231,7 @@ where
                             .await;
                     }
                 }
-                let _ = closed.send(Event::ConnClosed);
+                closed.record(CONN_CLOSED);
             });
         }
     });
@@ -323,7 +249,7 @@ pub async fn serve_tools(
         &tower_mcp_cancel::transport::http::StreamableHttpLayer::from_config(template),
         tools.service(),
     );
-    let addr = serve(svc, proto, tools.sender()).await;
+    let addr = serve(svc, proto, tools.recorder()).await;
     (addr, tools, events)
 }
 

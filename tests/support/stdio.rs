@@ -1,7 +1,7 @@
 //! Shared helpers of the stdio integration tests: a raw JSON-lines peer over
-//! an in-memory pipe, and a handler whose events (started, dropped, token)
-//! arrive on a channel, so tests order on them instead of sleeping.
-#![allow(dead_code)]
+//! an in-memory pipe. Handlers record their events (started, dropped,
+//! token) with `test_util::Recorder`, so tests order on them instead of
+//! sleeping.
 
 use std::time::Duration;
 
@@ -9,7 +9,6 @@ use serde_json::{json, Value};
 use tokio::io::{
     AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf, WriteHalf,
 };
-use tokio::sync::mpsc;
 
 /// The far end of a stdio connection, speaking raw JSON lines.
 pub struct Peer {
@@ -112,56 +111,4 @@ pub fn mentions(v: &Value, id: &Value) -> bool {
         || v["params"]["_meta"].get("io.modelcontextprotocol/subscriptionId") == Some(id)
 }
 
-/// Events the test handlers report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ev {
-    Started(String),
-    Dropped(String),
-    Token(String),
-    Done(String),
-}
-
-/// Sends `Dropped(id)` when dropped before `finish`.
-pub struct Probe {
-    pub id: String,
-    pub tx: mpsc::UnboundedSender<Ev>,
-    pub done: bool,
-}
-
-impl Probe {
-    pub fn new(id: String, tx: mpsc::UnboundedSender<Ev>) -> Self {
-        let _ = tx.send(Ev::Started(id.clone()));
-        Self {
-            id,
-            tx,
-            done: false,
-        }
-    }
-    pub fn finish(mut self) {
-        self.done = true;
-        let _ = self.tx.send(Ev::Done(self.id.clone()));
-    }
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.tx.send(Ev::Dropped(self.id.clone()));
-        }
-    }
-}
-
-/// Waits for the next event.
-pub async fn next_event(rx: &mut mpsc::UnboundedReceiver<Ev>) -> Ev {
-    tokio::time::timeout(BOUND, rx.recv())
-        .await
-        .expect("no event")
-        .expect("event channel closed")
-}
-
-/// Lets every task that can run, run (bounded), without moving the clock.
-pub async fn settle() {
-    for _ in 0..200 {
-        tokio::task::yield_now().await;
-    }
-}
+pub use tower_mcp_cancel::test_util::settle;

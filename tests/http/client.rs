@@ -5,7 +5,7 @@
 //! not, and the hard maximum still fires.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use std::time::Duration;
 

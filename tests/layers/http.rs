@@ -4,7 +4,7 @@
 //! header of an `http::Request`.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use std::convert::Infallible;
 use std::time::Duration;

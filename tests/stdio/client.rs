@@ -3,7 +3,7 @@
 //! a caller gives up, and what it does with what the server sends.
 #![cfg(feature = "stdio")]
 
-mod stdio_support;
+use crate::support::stdio as stdio_support;
 
 use std::future::Future;
 use std::task::Poll;

@@ -6,7 +6,7 @@
 //! server side sends, never on a timer.
 #![cfg(feature = "http")]
 
-mod http_support;
+use crate::support::http as http_support;
 
 use http_body_util::BodyExt;
 use http_support::*;
@@ -160,7 +160,7 @@ async fn legacy_request_is_not_cancelled_by_disconnect_by_default() {
     events.until(|e| matches!(e, Event::Started(_))).await;
     drop(stream);
     // The server has seen the disconnect once the connection task has ended.
-    let seen = events.until(|e| *e == Event::ConnClosed).await;
+    let seen = events.until(|e| *e == CONN_CLOSED).await;
     assert!(
         seen.iter()
             .all(|e| !matches!(e, Event::Dropped(_) | Event::Token(..))),

@@ -1,0 +1,206 @@
+//! [`Recorder`]: a handler's life as [`Event`]s on a channel, so a test
+//! orders on what happened to a request instead of sleeping.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::jsonrpc::RequestId;
+use crate::{CancelReason, McpRequest};
+
+/// What happened to a recorded handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The handler started ([`Recorder::start`]).
+    Started(RequestId),
+    /// The request's cancellation token fired, with the reason it carried
+    /// then (seen by the task [`Recorder::watch_token`] spawned).
+    Token(RequestId, Option<CancelReason>),
+    /// The handler's [`Recording`] was dropped before
+    /// [`Recording::finish`]: its future was dropped.
+    Dropped(RequestId),
+    /// The handler finished ([`Recording::finish`], then dropped).
+    Done(RequestId),
+    /// An event of the test's own ([`Recorder::note`]), e.g. a connection
+    /// that ended.
+    Note(&'static str),
+}
+
+/// The sending side: clone it into a `service_fn` and call
+/// [`start`](Self::start) at the top of each handler (and
+/// [`watch_token`](Self::watch_token) to see its token fire).
+///
+/// ```
+/// use tower::{service_fn, BoxError, ServiceExt};
+/// use tower_mcp_cancel::test_util::{Event, Recorder};
+/// use tower_mcp_cancel::McpRequest;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let (recorder, mut events) = Recorder::new();
+/// let svc = service_fn(move |req: McpRequest| {
+///     let recording = recorder.start(&req);
+///     async move {
+///         recording.finish();
+///         Ok::<_, BoxError>(serde_json::json!({}))
+///     }
+/// });
+/// svc.oneshot(McpRequest::new(1, "ping")).await.unwrap();
+/// assert_eq!(events.next().await, Event::Started(1.into()));
+/// assert_eq!(events.next().await, Event::Done(1.into()));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+/// The receiving side of a [`Recorder`]'s events.
+#[derive(Debug)]
+pub struct Events {
+    rx: mpsc::UnboundedReceiver<Event>,
+    bound: Duration,
+}
+
+/// One handler's record: reports [`Event::Dropped`] when dropped before
+/// [`finish`](Self::finish), [`Event::Done`] after. Keep it in the handler's
+/// future.
+#[derive(Debug)]
+pub struct Recording {
+    tx: mpsc::UnboundedSender<Event>,
+    id: RequestId,
+    finished: bool,
+}
+
+impl Recorder {
+    /// A recorder and the receiving end of its events.
+    pub fn new() -> (Recorder, Events) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Recorder { tx }, Events::new(rx))
+    }
+
+    /// Records the start of `req` ([`Event::Started`]; a request without an
+    /// id records as id `0`) and returns its [`Recording`].
+    pub fn start(&self, req: &McpRequest) -> Recording {
+        let id = id_of(req);
+        self.record(Event::Started(id.clone()));
+        Recording {
+            tx: self.tx.clone(),
+            id,
+            finished: false,
+        }
+    }
+
+    /// When `req` carries a cancellation, spawns a task (call it inside a
+    /// tokio runtime) that reports [`Event::Token`] once its token fires:
+    /// what spawned work of the handler would see.
+    pub fn watch_token(&self, req: &McpRequest) {
+        let Some(c) = req.cancellation() else {
+            return;
+        };
+        let (c, token, tx, id) = (c.clone(), c.token(), self.tx.clone(), id_of(req));
+        tokio::spawn(async move {
+            token.cancelled().await;
+            let _ = tx.send(Event::Token(id, c.reason().cloned()));
+        });
+    }
+
+    /// Records an event of the test's own.
+    pub fn note(&self, note: &'static str) {
+        self.record(Event::Note(note));
+    }
+
+    /// Records `event` (nobody listening is not an error).
+    pub fn record(&self, event: Event) {
+        let _ = self.tx.send(event);
+    }
+}
+
+fn id_of(req: &McpRequest) -> RequestId {
+    req.id().cloned().unwrap_or_else(|| RequestId::from(0))
+}
+
+impl Recording {
+    /// The request's id.
+    pub fn id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// Marks the handler as finished: dropping it now reports
+    /// [`Event::Done`]. Consumes the record, so it reports at once.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
+
+    /// Marks the handler as finished but keeps the record alive (for a
+    /// handler that ends on a path where it cannot give the record away).
+    pub fn set_finished(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        let id = self.id.clone();
+        let _ = self.tx.send(if self.finished {
+            Event::Done(id)
+        } else {
+            Event::Dropped(id)
+        });
+    }
+}
+
+impl Events {
+    /// Far longer than any test needs, also under a paused clock (which
+    /// jumps to it only when nothing else can run).
+    pub const DEFAULT_BOUND: Duration = Duration::from_secs(3600);
+
+    fn new(rx: mpsc::UnboundedReceiver<Event>) -> Self {
+        Events {
+            rx,
+            bound: Self::DEFAULT_BOUND,
+        }
+    }
+
+    /// Sets how long [`next`](Self::next) waits before it panics (a guard
+    /// against hangs, never a synchronisation).
+    pub fn with_bound(mut self, bound: Duration) -> Self {
+        self.bound = bound;
+        self
+    }
+
+    /// The next event; panics after the bound or once every recorder is gone.
+    pub async fn next(&mut self) -> Event {
+        tokio::time::timeout(self.bound, self.rx.recv())
+            .await
+            .expect("timed out waiting for an event")
+            .expect("event channel closed")
+    }
+
+    /// Waits for an event matching `f`; returns it last, after the ones
+    /// skipped on the way.
+    pub async fn until(&mut self, f: impl Fn(&Event) -> bool) -> Vec<Event> {
+        let mut seen = Vec::new();
+        loop {
+            let e = self.next().await;
+            let done = f(&e);
+            seen.push(e);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    /// The next event if one is queued, without waiting.
+    pub fn try_next(&mut self) -> Option<Event> {
+        self.rx.try_recv().ok()
+    }
+
+    /// The events already queued, without waiting.
+    pub fn drain(&mut self) -> Vec<Event> {
+        let mut v = Vec::new();
+        while let Ok(e) = self.rx.try_recv() {
+            v.push(e);
+        }
+        v
+    }
+}

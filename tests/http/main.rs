@@ -1,0 +1,15 @@
+//! The Streamable HTTP transport over loopback sockets: the server adapter
+//! ([`server`], [`sse_after`]), its checks of headers and versions
+//! ([`legacy_checks`], [`missing_version`], [`param_headers`]), disconnect
+//! as cancellation ([`cancel`]) and `HttpClient` ([`client`]).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cancel;
+mod client;
+mod legacy_checks;
+mod missing_version;
+mod param_headers;
+mod server;
+mod sse_after;

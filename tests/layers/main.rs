@@ -1,0 +1,8 @@
+//! The layers: the three MCP layers under a paused clock ([`mcp`]), and the
+//! layers around plain HTTP services ([`http`]).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod http;
+mod mcp;

@@ -1,0 +1,12 @@
+//! What the integration tests share, included by each test binary with
+//! `#[path = "../support/mod.rs"] mod support;`: a raw JSON-lines peer for
+//! stdio ([`stdio`]), a loopback server, the test tools and raw-request
+//! helpers for HTTP ([`http`]). Handler events, drop probes and `settle`
+//! are the library's own `tower_mcp_cancel::test_util`.
+// Every binary compiles all of it and uses a part.
+#![allow(dead_code, unused_imports)]
+
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "stdio")]
+pub mod stdio;
