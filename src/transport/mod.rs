@@ -8,3 +8,5 @@ pub mod stdio;
 
 #[cfg(feature = "http")]
 pub mod http;
+
+pub use call::server::McpService;

@@ -31,6 +31,36 @@ use crate::jsonrpc::{self, ErrorObject, RawRequest, RequestId};
 use crate::notify::Notifier;
 use crate::{CancelReason, Cancellation, McpRequest, RequestView};
 
+/// A request service the server transports can drive: a cloneable, sendable
+/// `tower::Service<McpRequest>` whose response serializes to the JSON-RPC
+/// `result` and whose error converts to a [`BoxError`].
+///
+/// Implemented for every type that fits (it only names the bound); it is
+/// sealed, so it cannot be implemented otherwise. A `ServiceBuilder` stack
+/// over `service_fn(handler)` is one.
+pub trait McpService:
+    Service<McpRequest, Response: Serialize, Error: Into<BoxError>, Future: Send + 'static>
+    + Clone
+    + Send
+    + sealed::Sealed
+    + 'static
+{
+}
+
+impl<S> McpService for S where
+    S: Service<McpRequest, Response: Serialize, Error: Into<BoxError>, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
+mod sealed {
+    /// Keeps [`McpService`](super::McpService) a name for its bound only.
+    pub trait Sealed {}
+    impl<S> Sealed for S {}
+}
+
 /// How a request ends on the wire. Decided once, by [`run`].
 #[derive(Debug)]
 pub(crate) enum Ending {
