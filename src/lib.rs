@@ -59,6 +59,7 @@ pub mod error;
 pub mod jsonrpc;
 pub mod notify;
 pub mod progress;
+pub mod protocol;
 pub mod request;
 pub mod timeout;
 pub mod transport;

@@ -76,11 +76,12 @@ use crate::jsonrpc::{
 use crate::transport::outbound::Outbound;
 use crate::{McpRequest, ProgressTap};
 
-use super::param_headers::{InvalidParamHeader, ToolHeaderMap};
-use super::server::PROTOCOL_VERSION;
-use super::validation::{
-    encode_header_value, name_field, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER,
+use super::headers::{
+    encode_header_value, name_field, MCP_METHOD_HEADER, MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
 };
+use super::param_headers::{InvalidParamHeader, ToolHeaderMap};
+use crate::protocol::PROTOCOL_VERSION;
 
 const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
 const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -561,16 +562,16 @@ fn prepare(
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .header(
-            PROTOCOL_VERSION_HEADER,
+            MCP_PROTOCOL_VERSION_HEADER,
             HeaderValue::from_str(&version).map_err(|_| invalid("the protocol version"))?,
         )
         .header(
-            METHOD_HEADER,
+            MCP_METHOD_HEADER,
             HeaderValue::from_str(method).map_err(|_| invalid("the method"))?,
         );
     if let Some(name) = name {
         builder = builder.header(
-            NAME_HEADER,
+            MCP_NAME_HEADER,
             HeaderValue::from_str(&name).map_err(|_| invalid("Mcp-Name"))?,
         );
     }

@@ -1,10 +1,12 @@
-//! [`StreamableHttpService`]: the Streamable HTTP server adapter.
+//! [`StreamableHttpService`]: the Streamable HTTP server adapter, and its
+//! [`StreamableHttpLayer`].
 //!
 //! A tower service over `http::Request<B>` that turns each POST on the MCP
 //! endpoint into one call of an MCP request service (your layer stack), and
 //! whose response owns that call: **dropping the response — the future, or
 //! the SSE body once streaming — drops the handler future and fires its
-//! [`Cancellation`] with [`CancelReason::ClientDisconnected`]**. hyper drops
+//! [`Cancellation`](crate::Cancellation) with
+//! [`CancelReason::ClientDisconnected`](crate::CancelReason::ClientDisconnected)**. hyper drops
 //! them when the client closes the connection (HTTP/1.1) or resets the stream
 //! (HTTP/2), so a client that goes away cancels its request, as the spec says.
 //!
@@ -48,7 +50,7 @@
 //!    headers too (see [`param_headers`](super::param_headers)): a missing,
 //!    different, unreadable or repeated one → `400` with `HeaderMismatch`
 //!    naming it.
-//! 4. The call: the request gets a [`Cancellation`] and a
+//! 4. The call: the request gets a [`Cancellation`](crate::Cancellation) and a
 //!    [`Notifier`](crate::Notifier) in its extensions (plus the HTTP request's
 //!    own extensions and its `HeaderMap`). If the handler answers before it
 //!    sends any notification, the answer is `application/json` (status `404`
@@ -96,113 +98,22 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method as HttpMethod, Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde::Serialize;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::BoxError;
-use crate::jsonrpc::{ErrorObject, Message, SUBSCRIPTIONS_LISTEN};
-use crate::transport::call::outbox::Scope;
-use crate::transport::call::server::{self as call, Ending};
-use crate::{CancelReason, Cancellation, McpRequest};
-
-use super::body::{Exchange, First, ResponseBody};
+use super::config::{Config, DEFAULT_MAX_BODY_BYTES};
+use super::future::ResponseFuture;
 use super::param_headers::ToolHeaderMap;
-use super::validation::{
-    check_accept, check_content_type, check_legacy_headers, check_param_headers,
-    check_request_headers, protocol_version_header, MirroredParams, OriginPolicy, Rejection,
-    PROTOCOL_VERSION_HEADER,
-};
-
-/// The protocol revision this adapter implements.
-pub const PROTOCOL_VERSION: &str = "2026-07-28";
-
-/// The earlier revisions recognized as legacy by default.
-pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
-
-/// The revision a request without `MCP-Protocol-Version` is taken for when
-/// [`StreamableHttpService::missing_version_as_2025_03_26`] is on.
-pub const ASSUMED_LEGACY_VERSION: &str = "2025-03-26";
-
-/// The default of [`StreamableHttpService::sse_after`]: a handler silent for
-/// this long gets an SSE response with keep-alives instead of a JSON answer
-/// at the end.
-pub const DEFAULT_SSE_AFTER: Duration = Duration::from_secs(10);
-
-/// What the adapter does with a request from an earlier revision
-/// (`MCP-Protocol-Version: 2025-…`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LegacyRequests {
-    /// Pass it to the MCP service unchanged; a disconnect does not cancel it
-    /// (the handler runs to its end, its answer discarded). The default, as
-    /// those revisions say disconnection is not cancellation.
-    #[default]
-    Serve,
-    /// Pass it through, and cancel it on disconnect like a 2026 request.
-    ServeCancelOnDisconnect,
-    /// Refuse it: `400` with `UnsupportedProtocolVersion`.
-    Reject,
-}
-
-#[derive(Clone)]
-struct Config {
-    origin: OriginPolicy,
-    max_body_bytes: usize,
-    keep_alive: Option<Duration>,
-    supported: Arc<[String]>,
-    legacy_versions: Arc<[String]>,
-    legacy: LegacyRequests,
-    shutdown: Option<CancellationToken>,
-    queue: usize,
-    param_headers: Arc<ToolHeaderMap>,
-    missing_version_legacy: bool,
-    sse_after: Option<Duration>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            origin: OriginPolicy::Localhost,
-            max_body_bytes: StreamableHttpService::<()>::DEFAULT_MAX_BODY_BYTES,
-            keep_alive: Some(Duration::from_secs(15)),
-            supported: Arc::new([PROTOCOL_VERSION.to_owned()]),
-            legacy_versions: LEGACY_VERSIONS.iter().map(|v| v.to_string()).collect(),
-            legacy: LegacyRequests::Serve,
-            shutdown: None,
-            queue: 32,
-            param_headers: Arc::new(ToolHeaderMap::new()),
-            missing_version_legacy: false,
-            sse_after: Some(DEFAULT_SSE_AFTER),
-        }
-    }
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("origin", &self.origin)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("keep_alive", &self.keep_alive)
-            .field("supported", &self.supported)
-            .field("legacy", &self.legacy)
-            .field("param_headers", &self.param_headers.len())
-            .field("missing_version_legacy", &self.missing_version_legacy)
-            .field("sse_after", &self.sse_after)
-            .finish()
-    }
-}
+use super::{handle, LegacyRequests, OriginPolicy, ResponseBody};
+use crate::error::BoxError;
+use crate::transport::McpService;
 
 /// The Streamable HTTP server adapter around an MCP request service `S`.
 /// See the [module docs](self).
@@ -222,7 +133,7 @@ impl<S> fmt::Debug for StreamableHttpService<S> {
 
 impl<S> StreamableHttpService<S> {
     /// The default body limit: 4 MiB.
-    pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
+    pub const DEFAULT_MAX_BODY_BYTES: usize = DEFAULT_MAX_BODY_BYTES;
 
     /// The adapter around `inner`, with the defaults: localhost origins only,
     /// 4 MiB bodies, keep-alive every 15 s, SSE after 10 s of silence,
@@ -345,7 +256,7 @@ impl<S> StreamableHttpService<S> {
 
     /// Sets the server's shutdown token: when it fires, every request in
     /// flight on this endpoint is cancelled with
-    /// [`CancelReason::Shutdown`] (its
+    /// [`CancelReason::Shutdown`](crate::CancelReason::Shutdown) (its
     /// handler future dropped, its token fired): one still waiting for its
     /// first byte is answered `503` with no body, an SSE stream ends without
     /// an answer, and an open `subscriptions/listen` stream gets its graceful
@@ -414,31 +325,9 @@ impl<S> Layer<S> for StreamableHttpLayer {
     }
 }
 
-/// The response future of [`StreamableHttpService`]. It owns the handler
-/// future until the response head is ready; dropping it cancels the request.
-pub struct ResponseFuture {
-    inner: Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>>,
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ResponseFuture")
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<Response<ResponseBody>, Infallible>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx).map(Ok)
-    }
-}
-
 impl<S, B> Service<Request<B>> for StreamableHttpService<S>
 where
-    S: Service<McpRequest> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Response: Serialize,
-    S::Error: Into<BoxError>,
+    S: McpService,
     B: Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
@@ -456,298 +345,6 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let config = self.config.clone();
-        ResponseFuture {
-            inner: Box::pin(async move {
-                match handle(inner, config, req).await {
-                    Ok(res) => res,
-                    Err(rejection) => {
-                        tracing::debug!(status = %rejection.status, code = rejection.error.code, message = ?rejection.error.message, "request rejected");
-                        rejection.into_response().map(ResponseBody::from)
-                    }
-                }
-            }),
-        }
-    }
-}
-
-fn status_for(code: Option<i64>) -> StatusCode {
-    match code {
-        Some(ErrorObject::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
-        Some(
-            ErrorObject::HEADER_MISMATCH
-            | ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY
-            | ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
-        ) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::OK,
-    }
-}
-
-fn plain(status: StatusCode) -> Response<ResponseBody> {
-    let mut res = Response::new(ResponseBody::empty());
-    *res.status_mut() = status;
-    res
-}
-
-fn sse_response(exchange: Exchange, keep_alive: Option<Duration>) -> Response<ResponseBody> {
-    let mut res = Response::new(ResponseBody::sse(exchange, keep_alive));
-    let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    res
-}
-
-async fn handle<S, B>(
-    inner: S,
-    config: Arc<Config>,
-    req: Request<B>,
-) -> Result<Response<ResponseBody>, Rejection>
-where
-    S: Service<McpRequest> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Response: Serialize,
-    S::Error: Into<BoxError>,
-    B: Body + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    let (parts, body) = req.into_parts();
-    config.origin.check(&parts.headers)?;
-    if parts.method != HttpMethod::POST {
-        let mut res = Rejection::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            None,
-            ErrorObject::new(
-                ErrorObject::INVALID_REQUEST,
-                format!(
-                    "Method Not Allowed: the MCP endpoint accepts POST only (got {})",
-                    parts.method
-                ),
-            ),
-        )
-        .into_response()
-        .map(ResponseBody::from);
-        res.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return Ok(res);
-    }
-    check_accept(&parts.headers)?;
-    check_content_type(&parts.headers)?;
-
-    let too_large = || {
-        Rejection::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            ErrorObject::new(
-                ErrorObject::INVALID_REQUEST,
-                format!(
-                    "Payload Too Large: the request body exceeds the limit of {} bytes",
-                    config.max_body_bytes
-                ),
-            ),
-        )
-    };
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > config.max_body_bytes as u64) {
-        return Err(too_large());
-    }
-    let bytes: Bytes = match Limited::new(body, config.max_body_bytes).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) if is_length_limit(&*e) => return Err(too_large()),
-        Err(e) => {
-            return Err(Rejection::new(
-                StatusCode::BAD_REQUEST,
-                None,
-                ErrorObject::new(
-                    ErrorObject::PARSE_ERROR,
-                    format!("could not read the request body: {e}"),
-                ),
-            ))
-        }
-    };
-
-    let raw = match Message::decode(&bytes) {
-        Err(e) => {
-            return Err(Rejection::new(
-                StatusCode::BAD_REQUEST,
-                e.id.clone(),
-                e.to_error_object(),
-            ))
-        }
-        Ok(Message::Notification(n)) => {
-            tracing::debug!(method = ?n.method, "notification accepted");
-            return Ok(plain(StatusCode::ACCEPTED));
-        }
-        Ok(Message::Response(r)) => {
-            return Err(Rejection::new(
-                StatusCode::BAD_REQUEST,
-                r.id,
-                ErrorObject::new(
-                    ErrorObject::INVALID_REQUEST,
-                    "Invalid Request: clients must not send JSON-RPC responses",
-                ),
-            ))
-        }
-        Ok(Message::Request(r)) => r,
-    };
-
-    let mirrored = MirroredParams::read(raw.params.as_deref());
-    // Only a 2026 client puts the protocol version in the body: such a body
-    // is a 2026 request whatever the header says, so a header cannot turn
-    // off the checks below, or cancel-on-disconnect.
-    let modern_body = mirrored.has_protocol_version();
-    let assumed = config.missing_version_legacy
-        && !parts.headers.contains_key(PROTOCOL_VERSION_HEADER)
-        && !modern_body;
-    let version = if assumed {
-        Some(ASSUMED_LEGACY_VERSION)
-    } else {
-        protocol_version_header(&parts.headers)
-    };
-    let legacy = !modern_body
-        && (assumed || version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v)));
-    if legacy {
-        if config.legacy == LegacyRequests::Reject {
-            return Err(Rejection::new(
-                StatusCode::BAD_REQUEST,
-                Some(raw.id.clone()),
-                ErrorObject::new(
-                    ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
-                    format!("Unsupported protocol version: {}", version.unwrap_or("")),
-                )
-                .with_data(serde_json::json!({ "supported": &*config.supported })),
-            ));
-        }
-        check_legacy_headers(&parts.headers, &raw.id, &raw.method, &mirrored)?;
-    } else {
-        check_request_headers(
-            &parts.headers,
-            &raw.id,
-            &raw.method,
-            &mirrored,
-            &config.supported,
-        )?;
-        if raw.method == "tools/call" && !config.param_headers.is_empty() {
-            check_param_headers(
-                &parts.headers,
-                &raw.id,
-                raw.params.as_deref(),
-                &config.param_headers,
-            )?;
-        }
-    }
-
-    // The call.
-    let id = raw.id.clone();
-    let is_listen = raw.method == SUBSCRIPTIONS_LISTEN;
-    let cancellation = parts
-        .extensions
-        .get::<Cancellation>()
-        .cloned()
-        .unwrap_or_default();
-    let scope = Scope::new(cancellation);
-    let (tx, rx) = mpsc::channel(config.queue);
-    let mut mcp = call::prepare(raw, &scope, tx);
-    let mut extensions = parts.extensions;
-    extensions.extend(std::mem::take(mcp.extensions_mut()));
-    extensions.insert(parts.headers);
-    *mcp.extensions_mut() = extensions;
-
-    let cancel_on_disconnect = !legacy || config.legacy == LegacyRequests::ServeCancelOnDisconnect;
-    tracing::debug!(request_id = %id, method = ?mcp.method(), legacy, assumed_version = assumed, "MCP request over HTTP");
-    let call = call::run(
-        inner,
-        mcp,
-        id.clone(),
-        scope.cancellation().clone(),
-        is_listen,
-    );
-    let mut exchange = Exchange::new(
-        Box::pin(call),
-        rx,
-        scope,
-        id,
-        config.shutdown.clone(),
-        !cancel_on_disconnect,
-    );
-    if is_listen {
-        return Ok(sse_response(exchange, config.keep_alive));
-    }
-    let first = match config.sse_after {
-        None => Some(std::future::poll_fn(|cx| exchange.poll_first(cx)).await),
-        Some(delay) => {
-            let switch = tokio::time::sleep(delay);
-            tokio::pin!(switch);
-            std::future::poll_fn(|cx| {
-                if let Poll::Ready(first) = exchange.poll_first(cx) {
-                    return Poll::Ready(Some(first));
-                }
-                switch.as_mut().poll(cx).map(|()| None)
-            })
-            .await
-        }
-    };
-    let Some(first) = first else {
-        // Silent for too long: stream, so that bytes flow while it works.
-        tracing::debug!(request_id = %exchange.id(), "handler silent past sse_after; answering with SSE keep-alives");
-        let mut res = sse_response(exchange, config.keep_alive);
-        res.body_mut().comment_first();
-        return Ok(res);
-    };
-    Ok(match first {
-        First::Stream => sse_response(exchange, config.keep_alive),
-        First::Done(Ending::Respond { bytes, error_code }) => {
-            let mut res = Response::new(ResponseBody::full(bytes));
-            *res.status_mut() = status_for(error_code);
-            res.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            res
-        }
-        First::Done(Ending::Silent(CancelReason::Shutdown)) => {
-            plain(StatusCode::SERVICE_UNAVAILABLE)
-        }
-        // Only a listen stream is torn down, and it always streams; a
-        // request cancelled otherwise (its own cancellation fired with a
-        // transport reason) has nothing to say.
-        First::Done(Ending::TearDown(_) | Ending::Silent(_)) => plain(StatusCode::NO_CONTENT),
-    })
-}
-
-fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err.is::<LengthLimitError>() {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn response_types_are_send() {
-        fn is_send<T: Send>() {}
-        is_send::<ResponseBody>();
-        is_send::<ResponseFuture>();
-    }
-
-    #[test]
-    fn status_mapping() {
-        assert_eq!(status_for(Some(-32601)), StatusCode::NOT_FOUND);
-        assert_eq!(status_for(Some(-32020)), StatusCode::BAD_REQUEST);
-        assert_eq!(status_for(Some(-32603)), StatusCode::OK);
-        assert_eq!(status_for(None), StatusCode::OK);
+        ResponseFuture::new(handle::handle(inner, config, req))
     }
 }
