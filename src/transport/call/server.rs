@@ -69,13 +69,15 @@ pub(crate) enum Ending {
         /// The encoded response.
         bytes: Vec<u8>,
         /// Its JSON-RPC error code, for an error (HTTP maps some to statuses).
+        #[cfg_attr(not(feature = "http"), allow(dead_code))]
         error_code: Option<i64>,
     },
     /// A `subscriptions/listen` stream torn down by the server without a
-    /// result, for this reason.
-    TearDown(String),
-    /// Write nothing: the transport cancelled the request, for this reason.
-    Silent(CancelReason),
+    /// result, for this reason (stdio sends it; HTTP just closes the stream).
+    TearDown(#[cfg_attr(not(feature = "stdio"), allow(dead_code))] String),
+    /// Write nothing: the transport cancelled the request, for this reason
+    /// (HTTP answers a shutdown before the first byte with `503`).
+    Silent(#[cfg_attr(not(feature = "http"), allow(dead_code))] CancelReason),
 }
 
 /// Builds the request the service sees, with its [`Cancellation`] and a

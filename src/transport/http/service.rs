@@ -1,100 +1,5 @@
-//! [`StreamableHttpService`]: the Streamable HTTP server adapter, and its
+//! [`StreamableHttpService`], the Streamable HTTP server adapter, and its
 //! [`StreamableHttpLayer`].
-//!
-//! A tower service over `http::Request<B>` that turns each POST on the MCP
-//! endpoint into one call of an MCP request service (your layer stack), and
-//! whose response owns that call: **dropping the response — the future, or
-//! the SSE body once streaming — drops the handler future and fires its
-//! [`Cancellation`](crate::Cancellation) with
-//! [`CancelReason::ClientDisconnected`](crate::CancelReason::ClientDisconnected)**. hyper drops
-//! them when the client closes the connection (HTTP/1.1) or resets the stream
-//! (HTTP/2), so a client that goes away cancels its request, as the spec says.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tower::{service_fn, ServiceBuilder};
-//! use tower_mcp_cancel::transport::http::{OriginPolicy, StreamableHttpService};
-//! use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
-//!
-//! let mcp = ServiceBuilder::new()
-//!     .layer(CancelOnDisconnectLayer::new())
-//!     .layer(TimeoutLayer::new(Duration::from_secs(60)))
-//!     .service(service_fn(|req: McpRequest| async move {
-//!         Ok::<_, BoxError>(serde_json::json!({"resultType": "complete", "method": req.method()}))
-//!     }));
-//! let endpoint = StreamableHttpService::new(mcp)
-//!     .origin_policy(OriginPolicy::Localhost)
-//!     .max_body_bytes(1 << 20)
-//!     .keep_alive(Some(Duration::from_secs(15)));
-//! let app: axum::Router = axum::Router::new().route_service("/mcp", endpoint);
-//! # let _ = app;
-//! ```
-//!
-//! What it does with a request, in order:
-//!
-//! 1. `Origin` not allowed by the [`OriginPolicy`] → `403`. Not `POST` →
-//!    `405` (`GET` and `DELETE` included: there is no GET stream and there are
-//!    no sessions). `Accept` without both `application/json` and
-//!    `text/event-stream` → `406`. A `Content-Type` other than JSON → `415`.
-//! 2. A body over the limit → `413` (also when a tower-http
-//!    `RequestBodyLimitLayer` outside cut it). Not JSON-RPC → `400` with the
-//!    parse / invalid-request error. A notification → `202`, no body. A
-//!    response → `400`.
-//! 3. A request: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` checked
-//!    against the body → `400` with `HeaderMismatch` (`-32020`); an
-//!    unsupported version → `400` with `UnsupportedProtocolVersion`
-//!    (`-32022`, `data.supported`). For a `tools/call` of a tool whose
-//!    schema the adapter was given ([`param_headers`](StreamableHttpService::param_headers),
-//!    [`tool_schema`](StreamableHttpService::tool_schema),
-//!    [`tools`](StreamableHttpService::tools)), its `Mcp-Param-{Name}`
-//!    headers too (see [`param_headers`](super::param_headers)): a missing,
-//!    different, unreadable or repeated one → `400` with `HeaderMismatch`
-//!    naming it.
-//! 4. The call: the request gets a [`Cancellation`](crate::Cancellation) and a
-//!    [`Notifier`](crate::Notifier) in its extensions (plus the HTTP request's
-//!    own extensions and its `HeaderMap`). If the handler answers before it
-//!    sends any notification, the answer is `application/json` (status `404`
-//!    for `-32601` method-not-found, `400` for the `-32020..-32022` protocol
-//!    errors, `200` otherwise). If a notification comes first, the response
-//!    becomes `text/event-stream`: the request's notifications, then the
-//!    answer, which ends the stream; `X-Accel-Buffering: no`; `:` keep-alive
-//!    comments when quiet. A handler still silent after
-//!    [`sse_after`](StreamableHttpService::sse_after) (10 s by default) gets
-//!    the SSE shape too — a `:` comment at once, keep-alives, then its
-//!    answer — so that an idle proxy does not cut a long quiet call. A call
-//!    that ends with [`Cancelled`](crate::Cancelled) on its own (nobody
-//!    cancelled the request) is answered with a `-32603` error like any
-//!    other failure.
-//! 5. `subscriptions/listen` streams at once and stays open until the handler
-//!    ends (its result, with the subscription id added, closes the stream),
-//!    the client closes it (the handler is dropped, token fired), or the
-//!    [shutdown token](StreamableHttpService::shutdown) fires (the handler is
-//!    dropped and the graceful listen result is sent, then the stream closes).
-//! 6. The [shutdown token](StreamableHttpService::shutdown) cancels every
-//!    other request in flight too, with `CancelReason::Shutdown`: `503` if
-//!    no byte was sent yet, otherwise the SSE stream ends without an answer.
-//!
-//! # Earlier revisions (2025-03-26 … 2025-11-25)
-//!
-//! A request without `MCP-Protocol-Version` is rejected, unless
-//! [`missing_version_as_2025_03_26`](StreamableHttpService::missing_version_as_2025_03_26)
-//! is on: it is then a 2025-03-26 request like those below.
-//! A request whose `MCP-Protocol-Version` is an earlier revision is passed to
-//! the MCP service unchanged, without the 2026 requirements (those clients
-//! do not send `Mcp-Method` or `_meta` versions) — but an `Mcp-Method` or
-//! `Mcp-Name` header it does send must match the body (`400`
-//! `HeaderMismatch`), and a body carrying
-//! `_meta["io.modelcontextprotocol/protocolVersion"]` is a 2026 request
-//! whatever the header says (a 2025 header on it is a mismatch): a header
-//! cannot switch the checks, or cancel-on-disconnect, off. By default a
-//! disconnect does **not** cancel it: in those revisions disconnection is not
-//! cancellation, so the handler is left to run to its end and its answer is
-//! discarded. [`LegacyRequests`] changes that. What the adapter does not do
-//! of the 2025 transport: sessions (`Mcp-Session-Id` is ignored, never
-//! minted or echoed), the GET stream (`405`), resumability (`Last-Event-ID`
-//! is ignored), server-to-client requests on SSE streams, and
-//! `notifications/cancelled` posted by a 2025 client (answered `202` and
-//! dropped: without sessions its request id cannot be resolved).
 
 use std::convert::Infallible;
 use std::fmt;
@@ -116,7 +21,101 @@ use crate::error::BoxError;
 use crate::transport::McpService;
 
 /// The Streamable HTTP server adapter around an MCP request service `S`.
-/// See the [module docs](self).
+///
+/// A tower service over `http::Request<B>` that turns each POST on the MCP
+/// endpoint into one call of an MCP request service (your layer stack), and
+/// whose response owns that call: **dropping the response — the future, or
+/// the SSE body once streaming — drops the handler future and fires its
+/// [`Cancellation`](crate::Cancellation) with
+/// [`CancelReason::ClientDisconnected`](crate::CancelReason::ClientDisconnected)**. hyper drops
+/// them when the client closes the connection (HTTP/1.1) or resets the stream
+/// (HTTP/2), so a client that goes away cancels its request, as the spec says.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::{service_fn, ServiceBuilder};
+/// use tower_mcp_cancel::transport::http::{OriginPolicy, StreamableHttpService};
+/// use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+///
+/// let mcp = ServiceBuilder::new()
+///     .layer(CancelOnDisconnectLayer::new())
+///     .layer(TimeoutLayer::new(Duration::from_secs(60)))
+///     .service(service_fn(|req: McpRequest| async move {
+///         Ok::<_, BoxError>(serde_json::json!({"resultType": "complete", "method": req.method()}))
+///     }));
+/// let endpoint = StreamableHttpService::new(mcp)
+///     .origin_policy(OriginPolicy::Localhost)
+///     .max_body_bytes(1 << 20)
+///     .keep_alive(Some(Duration::from_secs(15)));
+/// let app: axum::Router = axum::Router::new().route_service("/mcp", endpoint);
+/// # let _ = app;
+/// ```
+///
+/// What it does with a request, in order:
+///
+/// 1. `Origin` not allowed by the [`OriginPolicy`] → `403`. Not `POST` →
+///    `405` (`GET` and `DELETE` included: there is no GET stream and there are
+///    no sessions). `Accept` without both `application/json` and
+///    `text/event-stream` → `406`. A `Content-Type` other than JSON → `415`.
+/// 2. A body over the limit → `413` (also when a tower-http
+///    `RequestBodyLimitLayer` outside cut it). Not JSON-RPC → `400` with the
+///    parse / invalid-request error. A notification → `202`, no body. A
+///    response → `400`.
+/// 3. A request: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` checked
+///    against the body → `400` with `HeaderMismatch` (`-32020`); an
+///    unsupported version → `400` with `UnsupportedProtocolVersion`
+///    (`-32022`, `data.supported`). For a `tools/call` of a tool whose
+///    schema the adapter was given ([`param_headers`](StreamableHttpService::param_headers),
+///    [`tool_schema`](StreamableHttpService::tool_schema),
+///    [`tools`](StreamableHttpService::tools)), its `Mcp-Param-{Name}`
+///    headers too (see [`param_headers`](super::param_headers)): a missing,
+///    different, unreadable or repeated one → `400` with `HeaderMismatch`
+///    naming it.
+/// 4. The call: the request gets a [`Cancellation`](crate::Cancellation) and a
+///    [`Notifier`](crate::Notifier) in its extensions (plus the HTTP request's
+///    own extensions and its `HeaderMap`). If the handler answers before it
+///    sends any notification, the answer is `application/json` (status `404`
+///    for `-32601` method-not-found, `400` for the `-32020..-32022` protocol
+///    errors, `200` otherwise). If a notification comes first, the response
+///    becomes `text/event-stream`: the request's notifications, then the
+///    answer, which ends the stream; `X-Accel-Buffering: no`; `:` keep-alive
+///    comments when quiet. A handler still silent after
+///    [`sse_after`](StreamableHttpService::sse_after) (10 s by default) gets
+///    the SSE shape too — a `:` comment at once, keep-alives, then its
+///    answer — so that an idle proxy does not cut a long quiet call. A call
+///    that ends with [`Cancelled`](crate::Cancelled) on its own (nobody
+///    cancelled the request) is answered with a `-32603` error like any
+///    other failure.
+/// 5. `subscriptions/listen` streams at once and stays open until the handler
+///    ends (its result, with the subscription id added, closes the stream),
+///    the client closes it (the handler is dropped, token fired), or the
+///    [shutdown token](StreamableHttpService::shutdown) fires (the handler is
+///    dropped and the graceful listen result is sent, then the stream closes).
+/// 6. The [shutdown token](StreamableHttpService::shutdown) cancels every
+///    other request in flight too, with `CancelReason::Shutdown`: `503` if
+///    no byte was sent yet, otherwise the SSE stream ends without an answer.
+///
+/// # Earlier revisions (2025-03-26 … 2025-11-25)
+///
+/// A request without `MCP-Protocol-Version` is rejected, unless
+/// [`missing_version_as_2025_03_26`](StreamableHttpService::missing_version_as_2025_03_26)
+/// is on: it is then a 2025-03-26 request like those below.
+/// A request whose `MCP-Protocol-Version` is an earlier revision is passed to
+/// the MCP service unchanged, without the 2026 requirements (those clients
+/// do not send `Mcp-Method` or `_meta` versions) — but an `Mcp-Method` or
+/// `Mcp-Name` header it does send must match the body (`400`
+/// `HeaderMismatch`), and a body carrying
+/// `_meta["io.modelcontextprotocol/protocolVersion"]` is a 2026 request
+/// whatever the header says (a 2025 header on it is a mismatch): a header
+/// cannot switch the checks, or cancel-on-disconnect, off. By default a
+/// disconnect does **not** cancel it: in those revisions disconnection is not
+/// cancellation, so the handler is left to run to its end and its answer is
+/// discarded. [`LegacyRequests`] changes that. What the adapter does not do
+/// of the 2025 transport: sessions (`Mcp-Session-Id` is ignored, never
+/// minted or echoed), the GET stream (`405`), resumability (`Last-Event-ID`
+/// is ignored), server-to-client requests on SSE streams, and
+/// `notifications/cancelled` posted by a 2025 client (answered `202` and
+/// dropped: without sessions its request id cannot be resolved).
 #[derive(Clone)]
 pub struct StreamableHttpService<S> {
     inner: S,
@@ -210,7 +209,7 @@ impl<S> StreamableHttpService<S> {
     /// handler's notifications and answer. Comments are never progress: a
     /// client's idle limit is not reset by them. A disconnect still cancels.
     ///
-    /// Default: 10 s ([`DEFAULT_SSE_AFTER`]). The spec makes clients accept
+    /// Default: 10 s ([`DEFAULT_SSE_AFTER`](super::DEFAULT_SSE_AFTER)). The spec makes clients accept
     /// both shapes, so the switch costs nothing to a conforming client, while
     /// common proxy idle limits are 30–60 s: the first bytes at 10 s and then
     /// every 15 s stay well inside them. What changes for a slow handler is

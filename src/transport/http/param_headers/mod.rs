@@ -46,16 +46,16 @@
 //!   not match the body.
 
 //!
-//! The module's parts: [`schema`] reads the annotations out of a schema,
-//! [`value`] turns argument values into header values and back, [`tools`]
-//! keeps them per tool.
+//! Inside: `schema` reads the annotations out of a schema, `value` turns
+//! argument values into header values and back, `tools` keeps them per
+//! tool, `error` holds the errors.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::headers::{decode_header_value, MCP_PARAM_HEADER_PREFIX};
 use crate::cancel::sanitize_reason;
-use value::{header_equals_integer, header_string, safe_integer};
+use value::{header_matches, header_string};
 
 mod error;
 mod schema;
@@ -137,6 +137,63 @@ impl ParamHeader {
         }
         Some(cur)
     }
+    /// Checks this parameter's header against the body: `Err` is the
+    /// `HeaderMismatch` message.
+    fn check(&self, headers: &HeaderMap, arguments: Option<&Value>) -> Result<(), String> {
+        let name = self.display_header();
+        let mut values = headers.get_all(&self.header).iter();
+        let raw = values.next();
+        if values.next().is_some() {
+            return Err(format!(
+                "Header mismatch: the {name} header appears more than once"
+            ));
+        }
+        let body = self.value_in(arguments).filter(|v| !v.is_null());
+        let (raw, body) = match (raw, body) {
+            (None, None) => return Ok(()),
+            (None, Some(_)) => {
+                return Err(format!(
+                    "Header mismatch: the {name} header is missing but {} has a value in the body",
+                    self.display_path()
+                ))
+            }
+            (Some(_), None) => {
+                return Err(format!(
+                    "Header mismatch: the {name} header is present but {} has no value in the body",
+                    self.display_path()
+                ))
+            }
+            (Some(raw), Some(body)) => (raw, body),
+        };
+        let Ok(raw) = raw.to_str() else {
+            return Err(format!(
+                "Header mismatch: the {name} header contains invalid characters"
+            ));
+        };
+        let Some(decoded) = decode_header_value(raw) else {
+            return Err(format!(
+                "Header mismatch: the {name} header has a malformed Base64 value"
+            ));
+        };
+        match header_matches(&decoded, body) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                let shown = match body {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                Err(format!(
+                    "Header mismatch: {name} header value '{}' does not match body value '{}'",
+                    sanitize_reason(&decoded),
+                    sanitize_reason(&shown)
+                ))
+            }
+            Err(why) => Err(format!(
+                "Header mismatch: {} cannot be mirrored into {name}: {why}",
+                self.display_path()
+            )),
+        }
+    }
 }
 
 /// The `x-mcp-header` annotations of one tool, validated.
@@ -206,75 +263,11 @@ impl ParamHeaders {
         arguments: Option<&Value>,
     ) -> Result<(), ParamHeaderMismatch> {
         for p in &self.params {
-            let name = p.display_header();
-            let mismatch = |message: String| ParamHeaderMismatch {
-                header: name.clone(),
-                message,
-            };
-            let mut values = headers.get_all(&p.header).iter();
-            let raw = values.next();
-            if values.next().is_some() {
-                return Err(mismatch(format!(
-                    "Header mismatch: the {name} header appears more than once"
-                )));
-            }
-            let body = p.value_in(arguments).filter(|v| !v.is_null());
-            let (raw, body) = match (raw, body) {
-                (None, None) => continue,
-                (None, Some(_)) => {
-                    return Err(mismatch(format!(
-                    "Header mismatch: the {name} header is missing but {} has a value in the body",
-                    p.display_path()
-                )))
-                }
-                (Some(_), None) => {
-                    return Err(mismatch(format!(
-                    "Header mismatch: the {name} header is present but {} has no value in the body",
-                    p.display_path()
-                )))
-                }
-                (Some(raw), Some(body)) => (raw, body),
-            };
-            let Ok(raw) = raw.to_str() else {
-                return Err(mismatch(format!(
-                    "Header mismatch: the {name} header contains invalid characters"
-                )));
-            };
-            let Some(decoded) = decode_header_value(raw) else {
-                return Err(mismatch(format!(
-                    "Header mismatch: the {name} header has a malformed Base64 value"
-                )));
-            };
-            let equal = match body {
-                Value::String(s) => *s == decoded,
-                Value::Bool(b) => decoded == if *b { "true" } else { "false" },
-                Value::Number(n) => match safe_integer(n) {
-                    Ok(i) => header_equals_integer(&decoded, i),
-                    Err(why) => {
-                        return Err(mismatch(format!(
-                            "Header mismatch: {} cannot be mirrored into {name}: {why}",
-                            p.display_path()
-                        )))
-                    }
-                },
-                _ => {
-                    return Err(mismatch(format!(
-                        "Header mismatch: {} cannot be mirrored into {name}: arrays and objects cannot be mirrored",
-                        p.display_path()
-                    )))
-                }
-            };
-            if !equal {
-                let shown = match body {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                return Err(mismatch(format!(
-                    "Header mismatch: {name} header value '{}' does not match body value '{}'",
-                    sanitize_reason(&decoded),
-                    sanitize_reason(&shown)
-                )));
-            }
+            p.check(headers, arguments)
+                .map_err(|message| ParamHeaderMismatch {
+                    header: p.display_header(),
+                    message,
+                })?;
         }
         Ok(())
     }

@@ -55,54 +55,14 @@ impl Walk {
             }
             return Ok(());
         };
-        let invalid = |reason| InvalidParamHeader {
-            pointer: pointer.to_owned(),
-            reason,
-        };
         if let Some(annotation) = obj.get(X_MCP_HEADER) {
-            let path = match reachable {
-                Ok([]) => {
-                    return Err(invalid(InvalidReason::NotStaticallyReachable {
-                        keyword: "<root>".into(),
-                    }))
-                }
-                Ok(path) => path,
-                Err(keyword) => {
-                    return Err(invalid(InvalidReason::NotStaticallyReachable {
-                        keyword: keyword.to_owned(),
-                    }))
-                }
-            };
-            let name = annotation
-                .as_str()
-                .ok_or_else(|| invalid(InvalidReason::NotAString))?;
-            if name.is_empty() {
-                return Err(invalid(InvalidReason::Empty));
-            }
-            if name.chars().any(char::is_control) {
-                return Err(invalid(InvalidReason::ControlCharacter));
-            }
-            if let Some(c) = name.chars().find(|c| !is_tchar(*c)) {
-                return Err(invalid(InvalidReason::NotAToken(c)));
-            }
-            let kind = kind_of(obj.get("type")).map_err(invalid)?;
-            let lower = name.to_ascii_lowercase();
-            if let Some(first) = self.seen.get(&lower) {
-                return Err(invalid(InvalidReason::Duplicate {
-                    first: first.clone(),
-                    second: name.to_owned(),
-                }));
-            }
-            // Every tchar is a valid header-name byte.
-            let header = HeaderName::from_bytes(format!("mcp-param-{lower}").as_bytes())
-                .map_err(|_| invalid(InvalidReason::NotAToken('?')))?;
-            self.seen.insert(lower, name.to_owned());
-            self.params.push(ParamHeader {
-                name: name.to_owned(),
-                header,
-                path: path.to_vec(),
-                kind,
-            });
+            let param = self
+                .annotation(annotation, obj.get("type"), reachable)
+                .map_err(|reason| InvalidParamHeader {
+                    pointer: pointer.to_owned(),
+                    reason,
+                })?;
+            self.params.push(param);
         }
         for (key, value) in obj {
             let here = format!("{pointer}/{}", pointer_escape(key));
@@ -137,6 +97,56 @@ impl Walk {
             }
         }
         Ok(())
+    }
+
+    /// One annotation, `value`, on a property of type `ty` at `reachable`.
+    fn annotation(
+        &mut self,
+        value: &Value,
+        ty: Option<&Value>,
+        reachable: Result<&[String], &str>,
+    ) -> Result<ParamHeader, InvalidReason> {
+        let path = match reachable {
+            Ok([]) => {
+                return Err(InvalidReason::NotStaticallyReachable {
+                    keyword: "<root>".into(),
+                })
+            }
+            Ok(path) => path,
+            Err(keyword) => {
+                return Err(InvalidReason::NotStaticallyReachable {
+                    keyword: keyword.to_owned(),
+                })
+            }
+        };
+        let name = value.as_str().ok_or(InvalidReason::NotAString)?;
+        if name.is_empty() {
+            return Err(InvalidReason::Empty);
+        }
+        if name.chars().any(char::is_control) {
+            return Err(InvalidReason::ControlCharacter);
+        }
+        if let Some(c) = name.chars().find(|c| !is_tchar(*c)) {
+            return Err(InvalidReason::NotAToken(c));
+        }
+        let kind = kind_of(ty)?;
+        let lower = name.to_ascii_lowercase();
+        if let Some(first) = self.seen.get(&lower) {
+            return Err(InvalidReason::Duplicate {
+                first: first.clone(),
+                second: name.to_owned(),
+            });
+        }
+        // Every tchar is a valid header-name byte.
+        let header = HeaderName::from_bytes(format!("mcp-param-{lower}").as_bytes())
+            .map_err(|_| InvalidReason::NotAToken('?'))?;
+        self.seen.insert(lower, name.to_owned());
+        Ok(ParamHeader {
+            name: name.to_owned(),
+            header,
+            path: path.to_vec(),
+            kind,
+        })
     }
 }
 

@@ -17,7 +17,7 @@ pub(super) fn header_string(value: &Value) -> Result<Option<String>, &'static st
     }
 }
 
-pub(super) fn safe_integer(n: &serde_json::Number) -> Result<i64, &'static str> {
+fn safe_integer(n: &serde_json::Number) -> Result<i64, &'static str> {
     const OUT: &str = "integers must be within ±(2^53−1)";
     if let Some(i) = n.as_i64() {
         return if i.abs() <= MAX_SAFE_INTEGER {
@@ -43,7 +43,7 @@ pub(super) fn safe_integer(n: &serde_json::Number) -> Result<i64, &'static str> 
 
 /// Whether a decoded header value equals the integer `body` numerically
 /// (`42`, `42.0`, `4.2e1` all equal 42).
-pub(super) fn header_equals_integer(header: &str, body: i64) -> bool {
+fn header_equals_integer(header: &str, body: i64) -> bool {
     let h = header.trim();
     if let Ok(i) = h.parse::<i64>() {
         return i == body;
@@ -52,5 +52,16 @@ pub(super) fn header_equals_integer(header: &str, body: i64) -> bool {
         // Within ±2^53 every integer is exact in f64.
         Ok(f) if f.is_finite() => f == body as f64,
         _ => false,
+    }
+}
+
+/// Whether a decoded header value equals the body value, by the body
+/// value's JSON type; `Err` says why the body value cannot be mirrored.
+pub(super) fn header_matches(decoded: &str, body: &Value) -> Result<bool, &'static str> {
+    match body {
+        Value::String(s) => Ok(s == decoded),
+        Value::Bool(b) => Ok(decoded == if *b { "true" } else { "false" }),
+        Value::Number(n) => safe_integer(n).map(|i| header_equals_integer(decoded, i)),
+        _ => Err("arrays and objects cannot be mirrored"),
     }
 }
