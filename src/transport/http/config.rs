@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
-use super::OriginPolicy;
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
 
 /// The revision a request without `MCP-Protocol-Version` is taken for when

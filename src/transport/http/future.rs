@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use http::Response;
 
-use super::ResponseBody;
+use super::body::ResponseBody;
 
 /// The response future of [`StreamableHttpService`](super::StreamableHttpService). It owns the handler
 /// future until the response head is ready; dropping it cancels the request.

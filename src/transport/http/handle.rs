@@ -12,7 +12,8 @@ use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 
-use super::config::{Config, ASSUMED_LEGACY_VERSION};
+use super::body::ResponseBody;
+use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
 use super::exchange::Exchange;
 use super::headers::MCP_PROTOCOL_VERSION_HEADER;
 use super::response;
@@ -20,7 +21,6 @@ use super::validation::{
     check_accept, check_content_type, check_legacy_headers, check_param_headers,
     check_request_headers, protocol_version_header, MirroredParams, Rejection,
 };
-use super::{LegacyRequests, ResponseBody};
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, Message, RawRequest, SUBSCRIPTIONS_LISTEN};
 use crate::transport::call::outbox::Scope;

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use http::{header, HeaderValue, Method as HttpMethod, Response, StatusCode};
 
+use super::body::ResponseBody;
 use super::config::Config;
 use super::exchange::{Exchange, First};
 use super::headers::X_ACCEL_BUFFERING;
 use super::validation::Rejection;
-use super::ResponseBody;
 use crate::jsonrpc::ErrorObject;
 use crate::transport::call::server::Ending;
 use crate::CancelReason;

@@ -13,10 +13,12 @@ use tokio_util::sync::CancellationToken;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::config::{Config, DEFAULT_MAX_BODY_BYTES};
+use super::body::ResponseBody;
+use super::config::{Config, LegacyRequests, DEFAULT_MAX_BODY_BYTES};
 use super::future::ResponseFuture;
+use super::handle;
+use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
-use super::{handle, LegacyRequests, OriginPolicy, ResponseBody};
 use crate::error::BoxError;
 use crate::transport::McpService;
 

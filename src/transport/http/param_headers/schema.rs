@@ -8,8 +8,12 @@ use std::collections::HashMap;
 use http::HeaderName;
 use serde_json::Value;
 
-use super::{InvalidParamHeader, InvalidReason, ParamHeader, ParamKind, X_MCP_HEADER};
+use super::error::{InvalidParamHeader, InvalidReason};
+use super::param::{ParamHeader, ParamKind};
 use crate::cancel::sanitize_reason;
+
+/// The annotation keyword.
+pub const X_MCP_HEADER: &str = "x-mcp-header";
 
 /// The annotations of `schema`, in schema order, or the first invalid one.
 pub(super) fn annotations(schema: &Value) -> Result<Vec<ParamHeader>, InvalidParamHeader> {

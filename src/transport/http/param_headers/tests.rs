@@ -1,7 +1,9 @@
 //! Unit tests of `x-mcp-header` parsing, mirroring and checking.
 
 use super::*;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::json;
+use serde_json::Value;
 
 fn reason(schema: Value) -> InvalidReason {
     ParamHeaders::from_input_schema(&schema)

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{InvalidParamHeader, ParamHeaders};
+use super::error::InvalidParamHeader;
+use super::tool::ParamHeaders;
 
 /// A tool definition rejected for an invalid `x-mcp-header` annotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
