@@ -114,6 +114,7 @@
 mod client;
 pub(crate) mod framing;
 mod server;
+mod writer;
 
 pub use client::{
     ResponseFuture, StdioClient, StdioClientBuilder, DEFAULT_CANCELLED_ID_RESERVATION,

@@ -3,12 +3,13 @@
 use std::future::Future;
 use std::io;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::framing::{write_line, Frame, LineReader};
+use super::framing::{Frame, LineReader};
+use super::writer::write_loop;
 use crate::cancel::{CancelOutcome, InFlightGuard};
 use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest};
 use crate::transport::call::outbox::{Outgoing, Scope};
@@ -368,42 +369,4 @@ async fn finish_request(
         None => scope.end(),
     }
     drop(guard);
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(
-    writer: W,
-    mut rx: mpsc::Receiver<Outgoing>,
-    close: CancellationToken,
-) -> io::Result<()> {
-    let mut w = BufWriter::new(writer);
-    loop {
-        let msg = tokio::select! {
-            biased;
-            m = rx.recv() => m,
-            () = close.cancelled() => {
-                rx.close();
-                while let Ok(m) = rx.try_recv() {
-                    write_one(&mut w, m).await?;
-                }
-                break;
-            }
-        };
-        let Some(msg) = msg else { break };
-        write_one(&mut w, msg).await?;
-        if rx.is_empty() {
-            w.flush().await?;
-        }
-    }
-    w.flush().await?;
-    w.shutdown().await
-}
-
-async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Result<()> {
-    match msg.into_live_bytes() {
-        Some(bytes) => write_line(w, &bytes).await,
-        None => {
-            tracing::trace!("message for a cancelled request dropped unsent");
-            Ok(())
-        }
-    }
 }
