@@ -60,6 +60,7 @@ pub mod integrations;
 pub mod jsonrpc;
 pub mod notify;
 pub mod progress;
+pub mod protocol;
 pub mod request;
 pub mod timeout;
 pub mod transport;

@@ -6,3 +6,6 @@ pub mod stdio;
 
 #[cfg(feature = "http")]
 pub mod http;
+
+#[cfg(any(feature = "stdio", feature = "http"))]
+pub use call::server::McpService;

@@ -174,7 +174,7 @@ async fn header_validation_errors() {
     // A name that needs the Base64 sentinel, encoded by the client, is decoded
     // before the comparison.
     let body = tool_call(8, "héllo wörld", json!({"text": "ok"}));
-    let encoded = tower_mcp_cancel::transport::http::validation::encode_header_value("héllo wörld");
+    let encoded = tower_mcp_cancel::transport::http::headers::encode_header_value("héllo wörld");
     assert!(encoded.starts_with("=?base64?"));
     let (s, _, text) = post_json(&mut conn, &body, &modern(&encoded)).await;
     assert_eq!(s, 200, "{text}");

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::DropProbe;
-use tower_mcp_cancel::transport::http::server::DEFAULT_SSE_AFTER;
+use tower_mcp_cancel::transport::http::DEFAULT_SSE_AFTER;
 use tower_mcp_cancel::transport::http::{HttpClient, StreamableHttpService};
 use tower_mcp_cancel::{
     BoxError, CancelReason, Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer,

@@ -153,11 +153,13 @@ fn start_stdio(shutdown: Option<oneshot::Receiver<()>>) -> StdioRun {
     let served = tokio::spawn(async move {
         let res = match shutdown {
             Some(rx) => {
-                StdioServer::new()
-                    .serve_with_shutdown(svc, r, w, async move {
-                        let _ = rx.await;
-                    })
-                    .await
+                let token = tokio_util::sync::CancellationToken::new();
+                let fire = token.clone();
+                tokio::spawn(async move {
+                    let _ = rx.await;
+                    fire.cancel();
+                });
+                StdioServer::new().shutdown(token).serve(svc, r, w).await
             }
             None => StdioServer::new().serve(svc, r, w).await,
         };

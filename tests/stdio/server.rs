@@ -134,10 +134,13 @@ fn start_with(
     let served = tokio::spawn(async move {
         match shutdown {
             Some(rx) => {
-                cfg.serve_with_shutdown(svc, r, w, async move {
+                let token = tokio_util::sync::CancellationToken::new();
+                let fire = token.clone();
+                tokio::spawn(async move {
                     let _ = rx.await;
-                })
-                .await
+                    fire.cancel();
+                });
+                cfg.shutdown(token).serve(svc, r, w).await
             }
             None => cfg.serve(svc, r, w).await,
         }

@@ -13,6 +13,9 @@
 //! stdio keeps only its framing and write loop; HTTP keeps only its
 //! validation and the JSON-versus-SSE shape.
 
+// Without a transport only the handler side (the notifier) uses it.
+#![cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
+
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) mod client;
 pub(crate) mod outbox;

@@ -31,6 +31,36 @@ use crate::jsonrpc::{self, ErrorObject, RawRequest, RequestId};
 use crate::notify::Notifier;
 use crate::{CancelReason, Cancellation, McpRequest, RequestView};
 
+/// A request service the server transports can drive: a cloneable, sendable
+/// `tower::Service<McpRequest>` whose response serializes to the JSON-RPC
+/// `result` and whose error converts to a [`BoxError`].
+///
+/// Implemented for every type that fits (it only names the bound); it is
+/// sealed, so it cannot be implemented otherwise. A `ServiceBuilder` stack
+/// over `service_fn(handler)` is one.
+pub trait McpService:
+    Service<McpRequest, Response: Serialize, Error: Into<BoxError>, Future: Send + 'static>
+    + Clone
+    + Send
+    + sealed::Sealed
+    + 'static
+{
+}
+
+impl<S> McpService for S where
+    S: Service<McpRequest, Response: Serialize, Error: Into<BoxError>, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
+mod sealed {
+    /// Keeps [`McpService`](super::McpService) a name for its bound only.
+    pub trait Sealed {}
+    impl<S> Sealed for S {}
+}
+
 /// How a request ends on the wire. Decided once, by [`run`].
 #[derive(Debug)]
 pub(crate) enum Ending {
@@ -39,13 +69,15 @@ pub(crate) enum Ending {
         /// The encoded response.
         bytes: Vec<u8>,
         /// Its JSON-RPC error code, for an error (HTTP maps some to statuses).
+        #[cfg_attr(not(feature = "http"), allow(dead_code))]
         error_code: Option<i64>,
     },
     /// A `subscriptions/listen` stream torn down by the server without a
-    /// result, for this reason.
-    TearDown(String),
-    /// Write nothing: the transport cancelled the request, for this reason.
-    Silent(CancelReason),
+    /// result, for this reason (stdio sends it; HTTP just closes the stream).
+    TearDown(#[cfg_attr(not(feature = "stdio"), allow(dead_code))] String),
+    /// Write nothing: the transport cancelled the request, for this reason
+    /// (HTTP answers a shutdown before the first byte with `503`).
+    Silent(#[cfg_attr(not(feature = "http"), allow(dead_code))] CancelReason),
 }
 
 /// Builds the request the service sees, with its [`Cancellation`] and a

@@ -10,8 +10,10 @@
 //!   pooled client (HTTP/1.1, or HTTP/2 with prior knowledge). Dropping a
 //!   call closes its response stream, which is how the server learns of the
 //!   cancellation.
-//! * [`validation`] — the `Origin`, `Accept` and request-metadata header
-//!   checks, and the Base64 sentinel encoding of header values.
+//! * [`OriginPolicy`] — DNS-rebinding protection, also usable as a
+//!   tower-http request validator on other routes.
+//! * [`headers`] — the MCP header names and the Base64 sentinel encoding of
+//!   header values.
 //! * [`param_headers`] — `x-mcp-header` annotations of tool schemas and the
 //!   `Mcp-Param-{Name}` headers they designate ([`ToolHeaderMap`]): the client
 //!   learns them from `tools/list` and mirrors arguments, the server checks
@@ -39,17 +41,30 @@
 //! # Ok(()) }
 //! ```
 
+//!
+//! Inside, the server adapter is a sequence: [`origin`](OriginPolicy) and
+//! `validation` (the checks), `handle` (one POST, step by step), `exchange`
+//! (the call and its notifications), `response` and `body` (the JSON or
+//! SSE shape). The request lifecycle itself — the race, the one outcome,
+//! the listen and shutdown answers — is the transports' shared one.
+
 mod body;
 pub mod client;
+mod config;
+mod exchange;
+pub mod future;
+mod handle;
+pub mod headers;
+mod origin;
 pub mod param_headers;
-pub mod server;
-pub mod validation;
+mod response;
+mod service;
+mod validation;
 
-pub use body::{ResponseBody, TokioTimer};
+pub use body::ResponseBody;
 pub use client::{HttpClient, HttpClientBuilder, HttpClientError};
+pub use config::{LegacyRequests, ASSUMED_LEGACY_VERSION, DEFAULT_SSE_AFTER};
+pub use origin::OriginPolicy;
 pub use param_headers::{ParamHeaders, ToolHeaderMap};
-pub use server::{
-    LegacyRequests, ResponseFuture, StreamableHttpLayer, StreamableHttpService, LEGACY_VERSIONS,
-    PROTOCOL_VERSION,
-};
-pub use validation::{OriginPolicy, Rejection};
+pub use service::{StreamableHttpLayer, StreamableHttpService};
+pub use validation::Rejection;

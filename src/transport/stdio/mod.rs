@@ -84,6 +84,10 @@
 //! * One writer task drains a bounded queue: a peer that stops reading
 //!   blocks handlers sending progress (and the reader) instead of growing
 //!   memory.
+//! * [`StdioServer::shutdown`]: when its token fires, every in-flight
+//!   request is cancelled ([`CancelReason::Shutdown`](crate::CancelReason::Shutdown)),
+//!   reading stops, and `serve` returns once their tasks ended and the
+//!   queued messages are written; only listen streams are answered (below).
 //! * A deadline inside the stack (a server-side `TimeoutLayer`) is answered
 //!   with its error: the driver writes nothing only when the cancel came from
 //!   the transport (peer, end of input, shutdown).
@@ -98,7 +102,7 @@
 //! | how the listen request ends | what is written |
 //! | --- | --- |
 //! | the handler returns `Ok(result)` | the result, with `resultType: "complete"` and `_meta["io.modelcontextprotocol/subscriptionId"]` added if absent |
-//! | [`StdioServer::serve_with_shutdown`]'s signal | the graceful result `{"resultType":"complete","_meta":{subscriptionId}}` |
+//! | the [`StdioServer::shutdown`] token fires | the graceful result `{"resultType":"complete","_meta":{subscriptionId}}` |
 //! | the stack ends it as [`Cancelled`](crate::Cancelled) without a client cancel (the server tore it down, no result) | `notifications/cancelled` with the listen id and the reason |
 //! | the handler returns an error | the error response |
 //! | the client's `notifications/cancelled`, or end of input | nothing |
@@ -110,6 +114,7 @@
 mod client;
 pub(crate) mod framing;
 mod server;
+mod writer;
 
 pub use client::{
     future, StdioClient, StdioClientBuilder, DEFAULT_CANCELLED_ID_RESERVATION,

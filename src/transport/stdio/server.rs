@@ -2,22 +2,19 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::pin;
 
-use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tower::Service;
 
-use super::framing::{write_line, Frame, LineReader};
+use super::framing::{Frame, LineReader};
+use super::writer::write_loop;
 use crate::cancel::{CancelOutcome, InFlightGuard};
-use crate::error::BoxError;
 use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest};
 use crate::transport::call::outbox::{Outgoing, Scope};
-use crate::transport::call::server::{self as call, encode_error_without_id, Ending};
-use crate::{CancelReason, InFlight, McpRequest};
+use crate::transport::call::server::{self as call, encode_error_without_id, Ending, McpService};
+use crate::{CancelReason, InFlight};
 
 /// The default maximum size of one incoming line: 4 MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
@@ -31,7 +28,7 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 /// ```
 /// use tower_mcp_cancel::transport::stdio::StdioServer;
 /// let server = StdioServer::new().max_line_bytes(1 << 20).write_queue(16);
-/// assert_eq!(server.get_max_line_bytes(), 1 << 20);
+/// assert_eq!(server.line_limit(), 1 << 20);
 /// ```
 #[derive(Clone, Debug)]
 pub struct StdioServer {
@@ -39,6 +36,7 @@ pub struct StdioServer {
     write_queue: usize,
     max_in_flight: usize,
     registry: Option<InFlight>,
+    shutdown: Option<CancellationToken>,
 }
 
 impl Default for StdioServer {
@@ -57,6 +55,7 @@ impl StdioServer {
             write_queue: DEFAULT_WRITE_QUEUE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             registry: None,
+            shutdown: None,
         }
     }
 
@@ -67,8 +66,9 @@ impl StdioServer {
         self
     }
 
-    /// The configured maximum line size.
-    pub fn get_max_line_bytes(&self) -> usize {
+    /// The largest incoming line accepted, in bytes (see
+    /// [`max_line_bytes`](Self::max_line_bytes)).
+    pub fn line_limit(&self) -> usize {
         self.max_line_bytes
     }
 
@@ -102,39 +102,29 @@ impl StdioServer {
         self
     }
 
-    /// Serves `service` over `reader`/`writer` until `reader` ends (EOF).
-    pub async fn serve<S, R, W>(self, service: S, reader: R, writer: W) -> io::Result<()>
-    where
-        S: Service<McpRequest> + Clone + Send + 'static,
-        S::Response: Serialize + Send + 'static,
-        S::Error: Into<BoxError> + Send + 'static,
-        S::Future: Send + 'static,
-        R: AsyncRead + Unpin + Send,
-        W: AsyncWrite + Unpin + Send + 'static,
-    {
-        self.serve_with_shutdown(service, reader, writer, std::future::pending())
-            .await
+    /// Sets the server's shutdown token. When it fires, every request in
+    /// flight is cancelled with [`CancelReason::Shutdown`] (its handler
+    /// future dropped, its token fired): each open `subscriptions/listen`
+    /// gets its graceful result, nothing else is answered, reading stops,
+    /// and [`serve`](Self::serve) returns once the request tasks ended and
+    /// the writer flushed what was queued. A token fired before `serve`
+    /// starts ends it at once. The same token can stop an HTTP endpoint
+    /// ([`StreamableHttpService::shutdown`](crate::transport::http::StreamableHttpService::shutdown))
+    /// and any number of connections.
+    pub fn shutdown(mut self, token: CancellationToken) -> Self {
+        self.shutdown = Some(token);
+        self
     }
 
-    /// Like [`serve`](Self::serve), and also stops when `shutdown` resolves:
-    /// every in-flight request is cancelled ([`CancelReason::Shutdown`]);
-    /// each open `subscriptions/listen` gets its graceful result, nothing
-    /// else is answered; then the function returns.
-    pub async fn serve_with_shutdown<S, R, W, F>(
-        self,
-        mut service: S,
-        reader: R,
-        writer: W,
-        shutdown: F,
-    ) -> io::Result<()>
+    /// Serves `service` over `reader`/`writer` until `reader` ends (EOF),
+    /// the writer fails, or the [`shutdown`](Self::shutdown) token fires.
+    /// At EOF every in-flight request is cancelled with
+    /// [`CancelReason::TransportClosed`] and nothing more is written for it.
+    pub async fn serve<S, R, W>(self, mut service: S, reader: R, writer: W) -> io::Result<()>
     where
-        S: Service<McpRequest> + Clone + Send + 'static,
-        S::Response: Serialize + Send + 'static,
-        S::Error: Into<BoxError> + Send + 'static,
-        S::Future: Send + 'static,
+        S: McpService,
         R: AsyncRead + Unpin + Send,
         W: AsyncWrite + Unpin + Send + 'static,
-        F: Future<Output = ()> + Send,
     {
         let (tx, rx) = mpsc::channel::<Outgoing>(self.write_queue);
         let close = CancellationToken::new();
@@ -146,14 +136,14 @@ impl StdioServer {
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
-        let mut shutdown = pin!(shutdown);
+        let shutdown = self.shutdown.clone().unwrap_or_default();
 
         let end = loop {
             while tasks.try_join_next().is_some() {}
             tokio::select! {
                 biased;
                 res = &mut writer_task => break End::Writer(flatten(res)),
-                () = &mut shutdown => break End::Shutdown,
+                () = shutdown.cancelled() => break End::Shutdown,
                 frame = lines.next() => match frame {
                     Ok(None) => break End::Eof,
                     Err(e) => break End::Read(e),
@@ -218,10 +208,7 @@ fn flatten(res: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<()
 /// ended.
 pub async fn serve<S, R, W>(service: S, reader: R, writer: W) -> io::Result<()>
 where
-    S: Service<McpRequest> + Clone + Send + 'static,
-    S::Response: Serialize + Send + 'static,
-    S::Error: Into<BoxError> + Send + 'static,
-    S::Future: Send + 'static,
+    S: McpService,
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -231,10 +218,7 @@ where
 /// Serves `service` over this process's stdin and stdout.
 pub async fn serve_stdio<S>(service: S) -> io::Result<()>
 where
-    S: Service<McpRequest> + Clone + Send + 'static,
-    S::Response: Serialize + Send + 'static,
-    S::Error: Into<BoxError> + Send + 'static,
-    S::Future: Send + 'static,
+    S: McpService,
 {
     serve(service, tokio::io::stdin(), tokio::io::stdout()).await
 }
@@ -254,10 +238,7 @@ impl Connection {
 
     async fn on_line<S>(&self, line: &[u8], service: &mut S, tasks: &mut JoinSet<()>)
     where
-        S: Service<McpRequest> + Clone + Send + 'static,
-        S::Response: Serialize + Send + 'static,
-        S::Error: Into<BoxError> + Send + 'static,
-        S::Future: Send + 'static,
+        S: McpService,
     {
         if line.iter().all(u8::is_ascii_whitespace) {
             tracing::debug!("blank line ignored");
@@ -313,10 +294,7 @@ impl Connection {
 
     async fn on_request<S>(&self, raw: RawRequest, service: &mut S, tasks: &mut JoinSet<()>)
     where
-        S: Service<McpRequest> + Clone + Send + 'static,
-        S::Response: Serialize + Send + 'static,
-        S::Error: Into<BoxError> + Send + 'static,
-        S::Future: Send + 'static,
+        S: McpService,
     {
         let id = raw.id.clone();
         // A request whose id is in flight is refused without that id: an
@@ -391,42 +369,4 @@ async fn finish_request(
         None => scope.end(),
     }
     drop(guard);
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(
-    writer: W,
-    mut rx: mpsc::Receiver<Outgoing>,
-    close: CancellationToken,
-) -> io::Result<()> {
-    let mut w = BufWriter::new(writer);
-    loop {
-        let msg = tokio::select! {
-            biased;
-            m = rx.recv() => m,
-            () = close.cancelled() => {
-                rx.close();
-                while let Ok(m) = rx.try_recv() {
-                    write_one(&mut w, m).await?;
-                }
-                break;
-            }
-        };
-        let Some(msg) = msg else { break };
-        write_one(&mut w, msg).await?;
-        if rx.is_empty() {
-            w.flush().await?;
-        }
-    }
-    w.flush().await?;
-    w.shutdown().await
-}
-
-async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Result<()> {
-    match msg.into_live_bytes() {
-        Some(bytes) => write_line(w, &bytes).await,
-        None => {
-            tracing::trace!("message for a cancelled request dropped unsent");
-            Ok(())
-        }
-    }
 }

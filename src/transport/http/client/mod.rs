@@ -65,7 +65,7 @@ use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
 use crate::transport::call::client::{Abandon, CallGuard, Outbound, ResponseFuture};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
-use crate::transport::http::PROTOCOL_VERSION;
+use crate::protocol::PROTOCOL_VERSION;
 use crate::{CancelReason, McpRequest};
 
 mod builder;

@@ -13,8 +13,9 @@ use super::{HttpClientError, Inner};
 use crate::error::BoxError;
 use crate::jsonrpc::{self, RequestId, PROTOCOL_VERSION_META};
 use crate::transport::call::client::Route;
-use crate::transport::http::validation::{
-    encode_header_value, name_field, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER,
+use crate::transport::http::headers::{
+    encode_header_value, name_field, MCP_METHOD_HEADER, MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
 };
 use crate::McpRequest;
 
@@ -58,16 +59,16 @@ pub(super) fn prepare(
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .header(
-            PROTOCOL_VERSION_HEADER,
+            MCP_PROTOCOL_VERSION_HEADER,
             HeaderValue::from_str(&version).map_err(|_| invalid("the protocol version"))?,
         )
         .header(
-            METHOD_HEADER,
+            MCP_METHOD_HEADER,
             HeaderValue::from_str(method).map_err(|_| invalid("the method"))?,
         );
     if let Some(name) = name {
         builder = builder.header(
-            NAME_HEADER,
+            MCP_NAME_HEADER,
             HeaderValue::from_str(&name).map_err(|_| invalid("Mcp-Name"))?,
         );
     }

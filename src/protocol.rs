@@ -1,0 +1,11 @@
+//! The protocol revisions: the one this crate implements and the earlier
+//! ones it recognizes. Transport-neutral, so that every client and server
+//! takes them from this one place.
+
+/// The protocol revision this crate implements.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// The earlier revisions recognized as legacy by default (the Streamable
+/// HTTP adapter serves them, see
+/// [`LegacyRequests`](crate::transport::http::LegacyRequests)).
+pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];

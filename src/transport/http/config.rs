@@ -1,0 +1,90 @@
+//! The configuration of the Streamable HTTP server adapter, shared by all
+//! clones of a [`StreamableHttpService`](super::StreamableHttpService).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::origin::OriginPolicy;
+use super::param_headers::ToolHeaderMap;
+use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
+
+/// The revision a request without `MCP-Protocol-Version` is taken for when
+/// [`StreamableHttpService::missing_version_as_2025_03_26`](super::StreamableHttpService::missing_version_as_2025_03_26)
+/// is on.
+pub const ASSUMED_LEGACY_VERSION: &str = "2025-03-26";
+
+/// The default of [`StreamableHttpService::sse_after`](super::StreamableHttpService::sse_after):
+/// a handler silent for this long gets an SSE response with keep-alives
+/// instead of a JSON answer at the end.
+pub const DEFAULT_SSE_AFTER: Duration = Duration::from_secs(10);
+
+/// The default body limit: 4 MiB.
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
+const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+const DEFAULT_NOTIFICATION_QUEUE: usize = 32;
+
+/// What the adapter does with a request from an earlier revision
+/// (`MCP-Protocol-Version: 2025-…`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LegacyRequests {
+    /// Pass it to the MCP service unchanged; a disconnect does not cancel it
+    /// (the handler runs to its end, its answer discarded). The default, as
+    /// those revisions say disconnection is not cancellation.
+    #[default]
+    Serve,
+    /// Pass it through, and cancel it on disconnect like a 2026 request.
+    ServeCancelOnDisconnect,
+    /// Refuse it: `400` with `UnsupportedProtocolVersion`.
+    Reject,
+}
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) origin: OriginPolicy,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) keep_alive: Option<Duration>,
+    pub(crate) supported: Arc<[String]>,
+    pub(crate) legacy_versions: Arc<[String]>,
+    pub(crate) legacy: LegacyRequests,
+    pub(crate) shutdown: Option<CancellationToken>,
+    pub(crate) queue: usize,
+    pub(crate) param_headers: Arc<ToolHeaderMap>,
+    pub(crate) missing_version_legacy: bool,
+    pub(crate) sse_after: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            origin: OriginPolicy::Localhost,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            keep_alive: Some(DEFAULT_KEEP_ALIVE),
+            supported: Arc::new([PROTOCOL_VERSION.to_owned()]),
+            legacy_versions: LEGACY_VERSIONS.iter().map(|v| v.to_string()).collect(),
+            legacy: LegacyRequests::Serve,
+            shutdown: None,
+            queue: DEFAULT_NOTIFICATION_QUEUE,
+            param_headers: Arc::new(ToolHeaderMap::new()),
+            missing_version_legacy: false,
+            sse_after: Some(DEFAULT_SSE_AFTER),
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("origin", &self.origin)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("keep_alive", &self.keep_alive)
+            .field("supported", &self.supported)
+            .field("legacy", &self.legacy)
+            .field("param_headers", &self.param_headers.len())
+            .field("missing_version_legacy", &self.missing_version_legacy)
+            .field("sse_after", &self.sse_after)
+            .finish()
+    }
+}

@@ -1,0 +1,255 @@
+//! One POST on the MCP endpoint, as a sequence of named steps: the HTTP
+//! checks, the body, the JSON-RPC message, the protocol era and its
+//! metadata headers, the call, and the response's shape. The order is the
+//! one the [adapter's docs](super::StreamableHttpService) list.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{header, HeaderMap, Method as HttpMethod, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::mpsc;
+
+use super::body::ResponseBody;
+use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
+use super::exchange::Exchange;
+use super::headers::MCP_PROTOCOL_VERSION_HEADER;
+use super::response;
+use super::validation::{
+    check_accept, check_content_type, check_legacy_headers, check_param_headers,
+    check_request_headers, protocol_version_header, MirroredParams, Rejection,
+};
+use crate::error::BoxError;
+use crate::jsonrpc::{ErrorObject, Message, RawRequest, SUBSCRIPTIONS_LISTEN};
+use crate::transport::call::outbox::Scope;
+use crate::transport::call::server as call;
+use crate::transport::McpService;
+use crate::Cancellation;
+
+/// Answers one HTTP request: a rejection becomes its error response.
+pub(crate) async fn handle<S, B>(
+    inner: S,
+    config: Arc<Config>,
+    req: Request<B>,
+) -> Response<ResponseBody>
+where
+    S: McpService,
+    B: Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    match try_handle(inner, config, req).await {
+        Ok(res) => res,
+        Err(rejection) => {
+            tracing::debug!(status = %rejection.status, code = rejection.error.code, message = ?rejection.error.message, "request rejected");
+            response::rejected(rejection)
+        }
+    }
+}
+
+async fn try_handle<S, B>(
+    inner: S,
+    config: Arc<Config>,
+    req: Request<B>,
+) -> Result<Response<ResponseBody>, Rejection>
+where
+    S: McpService,
+    B: Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    config.origin.check(&parts.headers)?;
+    if parts.method != HttpMethod::POST {
+        return Ok(response::method_not_allowed(&parts.method));
+    }
+    check_accept(&parts.headers)?;
+    check_content_type(&parts.headers)?;
+    let bytes = read_body(body, &parts.headers, config.max_body_bytes).await?;
+    let Some(raw) = decode(&bytes)? else {
+        return Ok(response::plain(StatusCode::ACCEPTED));
+    };
+    let era = check_metadata(&config, &parts.headers, &raw)?;
+    let exchange = start_call(inner, &config, parts, raw, era);
+    Ok(response::shape(exchange, &config).await)
+}
+
+/// Reads the body, up to `limit` bytes (`413` beyond, also when a
+/// `RequestBodyLimitLayer` outside cut it; a declared `Content-Length` over
+/// the limit is refused before reading).
+async fn read_body<B>(body: B, headers: &HeaderMap, limit: usize) -> Result<Bytes, Rejection>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let too_large = || {
+        Rejection::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                format!("Payload Too Large: the request body exceeds the limit of {limit} bytes"),
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if is_length_limit(&*e) => Err(too_large()),
+        Err(e) => Err(Rejection::new(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorObject::new(
+                ErrorObject::PARSE_ERROR,
+                format!("could not read the request body: {e}"),
+            ),
+        )),
+    }
+}
+
+fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<LengthLimitError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// The request in the body; `None` for a notification (answered `202`).
+/// A response, or anything that is not JSON-RPC, is refused (`400`).
+fn decode(bytes: &[u8]) -> Result<Option<RawRequest>, Rejection> {
+    match Message::decode(bytes) {
+        Err(e) => Err(Rejection::new(
+            StatusCode::BAD_REQUEST,
+            e.id.clone(),
+            e.to_error_object(),
+        )),
+        Ok(Message::Notification(n)) => {
+            tracing::debug!(method = ?n.method, "notification accepted");
+            Ok(None)
+        }
+        Ok(Message::Response(r)) => Err(Rejection::new(
+            StatusCode::BAD_REQUEST,
+            r.id,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                "Invalid Request: clients must not send JSON-RPC responses",
+            ),
+        )),
+        Ok(Message::Request(r)) => Ok(Some(r)),
+    }
+}
+
+/// Which protocol revision a request belongs to.
+#[derive(Clone, Copy, Debug)]
+struct Era {
+    /// An earlier (2025) revision.
+    legacy: bool,
+    /// Taken for 2025-03-26 for lack of an `MCP-Protocol-Version` header.
+    assumed: bool,
+}
+
+/// Decides the request's [`Era`] and checks its metadata headers against
+/// its body: the 2026 requirements (and `Mcp-Param-*`) for a modern
+/// request, the headers it does send for a legacy one.
+fn check_metadata(
+    config: &Config,
+    headers: &HeaderMap,
+    raw: &RawRequest,
+) -> Result<Era, Rejection> {
+    let mirrored = MirroredParams::read(raw.params.as_deref());
+    // Only a 2026 client puts the protocol version in the body: such a body
+    // is a 2026 request whatever the header says, so a header cannot turn
+    // off the checks below, or cancel-on-disconnect.
+    let modern_body = mirrored.has_protocol_version();
+    let assumed = config.missing_version_legacy
+        && !headers.contains_key(MCP_PROTOCOL_VERSION_HEADER)
+        && !modern_body;
+    let version = if assumed {
+        Some(ASSUMED_LEGACY_VERSION)
+    } else {
+        protocol_version_header(headers)
+    };
+    let legacy = !modern_body
+        && (assumed || version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v)));
+    if !legacy {
+        check_request_headers(headers, &raw.id, &raw.method, &mirrored, &config.supported)?;
+        if raw.method == "tools/call" && !config.param_headers.is_empty() {
+            check_param_headers(
+                headers,
+                &raw.id,
+                raw.params.as_deref(),
+                &config.param_headers,
+            )?;
+        }
+    } else if config.legacy == LegacyRequests::Reject {
+        return Err(Rejection::new(
+            StatusCode::BAD_REQUEST,
+            Some(raw.id.clone()),
+            ErrorObject::new(
+                ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
+                format!("Unsupported protocol version: {}", version.unwrap_or("")),
+            )
+            .with_data(serde_json::json!({ "supported": &*config.supported })),
+        ));
+    } else {
+        check_legacy_headers(headers, &raw.id, &raw.method, &mirrored)?;
+    }
+    Ok(Era { legacy, assumed })
+}
+
+/// Starts the call: the request the service sees (its [`Cancellation`] —
+/// the one an outer layer put in the HTTP request's extensions, or a new
+/// one —, a [`Notifier`](crate::Notifier), the HTTP request's extensions
+/// and its `HeaderMap`), run by the lifecycle, owned by an [`Exchange`].
+fn start_call<S: McpService>(
+    inner: S,
+    config: &Config,
+    parts: Parts,
+    raw: RawRequest,
+    era: Era,
+) -> Exchange {
+    let id = raw.id.clone();
+    let is_listen = raw.method == SUBSCRIPTIONS_LISTEN;
+    let cancellation = parts
+        .extensions
+        .get::<Cancellation>()
+        .cloned()
+        .unwrap_or_default();
+    let scope = Scope::new(cancellation);
+    let (tx, rx) = mpsc::channel(config.queue);
+    let mut mcp = call::prepare(raw, &scope, tx);
+    let mut extensions = parts.extensions;
+    extensions.extend(std::mem::take(mcp.extensions_mut()));
+    extensions.insert(parts.headers);
+    *mcp.extensions_mut() = extensions;
+
+    let cancel_on_disconnect =
+        !era.legacy || config.legacy == LegacyRequests::ServeCancelOnDisconnect;
+    tracing::debug!(request_id = %id, method = ?mcp.method(), legacy = era.legacy, assumed_version = era.assumed, "MCP request over HTTP");
+    let call = call::run(
+        inner,
+        mcp,
+        id.clone(),
+        scope.cancellation().clone(),
+        is_listen,
+    );
+    Exchange::new(
+        Box::pin(call),
+        rx,
+        scope,
+        id,
+        is_listen,
+        config.shutdown.clone(),
+        !cancel_on_disconnect,
+    )
+}

@@ -1,0 +1,351 @@
+//! [`StreamableHttpService`], the Streamable HTTP server adapter, and its
+//! [`StreamableHttpLayer`].
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use http_body::Body;
+use tokio_util::sync::CancellationToken;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::body::ResponseBody;
+use super::config::{Config, LegacyRequests, DEFAULT_MAX_BODY_BYTES};
+use super::future::ResponseFuture;
+use super::handle;
+use super::origin::OriginPolicy;
+use super::param_headers::ToolHeaderMap;
+use crate::error::BoxError;
+use crate::transport::McpService;
+
+/// The Streamable HTTP server adapter around an MCP request service `S`.
+///
+/// A tower service over `http::Request<B>` that turns each POST on the MCP
+/// endpoint into one call of an MCP request service (your layer stack), and
+/// whose response owns that call: **dropping the response — the future, or
+/// the SSE body once streaming — drops the handler future and fires its
+/// [`Cancellation`](crate::Cancellation) with
+/// [`CancelReason::ClientDisconnected`](crate::CancelReason::ClientDisconnected)**. hyper drops
+/// them when the client closes the connection (HTTP/1.1) or resets the stream
+/// (HTTP/2), so a client that goes away cancels its request, as the spec says.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::{service_fn, ServiceBuilder};
+/// use tower_mcp_cancel::transport::http::{OriginPolicy, StreamableHttpService};
+/// use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+///
+/// let mcp = ServiceBuilder::new()
+///     .layer(CancelOnDisconnectLayer::new())
+///     .layer(TimeoutLayer::new(Duration::from_secs(60)))
+///     .service(service_fn(|req: McpRequest| async move {
+///         Ok::<_, BoxError>(serde_json::json!({"resultType": "complete", "method": req.method()}))
+///     }));
+/// let endpoint = StreamableHttpService::new(mcp)
+///     .origin_policy(OriginPolicy::Localhost)
+///     .max_body_bytes(1 << 20)
+///     .keep_alive(Some(Duration::from_secs(15)));
+/// let app: axum::Router = axum::Router::new().route_service("/mcp", endpoint);
+/// # let _ = app;
+/// ```
+///
+/// What it does with a request, in order:
+///
+/// 1. `Origin` not allowed by the [`OriginPolicy`] → `403`. Not `POST` →
+///    `405` (`GET` and `DELETE` included: there is no GET stream and there are
+///    no sessions). `Accept` without both `application/json` and
+///    `text/event-stream` → `406`. A `Content-Type` other than JSON → `415`.
+/// 2. A body over the limit → `413` (also when a tower-http
+///    `RequestBodyLimitLayer` outside cut it). Not JSON-RPC → `400` with the
+///    parse / invalid-request error. A notification → `202`, no body. A
+///    response → `400`.
+/// 3. A request: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` checked
+///    against the body → `400` with `HeaderMismatch` (`-32020`); an
+///    unsupported version → `400` with `UnsupportedProtocolVersion`
+///    (`-32022`, `data.supported`). For a `tools/call` of a tool whose
+///    schema the adapter was given ([`param_headers`](StreamableHttpService::param_headers),
+///    [`tool_schema`](StreamableHttpService::tool_schema),
+///    [`tools`](StreamableHttpService::tools)), its `Mcp-Param-{Name}`
+///    headers too (see [`param_headers`](super::param_headers)): a missing,
+///    different, unreadable or repeated one → `400` with `HeaderMismatch`
+///    naming it.
+/// 4. The call: the request gets a [`Cancellation`](crate::Cancellation) and a
+///    [`Notifier`](crate::Notifier) in its extensions (plus the HTTP request's
+///    own extensions and its `HeaderMap`). If the handler answers before it
+///    sends any notification, the answer is `application/json` (status `404`
+///    for `-32601` method-not-found, `400` for the `-32020..-32022` protocol
+///    errors, `200` otherwise). If a notification comes first, the response
+///    becomes `text/event-stream`: the request's notifications, then the
+///    answer, which ends the stream; `X-Accel-Buffering: no`; `:` keep-alive
+///    comments when quiet. A handler still silent after
+///    [`sse_after`](StreamableHttpService::sse_after) (10 s by default) gets
+///    the SSE shape too — a `:` comment at once, keep-alives, then its
+///    answer — so that an idle proxy does not cut a long quiet call. A call
+///    that ends with [`Cancelled`](crate::Cancelled) on its own (nobody
+///    cancelled the request) is answered with a `-32603` error like any
+///    other failure.
+/// 5. `subscriptions/listen` streams at once and stays open until the handler
+///    ends (its result, with the subscription id added, closes the stream),
+///    the client closes it (the handler is dropped, token fired), or the
+///    [shutdown token](StreamableHttpService::shutdown) fires (the handler is
+///    dropped and the graceful listen result is sent, then the stream closes).
+/// 6. The [shutdown token](StreamableHttpService::shutdown) cancels every
+///    other request in flight too, with `CancelReason::Shutdown`: `503` if
+///    no byte was sent yet, otherwise the SSE stream ends without an answer.
+///
+/// # Earlier revisions (2025-03-26 … 2025-11-25)
+///
+/// A request without `MCP-Protocol-Version` is rejected, unless
+/// [`missing_version_as_2025_03_26`](StreamableHttpService::missing_version_as_2025_03_26)
+/// is on: it is then a 2025-03-26 request like those below.
+/// A request whose `MCP-Protocol-Version` is an earlier revision is passed to
+/// the MCP service unchanged, without the 2026 requirements (those clients
+/// do not send `Mcp-Method` or `_meta` versions) — but an `Mcp-Method` or
+/// `Mcp-Name` header it does send must match the body (`400`
+/// `HeaderMismatch`), and a body carrying
+/// `_meta["io.modelcontextprotocol/protocolVersion"]` is a 2026 request
+/// whatever the header says (a 2025 header on it is a mismatch): a header
+/// cannot switch the checks, or cancel-on-disconnect, off. By default a
+/// disconnect does **not** cancel it: in those revisions disconnection is not
+/// cancellation, so the handler is left to run to its end and its answer is
+/// discarded. [`LegacyRequests`] changes that. What the adapter does not do
+/// of the 2025 transport: sessions (`Mcp-Session-Id` is ignored, never
+/// minted or echoed), the GET stream (`405`), resumability (`Last-Event-ID`
+/// is ignored), server-to-client requests on SSE streams, and
+/// `notifications/cancelled` posted by a 2025 client (answered `202` and
+/// dropped: without sessions its request id cannot be resolved).
+#[derive(Clone)]
+pub struct StreamableHttpService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> fmt::Debug for StreamableHttpService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamableHttpService")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl<S> StreamableHttpService<S> {
+    /// The default body limit: 4 MiB.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = DEFAULT_MAX_BODY_BYTES;
+
+    /// The adapter around `inner`, with the defaults: localhost origins only,
+    /// 4 MiB bodies, keep-alive every 15 s, SSE after 10 s of silence,
+    /// 2026-07-28 supported, earlier revisions served without
+    /// cancel-on-disconnect, a request without `MCP-Protocol-Version`
+    /// rejected, no `Mcp-Param-*` checks (no tool schemas known).
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            config: Arc::new(Config::default()),
+        }
+    }
+
+    fn config_mut(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// Sets the `Origin` policy (DNS-rebinding protection).
+    pub fn origin_policy(mut self, policy: OriginPolicy) -> Self {
+        self.config_mut().origin = policy;
+        self
+    }
+
+    /// Sets the body size limit; larger bodies get `413`.
+    pub fn max_body_bytes(mut self, limit: usize) -> Self {
+        self.config_mut().max_body_bytes = limit;
+        self
+    }
+
+    /// Sets the keep-alive interval of SSE responses (`None`: no keep-alives).
+    /// Keep-alives are SSE comments: a client never counts them as progress.
+    pub fn keep_alive(mut self, interval: Option<Duration>) -> Self {
+        self.config_mut().keep_alive = interval;
+        self
+    }
+
+    /// Sets the protocol versions accepted as modern (default: `2026-07-28`).
+    pub fn supported_versions<I, V>(mut self, versions: I) -> Self
+    where
+        I: IntoIterator<Item = V>,
+        V: Into<String>,
+    {
+        self.config_mut().supported = versions.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets what happens with requests from earlier revisions.
+    pub fn legacy_requests(mut self, legacy: LegacyRequests) -> Self {
+        self.config_mut().legacy = legacy;
+        self
+    }
+
+    /// Treats a request without an `MCP-Protocol-Version` header as protocol
+    /// version `2025-03-26` (the spec's MAY, for clients older than
+    /// 2025-06-18, which did not send it): it then follows the
+    /// [`LegacyRequests`] setting like any 2025 request. Off by default: such
+    /// a request is rejected with `400` `HeaderMismatch`.
+    ///
+    /// A body that carries `_meta["io.modelcontextprotocol/protocolVersion"]`
+    /// is not from such a client, and stays rejected: leaving the header
+    /// out must not be a way around the modern header checks.
+    pub fn missing_version_as_2025_03_26(mut self, on: bool) -> Self {
+        self.config_mut().missing_version_legacy = on;
+        self
+    }
+
+    /// Sets how long a handler may stay silent before the answer switches to
+    /// SSE (`None`: never). A handler that sends no notification is normally
+    /// answered with `application/json` once it is done; until then nothing
+    /// is written, and an idle proxy or client timeout may cut the
+    /// connection. After this delay the response becomes
+    /// `text/event-stream` instead: an SSE comment at once, then keep-alive
+    /// comments at the [keep-alive](Self::keep_alive) interval, then the
+    /// handler's notifications and answer. Comments are never progress: a
+    /// client's idle limit is not reset by them. A disconnect still cancels.
+    ///
+    /// Default: 10 s ([`DEFAULT_SSE_AFTER`](super::DEFAULT_SSE_AFTER)). The spec makes clients accept
+    /// both shapes, so the switch costs nothing to a conforming client, while
+    /// common proxy idle limits are 30–60 s: the first bytes at 10 s and then
+    /// every 15 s stay well inside them. What changes for a slow handler is
+    /// that its answer comes with status `200` inside the stream even when it
+    /// is an error (e.g. `-32601`, which is `404` as JSON).
+    pub fn sse_after(mut self, delay: Option<Duration>) -> Self {
+        self.config_mut().sse_after = delay;
+        self
+    }
+
+    /// Sets the `x-mcp-header` annotations of the tools: for a `tools/call`
+    /// of a tool in the map, each annotated argument present (non-null) in
+    /// the body must come with its `Mcp-Param-{Name}` header, equal after
+    /// decoding (integers numerically), or the request is rejected with
+    /// `400` `HeaderMismatch` naming the header. Other `Mcp-Param-*` headers
+    /// are ignored, and so are calls of tools not in the map.
+    pub fn param_headers(mut self, tools: ToolHeaderMap) -> Self {
+        self.config_mut().param_headers = Arc::new(tools);
+        self
+    }
+
+    /// Adds one tool's `inputSchema` to the [`param_headers`](Self::param_headers)
+    /// map. An invalid annotation is logged (`warn`) and the tool left out —
+    /// conforming clients do not list it either.
+    pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
+        let map = Arc::make_mut(&mut self.config_mut().param_headers);
+        if let Err(e) = map.insert(tool, input_schema) {
+            tracing::warn!(tool = %crate::cancel::sanitize_reason(tool), reason = %e, "tool has an invalid x-mcp-header annotation; its Mcp-Param headers are not checked");
+        }
+        self
+    }
+
+    /// Sets the [`param_headers`](Self::param_headers) map from the server's
+    /// `tools/list` result (`{"tools": [...]}`) or a bare array of tool
+    /// definitions; invalid tools are logged (`warn`) and left out.
+    pub fn tools(self, tools: &serde_json::Value) -> Self {
+        let (map, rejected) = ToolHeaderMap::from_tools(tools);
+        for r in rejected {
+            tracing::warn!(tool = %crate::cancel::sanitize_reason(&r.name), reason = %r.error, "tool has an invalid x-mcp-header annotation; its Mcp-Param headers are not checked");
+        }
+        self.param_headers(map)
+    }
+
+    /// Sets the server's shutdown token: when it fires, every request in
+    /// flight on this endpoint is cancelled with
+    /// [`CancelReason::Shutdown`](crate::CancelReason::Shutdown) (its
+    /// handler future dropped, its token fired): one still waiting for its
+    /// first byte is answered `503` with no body, an SSE stream ends without
+    /// an answer, and an open `subscriptions/listen` stream gets its graceful
+    /// result before it closes. Requests arriving later get `503` without
+    /// their handler being called. Fire the same token as axum's
+    /// `with_graceful_shutdown` signal (or hyper-util's graceful shutdown) so
+    /// the server returns as soon as those responses are out.
+    pub fn shutdown(mut self, token: CancellationToken) -> Self {
+        self.config_mut().shutdown = Some(token);
+        self
+    }
+
+    /// Sets how many notifications a handler may queue ahead of a slow client
+    /// before [`Notifier::notify`](crate::Notifier::notify) waits (default 32).
+    pub fn notification_queue(mut self, capacity: usize) -> Self {
+        self.config_mut().queue = capacity.max(1);
+        self
+    }
+
+    /// The MCP service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Consumes the adapter, returning the MCP service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// A [`Layer`] producing [`StreamableHttpService`], for `ServiceBuilder`
+/// stacks: `ServiceBuilder::new().layer(StreamableHttpLayer::new()).layer(…mcp layers…).service(handler)`.
+#[derive(Clone, Debug)]
+pub struct StreamableHttpLayer {
+    template: StreamableHttpService<()>,
+}
+
+impl StreamableHttpLayer {
+    /// A layer with the default configuration.
+    pub fn new() -> Self {
+        Self {
+            template: StreamableHttpService::new(()),
+        }
+    }
+
+    /// A layer with the configuration of `template` (configure a
+    /// `StreamableHttpService::new(())`).
+    pub fn from_config(template: StreamableHttpService<()>) -> Self {
+        Self { template }
+    }
+}
+
+impl Default for StreamableHttpLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for StreamableHttpLayer {
+    type Service = StreamableHttpService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        StreamableHttpService {
+            inner,
+            config: self.template.config.clone(),
+        }
+    }
+}
+
+impl<S, B> Service<Request<B>> for StreamableHttpService<S>
+where
+    S: McpService,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Readiness of the MCP service is awaited per request, after the body
+        // is read and validated.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let inner = self.inner.clone();
+        let config = self.config.clone();
+        ResponseFuture::new(handle::handle(inner, config, req))
+    }
+}
