@@ -444,10 +444,11 @@ pub async fn run_stdio(cfg: &Config) -> Report {
     // The last cancellations are on their way: wait (bounded) for their
     // handlers to be dropped, then for the registry entries to go.
     handlers_idle(&gauges, Duration::from_secs(10)).await;
-    for _ in 0..10_000 {
-        if registry.is_empty() {
-            break;
-        }
+    // A request leaves the registry once its end is queued, on the server's
+    // tasks: give them the CPU until it is empty, bounded by wall time (a
+    // count of yields is no bound on a loaded machine).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !registry.is_empty() && std::time::Instant::now() < deadline {
         tokio::task::yield_now().await;
     }
     let mut r = report("stdio", cfg, &gauges, driven);
