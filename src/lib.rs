@@ -60,6 +60,7 @@ pub mod jsonrpc;
 pub mod notify;
 pub mod progress;
 pub mod request;
+pub mod sanitize;
 pub mod timeout;
 pub mod transport;
 
@@ -71,8 +72,8 @@ pub mod test_util;
 pub mod __fuzz;
 
 pub use builder::ServiceBuilderExt;
-pub use cancel::{CancelOnDisconnectLayer, CancelReason, Cancellation, InFlight};
-pub use error::{BoxError, Cancelled, Elapsed, Limit};
+pub use cancel::{CancelOnDisconnectLayer, Cancellation, InFlight};
+pub use error::{BoxError, CancelReason, Cancelled, Elapsed, Limit};
 pub use notify::{Notifier, RequestContext};
 pub use progress::{
     Progress, ProgressLimits, ProgressObserver, ProgressPolicy, ProgressResetLayer, ProgressTap,

@@ -13,10 +13,12 @@ use std::fmt;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::cancel::Cancellation;
 use crate::jsonrpc::{self, ProgressParams, ProgressToken};
+use crate::progress::ProgressTap;
 use crate::progress::RecordOutcome;
+use crate::request::RequestView;
 use crate::transport::call::outbox::{Outgoing, Scope};
-use crate::{Cancellation, ProgressTap, RequestView};
 
 /// Sends notifications that belong to one request.
 ///

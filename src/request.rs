@@ -11,8 +11,9 @@ use http::Extensions;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
+use crate::cancel::Cancellation;
 use crate::jsonrpc::{self, Method, ProgressToken, RawRequest, RequestId};
-use crate::{Cancellation, ProgressTap};
+use crate::progress::ProgressTap;
 
 /// An MCP request: id, method, raw params, progress token and extensions.
 ///

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use tokio_util::sync::CancellationToken;
 
 use self::sync::{Arc, AtomicWaker, OnceLock};
-use super::CancelReason;
+use crate::error::CancelReason;
 
 /// One request's cancellation: a one-shot state (active → cancelled with a
 /// reason, or active → completed), and a [`CancellationToken`] that fires on

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::jsonrpc::{Method, RequestId};
 
-use super::{CancelReason, Cancellation};
+use crate::cancel::Cancellation;
+use crate::error::CancelReason;
 
 /// The in-flight requests of one connection, by id.
 ///

@@ -7,9 +7,9 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::with_drop_reason;
-use crate::error::{BoxError, Elapsed, Limit};
+use crate::cancel::Cancellation;
+use crate::error::{BoxError, CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, RequestId};
-use crate::{CancelReason, Cancellation};
 
 pin_project! {
     /// Response future of [`Timeout`](super::Timeout).
