@@ -17,7 +17,7 @@ use crate::cancel::Cancellation;
 use crate::jsonrpc::{self, ProgressParams, ProgressToken};
 use crate::progress::ProgressTap;
 use crate::progress::RecordOutcome;
-use crate::request::RequestView;
+use crate::request::{ExtensionMap, RequestView};
 use crate::transport::call::outbox::{Outgoing, Scope};
 
 /// Sends notifications that belong to one request.
@@ -119,8 +119,8 @@ impl Notifier {
 
 /// What a handler needs of its request's context: the cancellation token,
 /// progress reporting, request-scoped notifications. Taken from the
-/// request's extensions; every part is optional, so it works in unit tests
-/// with a bare request too.
+/// request (through [`RequestView`]); every part is optional, so it works
+/// in unit tests with a bare request too.
 ///
 /// ```
 /// use tower_mcp_cancel::{notify::RequestContext, McpRequest};

@@ -15,7 +15,7 @@ use crate::error::BoxError;
 use crate::request::RequestView;
 
 /// Races the inner future against the request's [`Cancellation`], and fires
-/// it when the response (future, or body with [`GuardBody`]) is dropped early.
+/// it when the response (future, or body with [`GuardBody`](super::GuardBody)) is dropped early.
 pub struct CancelOnDisconnect<S, G = Passthrough> {
     inner: S,
     _guard: PhantomData<fn() -> G>,

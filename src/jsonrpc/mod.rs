@@ -1,7 +1,7 @@
 //! JSON-RPC 2.0 wire types, decoded only as far as the layers need.
 //!
 //! A request is decoded once: its `id`, `method` and `params._meta.progressToken`
-//! are read, and `params` itself is kept as raw JSON ([`RawValue`]) for the
+//! are read, and `params` itself is kept as raw JSON ([`RawValue`](serde_json::value::RawValue)) for the
 //! handler, so nothing is parsed twice.
 //!
 //! ```
