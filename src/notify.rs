@@ -45,6 +45,8 @@ impl fmt::Debug for Notifier {
 impl Notifier {
     /// A notifier for one request. `progress_token` is the token the peer sent
     /// (progress is only sent for a token the peer provided).
+    // Only the transports build one.
+    #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
     pub(crate) fn new(
         tx: mpsc::Sender<Outgoing>,
         progress_token: Option<ProgressToken>,

@@ -341,7 +341,7 @@ impl RequestView for McpRequest {
 }
 
 /// The `Mcp-Method` request header (Streamable HTTP, 2026-07-28).
-pub const MCP_METHOD_HEADER: &str = "mcp-method";
+pub(crate) const MCP_METHOD_HEADER: &str = "mcp-method";
 
 impl<B> RequestView for http::Request<B> {
     type Extensions = Extensions;

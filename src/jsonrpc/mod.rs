@@ -30,11 +30,8 @@ pub use error::ErrorObject;
 pub use id::{ProgressToken, RequestId};
 pub use message::{DecodeError, Message, RawNotification, RawRequest, RawResponse};
 pub use method::{Method, CANCELLED, PROGRESS, SUBSCRIPTIONS_LISTEN};
-pub(crate) use params::peek_progress_token;
-pub use params::{
-    params_with_progress_token, CancelledParams, ProgressParams, PROTOCOL_VERSION_META,
-    SUBSCRIPTION_ID_META,
-};
+pub(crate) use params::{params_with_progress_token, peek_progress_token};
+pub use params::{CancelledParams, ProgressParams, PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META};
 
 #[cfg(test)]
 mod tests;

@@ -161,7 +161,7 @@ pub(crate) fn peek_progress_token(params: &RawValue) -> Option<ProgressToken> {
 
 /// Returns `params` with `_meta.progressToken` set to `token`, keeping every
 /// other field.
-pub fn params_with_progress_token(
+pub(crate) fn params_with_progress_token(
     params: Option<&RawValue>,
     token: &ProgressToken,
 ) -> Result<Box<RawValue>, serde_json::Error> {

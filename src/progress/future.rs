@@ -1,3 +1,7 @@
+//! [`ResponseFuture`] of [`ProgressReset`](super::ProgressReset): the inner
+//! future raced against the idle limit (restarted by progress) and the hard
+//! maximum.
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};

@@ -44,10 +44,9 @@
 //! # }
 //! ```
 
-mod future;
+pub mod future;
 mod layer;
 mod tap;
 
-pub use future::ResponseFuture;
 pub use layer::{ProgressLimits, ProgressPolicy, ProgressReset, ProgressResetLayer};
 pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};

@@ -1,3 +1,6 @@
+//! [`ResponseFuture`] of [`Timeout`](super::Timeout): the inner future
+//! raced against the request's deadline.
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
