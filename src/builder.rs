@@ -5,7 +5,9 @@ use std::time::Duration;
 use tower::layer::util::Stack;
 use tower::ServiceBuilder;
 
-use crate::{CancelOnDisconnectLayer, ProgressResetLayer, TimeoutLayer};
+use crate::cancel::CancelOnDisconnectLayer;
+use crate::progress::ProgressResetLayer;
+use crate::timeout::TimeoutLayer;
 
 /// Adds this crate's layers to a [`tower::ServiceBuilder`].
 ///

@@ -1,11 +1,17 @@
-//! Typed outcomes: [`Elapsed`] (a limit fired) and [`Cancelled`] (the request
-//! was cancelled and must not be answered), and their JSON-RPC mapping.
+//! Typed outcomes: [`Elapsed`] (a limit fired), [`Cancelled`] (the request
+//! was cancelled and must not be answered) with its [`CancelReason`], and
+//! their JSON-RPC mapping.
+//!
+//! These are the values every layer and transport shares, so they sit below
+//! all of them: this module imports only the wire types and the log
+//! sanitizer.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
 use crate::jsonrpc::ErrorObject;
-use crate::CancelReason;
+use crate::sanitize;
 
 /// The error type of the services in this crate, as in tower.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -80,6 +86,47 @@ impl fmt::Display for Elapsed {
 }
 
 impl std::error::Error for Elapsed {}
+
+/// Why a request was cancelled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The peer sent `notifications/cancelled` (the reason text it gave, sanitized).
+    Peer(Option<String>),
+    /// The client closed the response (HTTP stream closed, response future dropped).
+    ClientDisconnected,
+    /// The transport closed (stdin EOF, connection lost).
+    TransportClosed,
+    /// A limit fired.
+    Timeout(Elapsed),
+    /// The caller dropped the request's future (client side).
+    CallerDropped,
+    /// The server is shutting down.
+    Shutdown,
+    /// Anything else.
+    Other(Cow<'static, str>),
+}
+
+impl CancelReason {
+    /// A peer-supplied reason, truncated and stripped of control characters.
+    pub fn peer(reason: Option<&str>) -> Self {
+        CancelReason::Peer(reason.map(sanitize::for_log))
+    }
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CancelReason::Peer(Some(r)) => write!(f, "cancelled by peer: {r}"),
+            CancelReason::Peer(None) => f.write_str("cancelled by peer"),
+            CancelReason::ClientDisconnected => f.write_str("client disconnected"),
+            CancelReason::TransportClosed => f.write_str("transport closed"),
+            CancelReason::Timeout(e) => fmt::Display::fmt(e, f),
+            CancelReason::CallerDropped => f.write_str("caller dropped the request"),
+            CancelReason::Shutdown => f.write_str("server shutting down"),
+            CancelReason::Other(s) => f.write_str(s),
+        }
+    }
+}
 
 /// The request was cancelled; its inner future has been dropped.
 ///

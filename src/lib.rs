@@ -20,10 +20,14 @@
 //! * [`CancelOnDisconnectLayer`] — the server side: races the handler against
 //!   the request's [`Cancellation`], fires it when the response is dropped.
 //!
-//! The layers talk to each other and to transports through the request's
-//! [`http::Extensions`]: a [`Cancellation`] (the transport's cancel signal and
-//! the handler's token), a [`ProgressTap`] (where progress is recorded), a
-//! [`RequestTimeout`] (the caller's override). Each is a small public type, so
+//! The layers talk to each other and to transports through per-request
+//! values, reached only through [`RequestView`] accessors: a [`Cancellation`]
+//! (the transport's cancel signal and the handler's token), a [`ProgressTap`]
+//! (where progress is recorded), a [`RequestTimeout`] (the caller's
+//! override). [`McpRequest`] keeps the two hot ones in fields,
+//! `http::Request` in its [`http::Extensions`]; a third-party request type
+//! implements [`RequestView`] with one small storage trait,
+//! [`ExtensionMap`] (see [`request`]). Each value is a small public type, so
 //! a third-party transport or handler can take part.
 //!
 //! ```
@@ -62,6 +66,7 @@ pub mod notify;
 pub mod progress;
 pub mod protocol;
 pub mod request;
+pub mod sanitize;
 pub mod timeout;
 pub mod transport;
 
@@ -79,11 +84,11 @@ pub mod __fuzz;
 struct ReadmeDoctests;
 
 pub use builder::ServiceBuilderExt;
-pub use cancel::{CancelOnDisconnectLayer, CancelReason, Cancellation, InFlight};
-pub use error::{BoxError, Cancelled, Elapsed, Limit};
+pub use cancel::{CancelOnDisconnectLayer, Cancellation, InFlight};
+pub use error::{BoxError, CancelReason, Cancelled, Elapsed, Limit};
 pub use notify::{Notifier, RequestContext};
 pub use progress::{
     Progress, ProgressLimits, ProgressObserver, ProgressPolicy, ProgressResetLayer, ProgressTap,
 };
-pub use request::{McpRequest, RequestView};
+pub use request::{ExtensionMap, McpRequest, RequestView};
 pub use timeout::{MethodPolicy, RequestTimeout, TimeoutLayer, TimeoutPolicy};

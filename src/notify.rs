@@ -13,10 +13,12 @@ use std::fmt;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::cancel::Cancellation;
 use crate::jsonrpc::{self, ProgressParams, ProgressToken};
+use crate::progress::ProgressTap;
 use crate::progress::RecordOutcome;
+use crate::request::{ExtensionMap, RequestView};
 use crate::transport::call::outbox::{Outgoing, Scope};
-use crate::{Cancellation, ProgressTap, RequestView};
 
 /// Sends notifications that belong to one request.
 ///
@@ -43,6 +45,8 @@ impl fmt::Debug for Notifier {
 impl Notifier {
     /// A notifier for one request. `progress_token` is the token the peer sent
     /// (progress is only sent for a token the peer provided).
+    // Only the transports build one.
+    #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
     pub(crate) fn new(
         tx: mpsc::Sender<Outgoing>,
         progress_token: Option<ProgressToken>,
@@ -117,8 +121,8 @@ impl Notifier {
 
 /// What a handler needs of its request's context: the cancellation token,
 /// progress reporting, request-scoped notifications. Taken from the
-/// request's extensions; every part is optional, so it works in unit tests
-/// with a bare request too.
+/// request (through [`RequestView`]); every part is optional, so it works
+/// in unit tests with a bare request too.
 ///
 /// ```
 /// use tower_mcp_cancel::{notify::RequestContext, McpRequest};

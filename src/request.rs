@@ -1,18 +1,40 @@
 //! The request the layers see, and [`RequestView`], which lets the layers work
 //! over other request types too.
 //!
-//! The layers need four things of a request: its id, its method, its progress
-//! token, and a place to put per-request values ([`http::Extensions`]). Every
-//! layer in this crate is generic over [`RequestView`], implemented here for
-//! [`McpRequest`] and for [`http::Request<B>`]; implement it for your own
-//! request type to use the layers with it.
+//! # Where per-request values live
+//!
+//! The layers reach a request only through [`RequestView`]: its id, method
+//! and progress token, and the per-request values they share with each
+//! other, with transports and with handlers:
+//!
+//! * the two every stack sets on every call — the [`Cancellation`]
+//!   ([`cancellation`](RequestView::cancellation) /
+//!   [`set_cancellation`](RequestView::set_cancellation)) and the
+//!   [`ProgressTap`] ([`progress_tap`](RequestView::progress_tap) /
+//!   [`set_progress_tap`](RequestView::set_progress_tap));
+//! * the caller's settings, looked up by type in the request's
+//!   [`extensions`](RequestView::extensions):
+//!   [`RequestTimeout`](crate::RequestTimeout),
+//!   [`ProgressLimits`](crate::ProgressLimits),
+//!   [`ProgressObserver`](crate::ProgressObserver), and a transport's
+//!   [`Notifier`](crate::Notifier).
+//!
+//! Where a request type stores them is its own business. [`McpRequest`]
+//! keeps the two hot ones in fields (inserting into an extension map
+//! allocates, which was most of the layers' per-call cost) and the rest in
+//! its [`http::Extensions`]; `http::Request` keeps all of them in its
+//! extensions. A third-party request type implements [`RequestView`] with
+//! one small storage trait for its type map, [`ExtensionMap`]
+//! (implemented here for [`http::Extensions`]); the accessors for the hot
+//! two default to that map and can be overridden with fields.
 
 use http::Extensions;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
+use crate::cancel::Cancellation;
 use crate::jsonrpc::{self, Method, ProgressToken, RawRequest, RequestId};
-use crate::{Cancellation, ProgressTap};
+use crate::progress::ProgressTap;
 
 /// An MCP request: id, method, raw params, progress token and extensions.
 ///
@@ -191,15 +213,44 @@ impl From<RawRequest> for McpRequest {
     }
 }
 
-/// What the layers can see of a request.
+/// Per-request values by type: the storage a [`RequestView`] needs.
+///
+/// A type map such as [`http::Extensions`] (implemented here), or rmcp's and
+/// tower-mcp's extension types. Values are looked up by their type; a
+/// second insert of a type replaces the first.
+pub trait ExtensionMap {
+    /// The value of type `T`, if one was inserted.
+    fn get<T: Send + Sync + 'static>(&self) -> Option<&T>;
+    /// Inserts `value`, replacing any earlier value of its type.
+    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T);
+}
+
+impl ExtensionMap for Extensions {
+    #[inline]
+    fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        Extensions::get(self)
+    }
+    #[inline]
+    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
+        Extensions::insert(self, value);
+    }
+}
+
+/// What the layers can see of a request: the only way they reach it.
 ///
 /// Implemented for [`McpRequest`] and for [`http::Request<B>`] (method from a
 /// [`Method`] in the extensions, put there by server code that read the
 /// body, or else claimed by the `Mcp-Method` header; id and progress token
 /// from the request's extensions, where an HTTP adapter that read the body
-/// puts them). Implement it for your own request type to stack the layers
-/// over it.
+/// puts them). To stack the layers over your own request type, implement the
+/// required methods: id, method, progress token, and an [`ExtensionMap`]
+/// for per-request values. The [`Cancellation`] and [`ProgressTap`]
+/// accessors default to that map; override them with fields of your type
+/// to spare the map's allocations, as [`McpRequest`] does (see the
+/// [module docs](self)).
 pub trait RequestView {
+    /// Where this request keeps per-request values by type.
+    type Extensions: ExtensionMap;
     /// The JSON-RPC id, when known.
     fn request_id(&self) -> Option<RequestId>;
     /// The MCP method, when known.
@@ -214,14 +265,14 @@ pub trait RequestView {
         true
     }
     /// The progress token, when the request carries one.
-    fn progress_token(&self) -> Option<ProgressToken>;
+    fn progress_token(&self) -> Option<&ProgressToken>;
     /// Assigns a progress token to a request that has none. Returns `false`
     /// when this request type cannot carry one.
     fn set_progress_token(&mut self, token: ProgressToken) -> bool;
-    /// The request's extensions.
-    fn extensions(&self) -> &Extensions;
-    /// The request's extensions, mutably.
-    fn extensions_mut(&mut self) -> &mut Extensions;
+    /// The request's per-request values.
+    fn extensions(&self) -> &Self::Extensions;
+    /// The request's per-request values, mutably.
+    fn extensions_mut(&mut self) -> &mut Self::Extensions;
     /// The request's [`Cancellation`], if a layer, transport or caller set
     /// one. Default: looked up in the extensions.
     fn cancellation(&self) -> Option<&Cancellation> {
@@ -251,14 +302,15 @@ pub trait RequestView {
 }
 
 impl RequestView for McpRequest {
+    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         self.id.clone()
     }
     fn mcp_method(&self) -> Option<Method> {
         self.method.clone()
     }
-    fn progress_token(&self) -> Option<ProgressToken> {
-        self.progress_token.clone()
+    fn progress_token(&self) -> Option<&ProgressToken> {
+        self.progress_token.as_ref()
     }
     fn set_progress_token(&mut self, token: ProgressToken) -> bool {
         self.progress_token = Some(token);
@@ -288,10 +340,9 @@ impl RequestView for McpRequest {
     }
 }
 
-/// The `Mcp-Method` request header (Streamable HTTP, 2026-07-28).
-pub const MCP_METHOD_HEADER: &str = "mcp-method";
 
 impl<B> RequestView for http::Request<B> {
+    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         self.extensions().get::<RequestId>().cloned()
     }
@@ -300,7 +351,7 @@ impl<B> RequestView for http::Request<B> {
             return Some(m.clone());
         }
         self.headers()
-            .get(MCP_METHOD_HEADER)
+            .get(crate::protocol::MCP_METHOD_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(Method::new)
     }
@@ -309,8 +360,8 @@ impl<B> RequestView for http::Request<B> {
     fn mcp_method_checked(&self) -> bool {
         self.extensions().get::<Method>().is_some()
     }
-    fn progress_token(&self) -> Option<ProgressToken> {
-        self.extensions().get::<ProgressToken>().cloned()
+    fn progress_token(&self) -> Option<&ProgressToken> {
+        self.extensions().get::<ProgressToken>()
     }
     fn set_progress_token(&mut self, token: ProgressToken) -> bool {
         self.extensions_mut().insert(token);

@@ -1,15 +1,18 @@
+//! [`CancelOnDropBody`]: a response body that fires its request's
+//! cancellation when dropped before its end.
+
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::DisconnectGuard;
+use crate::cancel::guard::DisconnectGuard;
 
 pin_project! {
     /// A response body that fires its request's
     /// [`Cancellation`](super::Cancellation) with
-    /// [`CancelReason::ClientDisconnected`](super::CancelReason::ClientDisconnected)
+    /// [`CancelReason::ClientDisconnected`](crate::CancelReason::ClientDisconnected)
     /// when dropped before its end (hyper drops the body when the client
     /// goes away). A body that reached its end fires nothing.
     pub struct CancelOnDropBody<B> {
@@ -21,7 +24,7 @@ pin_project! {
 
 impl<B> CancelOnDropBody<B> {
     /// Wraps `body` with `guard`.
-    pub fn new(body: B, guard: DisconnectGuard) -> Self
+    pub(crate) fn new(body: B, guard: DisconnectGuard) -> Self
     where
         B: Body,
     {

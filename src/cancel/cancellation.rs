@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use tokio_util::sync::CancellationToken;
 
 use self::sync::{Arc, AtomicWaker, OnceLock};
-use super::CancelReason;
+use crate::error::CancelReason;
 
 /// One request's cancellation: a one-shot state (active → cancelled with a
 /// reason, or active → completed), and a [`CancellationToken`] that fires on
@@ -141,7 +141,7 @@ impl Cancellation {
 
     /// Polls for cancellation, for the one future racing this request (a
     /// layer); it is woken on cancel. Other waiters use [`token`](Self::token).
-    pub fn poll_cancelled(&self, cx: &mut Context<'_>) -> Poll<CancelReason> {
+    pub(crate) fn poll_cancelled(&self, cx: &mut Context<'_>) -> Poll<CancelReason> {
         if let Some(r) = self.reason() {
             return Poll::Ready(r.clone());
         }
@@ -153,7 +153,7 @@ impl Cancellation {
     }
 
     /// Whether two handles share one state.
-    pub fn same_as(&self, other: &Cancellation) -> bool {
+    pub(crate) fn same_as(&self, other: &Cancellation) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 }

@@ -1,3 +1,6 @@
+//! [`ResponseFuture`] of [`CancelOnDisconnect`](super::CancelOnDisconnect):
+//! races the handler's future against the request's cancellation.
+
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -5,88 +8,10 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::error::{BoxError, Cancelled};
-use crate::jsonrpc::{Method, RequestId};
-
-use super::layer::GuardResponse;
-use super::{current_drop_reason, with_drop_reason, CancelReason, Cancellation};
-
-/// Fires a request's [`Cancellation`] with
-/// [`CancelReason::ClientDisconnected`] if dropped while armed; completes it
-/// when the response reached its end.
-///
-/// If the drop happens inside a [`drop_with_reason`](super::drop_with_reason) scope (a limit fired
-/// above), that reason is used instead.
-///
-/// The guard reads no clock: the timer layers log how long a request ran
-/// when they end it, and a disconnect is logged with its id and method.
-pub struct DisconnectGuard {
-    cancellation: Cancellation,
-    id: Option<RequestId>,
-    method: Option<Method>,
-    armed: bool,
-}
-
-impl DisconnectGuard {
-    /// An armed guard for a request.
-    pub fn new(cancellation: Cancellation, id: Option<RequestId>, method: Option<Method>) -> Self {
-        Self {
-            cancellation,
-            id,
-            method,
-            armed: true,
-        }
-    }
-
-    /// The request's cancellation.
-    pub fn cancellation(&self) -> &Cancellation {
-        &self.cancellation
-    }
-
-    /// The response reached its end: the request completed, later cancels
-    /// are no-ops, and dropping the guard fires nothing.
-    pub fn complete(mut self) {
-        self.disarm();
-    }
-
-    pub(crate) fn disarm(&mut self) {
-        if self.armed {
-            self.armed = false;
-            self.cancellation.complete();
-        }
-    }
-
-    pub(crate) fn log_cancelled(&self, reason: &CancelReason, what: &'static str) {
-        tracing::info!(
-            request_id = self.id.as_ref().map(tracing::field::display),
-            method = self.method.as_deref().unwrap_or(""),
-            %reason,
-            "{what}"
-        );
-    }
-}
-
-impl Drop for DisconnectGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let reason = current_drop_reason().unwrap_or(CancelReason::ClientDisconnected);
-        if self.cancellation.cancel(reason.clone()) {
-            self.log_cancelled(&reason, "request dropped before completion; token fired");
-        }
-    }
-}
-
-impl std::fmt::Debug for DisconnectGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DisconnectGuard")
-            .field("id", &self.id)
-            .field("method", &self.method)
-            .field("armed", &self.armed)
-            .finish()
-    }
-}
+use crate::cancel::drop_reason::with_drop_reason;
+use crate::cancel::guard::DisconnectGuard;
+use crate::cancel::response::GuardResponse;
+use crate::error::{BoxError, CancelReason, Cancelled};
 
 pin_project! {
     /// Response future of [`CancelOnDisconnect`](super::CancelOnDisconnect).
@@ -121,7 +46,7 @@ impl<F, G> Projection<'_, F, G> {
         with_drop_reason(&reason, || self.inner.set(None));
         let mut guard = self.guard.take().expect("guard present");
         guard.log_cancelled(&reason, "request cancelled; handler future dropped");
-        guard.armed = false;
+        guard.defuse();
         Box::new(Cancelled::new(reason))
     }
 }

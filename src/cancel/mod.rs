@@ -8,7 +8,7 @@
 //! [`Cancelled`](crate::Cancelled), which tells the transport to write
 //! nothing for this id. When the layer's own response future is dropped
 //! before it completed (the client went away), the token fires with
-//! [`CancelReason::ClientDisconnected`].
+//! [`CancelReason::ClientDisconnected`](crate::CancelReason::ClientDisconnected).
 //!
 //! ```
 //! use std::time::Duration;
@@ -35,21 +35,37 @@
 //! # }
 //! ```
 
+//! The files follow tower-http's `on_early_drop`, one concept each, with
+//! imports running one way: [`Cancellation`] (the state) and the drop-reason
+//! scope; the guard that fires a cancellation when dropped; the response
+//! [`future`] and the guarded body that carry it; [`GuardResponse`] (how far
+//! it reaches); the [`CancelOnDisconnect`] service; its layer. The
+//! per-connection [`InFlight`] registry stands beside them, for transports.
+
 mod body;
 mod cancellation;
-mod future;
+mod drop_reason;
+pub mod future;
+mod guard;
 mod layer;
-mod reason;
 mod registry;
+mod response;
+mod service;
 
 pub use body::CancelOnDropBody;
 pub use cancellation::Cancellation;
-pub use future::{DisconnectGuard, ResponseFuture};
-pub use layer::{
-    CancelOnDisconnect, CancelOnDisconnectLayer, GuardBody, GuardResponse, Passthrough,
-};
-pub use reason::{
-    current_drop_reason, drop_with_reason, sanitize_reason, with_drop_reason, CancelReason,
-    MAX_REASON_CHARS,
-};
+pub use drop_reason::{current_drop_reason, drop_with_reason, with_drop_reason};
+pub use layer::CancelOnDisconnectLayer;
 pub use registry::{CancelOutcome, DuplicateId, InFlight, InFlightGuard};
+pub use response::{GuardBody, GuardResponse, Passthrough};
+pub use service::CancelOnDisconnect;
+
+// Crate-internal: the request lifecycle (`transport::call`) races its own
+// calls with the same guard and future.
+pub(crate) use future::ResponseFuture;
+pub(crate) use guard::DisconnectGuard;
+
+/// Old path of [`crate::sanitize::for_log`], kept until the transports and
+/// tests move to the new one.
+#[doc(hidden)]
+pub use crate::sanitize::for_log as sanitize_reason;

@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::jsonrpc::{Method, RequestId};
 
-use super::{CancelReason, Cancellation};
+use crate::cancel::Cancellation;
+use crate::error::CancelReason;
 
 /// The in-flight requests of one connection, by id.
 ///
 /// A transport registers each request as it arrives, hands the returned
-/// [`InFlightGuard`]'s [`Cancellation`] to the layers (through the request's
-/// extensions), cancels by id when the peer says so, and lets the guard
+/// [`InFlightGuard`]'s [`Cancellation`] to the layers (with
+/// [`RequestView::set_cancellation`](crate::RequestView::set_cancellation)), cancels by id when the peer says so, and lets the guard
 /// unregister the request when it ends. Clones share the registry; create one
 /// per connection, never one per process: ids are only meaningful within
 /// their connection.
@@ -178,7 +179,7 @@ pub struct InFlightGuard {
 }
 
 impl InFlightGuard {
-    /// The request's cancellation, to put in its extensions.
+    /// The request's cancellation, to set on the request.
     pub fn cancellation(&self) -> &Cancellation {
         &self.cancellation
     }

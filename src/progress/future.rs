@@ -1,3 +1,7 @@
+//! [`ResponseFuture`] of [`ProgressReset`](super::ProgressReset): the inner
+//! future raced against the idle limit (restarted by progress) and the hard
+//! maximum.
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -6,9 +10,9 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::with_drop_reason;
-use crate::error::{BoxError, Elapsed, Limit};
+use crate::cancel::Cancellation;
+use crate::error::{BoxError, CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, RequestId};
-use crate::{CancelReason, Cancellation};
 
 use super::{ProgressLimits, ProgressTap};
 

@@ -9,7 +9,7 @@ use tower_service::Service;
 
 use crate::error::BoxError;
 use crate::jsonrpc::ProgressToken;
-use crate::request::RequestView;
+use crate::request::{ExtensionMap, RequestView};
 use crate::timeout::MethodPolicy;
 
 use super::future::ResponseFuture;
@@ -236,7 +236,7 @@ where
                 .unwrap_or(ProgressLimits::NONE),
         };
         let token = match req.progress_token() {
-            Some(t) => t,
+            Some(t) => t.clone(),
             None => {
                 let t = self.tokens.next();
                 req.set_progress_token(t.clone());

@@ -1,7 +1,8 @@
 //! [`ProgressResetLayer`]: an idle limit that progress restarts, and a hard
 //! maximum that nothing extends.
 //!
-//! The layer puts a [`ProgressTap`] in each request's extensions. Whoever sees
+//! The layer gives each request a [`ProgressTap`]
+//! ([`RequestView::set_progress_tap`](crate::RequestView::set_progress_tap)). Whoever sees
 //! progress for the request records it there: a client transport receiving
 //! `notifications/progress`, or a server handler reporting its own progress.
 //! Only a value strictly greater than the last one counts (the spec says
@@ -43,10 +44,9 @@
 //! # }
 //! ```
 
-mod future;
+pub mod future;
 mod layer;
 mod tap;
 
-pub use future::ResponseFuture;
 pub use layer::{ProgressLimits, ProgressPolicy, ProgressReset, ProgressResetLayer};
 pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};

@@ -59,7 +59,8 @@ impl fmt::Debug for ProgressObserver {
 /// Where progress for one request is recorded, and seen.
 ///
 /// [`ProgressResetLayer`](super::ProgressResetLayer) creates one per request
-/// and puts it in the request's extensions; the idle clock restarts on each
+/// and sets it on the request ([`RequestView::set_progress_tap`](crate::RequestView::set_progress_tap));
+/// the idle clock restarts on each
 /// accepted report. Clones share the tap. After the request ends the tap is
 /// closed and records nothing more.
 #[derive(Clone)]

@@ -1,3 +1,6 @@
+//! [`ResponseFuture`] of [`Timeout`](super::Timeout): the inner future
+//! raced against the request's deadline.
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -7,9 +10,9 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::with_drop_reason;
-use crate::error::{BoxError, Elapsed, Limit};
+use crate::cancel::Cancellation;
+use crate::error::{BoxError, CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, RequestId};
-use crate::{CancelReason, Cancellation};
 
 pin_project! {
     /// Response future of [`Timeout`](super::Timeout).

@@ -6,7 +6,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::error::BoxError;
-use crate::request::RequestView;
+use crate::request::{ExtensionMap, RequestView};
 
 use super::future::ResponseFuture;
 use super::{RequestTimeout, TimeoutPolicy};

@@ -56,10 +56,9 @@
 //! # }
 //! ```
 
-mod future;
+pub mod future;
 mod layer;
 mod policy;
 
-pub use future::ResponseFuture;
 pub use layer::{Timeout, TimeoutLayer};
 pub use policy::{MethodPolicy, RequestTimeout, TimeoutPolicy};

@@ -17,6 +17,7 @@ pub struct RmcpRequest {
     pub(super) request: ClientRequest,
     pub(super) context: RequestContext<RoleServer>,
     method: Method,
+    progress_token: Option<ProgressToken>,
     extensions: Extensions,
     cancellation: Cancellation,
     started: Option<Instant>,
@@ -41,8 +42,10 @@ impl RmcpRequest {
         cancellation: Cancellation,
     ) -> Self {
         context.ct = cancellation.token();
+        let progress_token = context.meta.get_progress_token().map(|t| convert(&t.0));
         Self {
             method: Method::new(request.method()),
+            progress_token,
             request,
             context,
             extensions: Extensions::new(),
@@ -72,17 +75,15 @@ pub(super) fn convert<T: From<i64> + From<String>>(v: &NumberOrString) -> T {
 }
 
 impl RequestView for RmcpRequest {
+    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         Some(convert(&self.context.id))
     }
     fn mcp_method(&self) -> Option<Method> {
         Some(self.method.clone())
     }
-    fn progress_token(&self) -> Option<ProgressToken> {
-        self.context
-            .meta
-            .get_progress_token()
-            .map(|t| convert(&t.0))
+    fn progress_token(&self) -> Option<&ProgressToken> {
+        self.progress_token.as_ref()
     }
     /// Always `false`: a handler reports progress only for a token the
     /// client sent, and a token the client never asked for must not reach

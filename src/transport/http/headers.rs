@@ -18,7 +18,7 @@ pub const MCP_PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 pub const MCP_NAME_HEADER: &str = "mcp-name";
 /// The prefix of the `Mcp-Param-{Name}` headers, as the spec writes it.
 pub const MCP_PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
-pub use crate::request::MCP_METHOD_HEADER;
+pub use crate::protocol::MCP_METHOD_HEADER;
 
 /// Asks nginx-style proxies not to buffer an SSE response.
 pub(crate) const X_ACCEL_BUFFERING: &str = "x-accel-buffering";

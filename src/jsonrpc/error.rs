@@ -1,0 +1,62 @@
+//! [`ErrorObject`]: the JSON-RPC error object and its codes.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A JSON-RPC error object (`{"code", "message", "data"?}`).
+///
+/// It is also the error a handler returns to have the transport answer with
+/// that error, and the error a client service reports for an error response.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    /// The error code.
+    pub code: i64,
+    /// A short description.
+    pub message: String,
+    /// Optional structured detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+impl ErrorObject {
+    /// Invalid JSON was received.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// The JSON sent is not a valid request object.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// The method does not exist.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Invalid method parameters.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// HTTP headers do not match the body (Streamable HTTP, 2026-07-28).
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// A required client capability is missing (2026-07-28).
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    /// The requested protocol version is not supported (2026-07-28).
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+    /// An error with a code and a message.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// Attaches `data`.
+    pub fn with_data(mut self, data: serde_json::Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+}
+
+impl fmt::Display for ErrorObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JSON-RPC error {}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ErrorObject {}

@@ -1,0 +1,221 @@
+//! [`Message`]: the JSON-RPC envelope, decoded once, `params` kept raw.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use super::error::ErrorObject;
+use super::id::{ProgressToken, RequestId};
+use super::method::Method;
+use super::params::peek_progress_token;
+
+/// A request as decoded from the wire: id, method and progress token read,
+/// `params` kept raw.
+#[derive(Clone, Debug)]
+pub struct RawRequest {
+    /// The request id.
+    pub id: RequestId,
+    /// The method name.
+    pub method: Method,
+    /// The parameters, undecoded.
+    pub params: Option<Box<RawValue>>,
+    /// `params._meta.progressToken`, if the request asked for progress.
+    pub progress_token: Option<ProgressToken>,
+}
+
+/// A notification as decoded from the wire.
+#[derive(Clone, Debug)]
+pub struct RawNotification {
+    /// The method name.
+    pub method: Method,
+    /// The parameters, undecoded.
+    pub params: Option<Box<RawValue>>,
+}
+
+/// A response as decoded from the wire.
+#[derive(Clone, Debug)]
+pub struct RawResponse {
+    /// The id of the request this answers; `None` for an error about a
+    /// request whose id could not be read.
+    pub id: Option<RequestId>,
+    /// The result, or the error.
+    pub outcome: Result<Box<RawValue>, ErrorObject>,
+}
+
+/// One JSON-RPC message.
+#[derive(Clone, Debug)]
+pub enum Message {
+    /// A request (has `method` and `id`).
+    Request(RawRequest),
+    /// A notification (has `method`, no `id`).
+    Notification(RawNotification),
+    /// A response (has `result` or `error`).
+    Response(RawResponse),
+}
+
+/// Why a line could not be decoded as a JSON-RPC message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodeError {
+    /// The JSON-RPC error code to answer with (`-32700` or `-32600`).
+    pub code: i64,
+    /// What was wrong.
+    pub message: String,
+    /// The request id, when it could be read.
+    pub id: Option<RequestId>,
+}
+
+impl DecodeError {
+    /// The error object to send back.
+    pub fn to_error_object(&self) -> ErrorObject {
+        ErrorObject::new(self.code, self.message.clone())
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// The id field as seen on the wire: absent, null, valid, or of the wrong type.
+enum WireId {
+    Null,
+    Valid(RequestId),
+    Invalid,
+}
+
+impl<'de> Deserialize<'de> for WireId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Ok(match v {
+            serde_json::Value::Null => WireId::Null,
+            other => match RequestId::deserialize(other) {
+                Ok(id) => WireId::Valid(id),
+                Err(_) => WireId::Invalid,
+            },
+        })
+    }
+}
+
+fn present_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<WireId>, D::Error> {
+    WireId::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<Cow<'a, str>>,
+    // `deserialize_with` so that `"id": null` is seen, not folded into "absent".
+    #[serde(default, deserialize_with = "present_id")]
+    id: Option<WireId>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+impl Message {
+    /// Decodes one message (one line of stdio, one HTTP body).
+    ///
+    /// Never panics. Invalid JSON is a `-32700` error; valid JSON that is not
+    /// a JSON-RPC 2.0 message is `-32600`, with the id when it could be read.
+    pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+        let env: Envelope<'_> = serde_json::from_slice(bytes).map_err(|e| {
+            if e.is_syntax() || e.is_eof() {
+                DecodeError {
+                    code: ErrorObject::PARSE_ERROR,
+                    message: format!("Parse error: {e}"),
+                    id: None,
+                }
+            } else {
+                DecodeError {
+                    code: ErrorObject::INVALID_REQUEST,
+                    message: format!("Invalid Request: {e}"),
+                    id: None,
+                }
+            }
+        })?;
+        let id = env.checked_id()?;
+        if env.jsonrpc.as_deref() != Some("2.0") {
+            return Err(invalid("jsonrpc must be \"2.0\"", id));
+        }
+        if let Some(params) = &env.params {
+            let first = params.get().as_bytes().first();
+            if !matches!(first, Some(b'{') | Some(b'[')) {
+                return Err(invalid("params must be an object or an array", id));
+            }
+        }
+        env.into_message(id)
+    }
+}
+
+/// A `-32600` error.
+fn invalid(message: &str, id: Option<RequestId>) -> DecodeError {
+    DecodeError {
+        code: ErrorObject::INVALID_REQUEST,
+        message: format!("Invalid Request: {message}"),
+        id,
+    }
+}
+
+impl Envelope<'_> {
+    /// The id, if valid: a null id is only legal on an error response about
+    /// an unreadable request.
+    fn checked_id(&self) -> Result<Option<RequestId>, DecodeError> {
+        match &self.id {
+            None => Ok(None),
+            Some(WireId::Valid(id)) => Ok(Some(id.clone())),
+            Some(WireId::Null) if self.error.is_some() && self.method.is_none() => Ok(None),
+            Some(WireId::Null) => Err(invalid("id must be a string or an integer, not null", None)),
+            Some(WireId::Invalid) => Err(invalid("id must be a string or an integer", None)),
+        }
+    }
+
+    /// Which message it is: exactly one of method, result or error.
+    fn into_message(self, id: Option<RequestId>) -> Result<Message, DecodeError> {
+        match (self.method, self.result, self.error) {
+            (Some(method), None, None) => {
+                let method = Method::from(method);
+                Ok(match id {
+                    Some(id) => Message::Request(RawRequest {
+                        id,
+                        method,
+                        progress_token: self.params.as_deref().and_then(peek_progress_token),
+                        params: self.params,
+                    }),
+                    None => Message::Notification(RawNotification {
+                        method,
+                        params: self.params,
+                    }),
+                })
+            }
+            (None, Some(result), None) => match id {
+                Some(id) => Ok(Message::Response(RawResponse {
+                    id: Some(id),
+                    outcome: Ok(result),
+                })),
+                None => Err(invalid("a result response must carry an id", None)),
+            },
+            (None, None, Some(error)) => {
+                let error = serde_json::from_value::<ErrorObject>(error)
+                    .map_err(|e| invalid(&format!("malformed error object: {e}"), id.clone()))?;
+                Ok(Message::Response(RawResponse {
+                    id,
+                    outcome: Err(error),
+                }))
+            }
+            _ => Err(invalid(
+                "expected exactly one of method, result or error",
+                id,
+            )),
+        }
+    }
+}

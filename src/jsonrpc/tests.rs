@@ -1,0 +1,143 @@
+//! Unit tests of the wire types.
+
+use super::*;
+use serde_json::value::RawValue;
+use std::collections::HashSet;
+
+#[test]
+fn string_and_integer_ids_differ() {
+    let a = RequestId::from("1");
+    let b = RequestId::from(1);
+    assert_ne!(a, b);
+    let set: HashSet<_> = [a.clone(), b.clone()].into_iter().collect();
+    assert_eq!(set.len(), 2);
+    assert_eq!(a.to_string(), "\"1\"");
+    assert_eq!(b.to_string(), "1");
+}
+
+#[test]
+fn id_zero_is_an_ordinary_id() {
+    let m = Message::decode(br#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#).unwrap();
+    let Message::Request(r) = m else {
+        panic!("not a request")
+    };
+    assert_eq!(r.id, RequestId::Number(0));
+}
+
+#[test]
+fn null_id_request_is_invalid() {
+    let e = Message::decode(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#).unwrap_err();
+    assert_eq!(e.code, ErrorObject::INVALID_REQUEST);
+    assert_eq!(e.id, None);
+}
+
+#[test]
+fn fractional_id_is_invalid_but_integral_float_is_integer() {
+    assert!(Message::decode(br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#).is_err());
+    let Message::Request(r) =
+        Message::decode(br#"{"jsonrpc":"2.0","id":4.0,"method":"ping"}"#).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.id, RequestId::Number(4));
+}
+
+#[test]
+fn parse_error_vs_invalid_request() {
+    assert_eq!(Message::decode(b"{not json").unwrap_err().code, -32700);
+    assert_eq!(Message::decode(b"").unwrap_err().code, -32700);
+    assert_eq!(Message::decode(b"[1,2]").unwrap_err().code, -32600);
+    assert_eq!(Message::decode(b"42").unwrap_err().code, -32600);
+    let e = Message::decode(br#"{"jsonrpc":"1.0","id":"x","method":"ping"}"#).unwrap_err();
+    assert_eq!(e.code, -32600);
+    assert_eq!(e.id, Some(RequestId::from("x")));
+    let e = Message::decode(br#"{"jsonrpc":"2.0","id":3,"method":"a","params":5}"#).unwrap_err();
+    assert_eq!(e.id, Some(RequestId::from(3)));
+}
+
+#[test]
+fn notification_and_responses() {
+    let Message::Notification(n) = Message::decode(
+        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0,"reason":"x"}}"#,
+    )
+    .unwrap() else {
+        panic!()
+    };
+    let p: CancelledParams = serde_json::from_str(n.params.unwrap().get()).unwrap();
+    assert_eq!(p.request_id, RequestId::Number(0));
+    let Message::Response(r) =
+        Message::decode(br#"{"jsonrpc":"2.0","id":"a","result":{"ok":true}}"#).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.id, Some(RequestId::from("a")));
+    assert!(r.outcome.is_ok());
+    let Message::Response(r) =
+        Message::decode(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}}"#)
+            .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.id, None);
+    assert_eq!(r.outcome.unwrap_err().code, -32700);
+}
+
+#[test]
+fn progress_token_is_peeked_and_rewritten() {
+    let Message::Request(r) = Message::decode(
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","_meta":{"a":[1,{"b":2}],"progressToken":"tok"}}}"#,
+    )
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(r.progress_token, Some(ProgressToken::from("tok")));
+    let p = params_with_progress_token(r.params.as_deref(), &ProgressToken::from(9)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(p.get()).unwrap();
+    assert_eq!(v["_meta"]["progressToken"], 9);
+    assert_eq!(v["_meta"]["a"][1]["b"], 2);
+    assert_eq!(v["name"], "slow");
+    let p = params_with_progress_token(None, &ProgressToken::from("t")).unwrap();
+    assert_eq!(p.get(), r#"{"_meta":{"progressToken":"t"}}"#);
+}
+
+#[test]
+fn encoders_round_trip() {
+    let line = encode_response::<serde_json::Value>(
+        Some(&RequestId::from("1")),
+        Ok(&serde_json::json!({"x": 1})),
+    );
+    let Message::Response(r) = Message::decode(&line).unwrap() else {
+        panic!()
+    };
+    assert_eq!(r.id, Some(RequestId::from("1")));
+    let line = encode_notification(
+        CANCELLED,
+        &CancelledParams {
+            request_id: RequestId::from(1),
+            reason: Some("t".into()),
+        },
+    )
+    .unwrap();
+    assert!(Message::decode(&line).is_ok());
+    assert!(!line.contains(&b'\n'));
+    let line = encode_request(&RequestId::from(0), "ping", None).unwrap();
+    assert!(matches!(
+        Message::decode(&line).unwrap(),
+        Message::Request(_)
+    ));
+}
+
+#[test]
+fn raw_json_is_written_on_one_line() {
+    let pretty = "{\r\n  \"text\": \"a\\nb\",\n  \"n\": [\n    1\n  ]\n}";
+    let raw = RawValue::from_string(pretty.to_owned()).unwrap();
+    let line = encode_request(&RequestId::from(1), "tools/call", Some(&raw)).unwrap();
+    assert!(!line.contains(&b'\n') && !line.contains(&b'\r'));
+    let Message::Request(r) = Message::decode(&line).unwrap() else {
+        panic!()
+    };
+    let v: serde_json::Value = serde_json::from_str(r.params.unwrap().get()).unwrap();
+    assert_eq!(v, serde_json::json!({"text": "a\nb", "n": [1]}));
+    let line = encode_response(Some(&RequestId::from(1)), Ok(&raw));
+    assert!(!line.contains(&b'\n'));
+}
