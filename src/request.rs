@@ -340,7 +340,6 @@ impl RequestView for McpRequest {
     }
 }
 
-
 impl<B> RequestView for http::Request<B> {
     type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {

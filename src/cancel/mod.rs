@@ -64,8 +64,3 @@ pub use service::CancelOnDisconnect;
 // calls with the same guard and future.
 pub(crate) use future::ResponseFuture;
 pub(crate) use guard::DisconnectGuard;
-
-/// Old path of [`crate::sanitize::for_log`], kept until the transports and
-/// tests move to the new one.
-#[doc(hidden)]
-pub use crate::sanitize::for_log as sanitize_reason;

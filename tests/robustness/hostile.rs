@@ -36,8 +36,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::cancel::sanitize_reason;
 use tower_mcp_cancel::notify::RequestContext;
+use tower_mcp_cancel::sanitize::for_log;
 use tower_mcp_cancel::test_util::{settle, DropProbe};
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{
@@ -616,7 +616,7 @@ async fn a_huge_reason_with_control_characters_is_truncated_and_sanitized_in_log
     while reason.len() < 1 << 20 {
         reason.push_str(unit);
     }
-    let expected = sanitize_reason(&reason);
+    let expected = for_log(&reason);
 
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut conn = connect(work_service(tx), StdioServer::new(), 64 * 1024);

@@ -239,7 +239,7 @@ impl<S> StreamableHttpService<S> {
     pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
         let map = Arc::make_mut(&mut self.config_mut().param_headers);
         if let Err(e) = map.insert(tool, input_schema) {
-            tracing::warn!(tool = %crate::cancel::sanitize_reason(tool), reason = %e, "tool has an invalid x-mcp-header annotation; its Mcp-Param headers are not checked");
+            tracing::warn!(tool = %crate::sanitize::for_log(tool), reason = %e, "tool has an invalid x-mcp-header annotation; its Mcp-Param headers are not checked");
         }
         self
     }
@@ -250,7 +250,7 @@ impl<S> StreamableHttpService<S> {
     pub fn tools(self, tools: &serde_json::Value) -> Self {
         let (map, rejected) = ToolHeaderMap::from_tools(tools);
         for r in rejected {
-            tracing::warn!(tool = %crate::cancel::sanitize_reason(&r.name), reason = %r.error, "tool has an invalid x-mcp-header annotation; its Mcp-Param headers are not checked");
+            tracing::warn!(tool = %crate::sanitize::for_log(&r.name), reason = %r.error, "tool has an invalid x-mcp-header annotation; its Mcp-Param headers are not checked");
         }
         self.param_headers(map)
     }

@@ -288,8 +288,8 @@ fn check_method_header(header: &str, id: &RequestId, method: &str) -> Result<(),
         id,
         format!(
             "Header mismatch: Mcp-Method header value '{}' does not match body value '{}'",
-            crate::cancel::sanitize_reason(header),
-            crate::cancel::sanitize_reason(method)
+            crate::sanitize::for_log(header),
+            crate::sanitize::for_log(method)
         ),
     ))
 }
@@ -308,8 +308,8 @@ fn check_name_header(raw: &str, id: &RequestId, body: Option<&str>) -> Result<()
         id,
         format!(
             "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
-            crate::cancel::sanitize_reason(&decoded),
-            crate::cancel::sanitize_reason(body.unwrap_or("<absent>"))
+            crate::sanitize::for_log(&decoded),
+            crate::sanitize::for_log(body.unwrap_or("<absent>"))
         ),
     ))
 }

@@ -74,7 +74,7 @@ impl HttpClientBuilder {
     /// see the error.
     pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
         if let Err(e) = self.tools.insert(tool, input_schema) {
-            tracing::warn!(tool = %crate::cancel::sanitize_reason(tool), reason = %e, "tool definition rejected: invalid x-mcp-header annotation");
+            tracing::warn!(tool = %crate::sanitize::for_log(tool), reason = %e, "tool definition rejected: invalid x-mcp-header annotation");
         }
         self
     }

@@ -63,9 +63,9 @@ use tower_service::Service;
 
 use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
+use crate::protocol::PROTOCOL_VERSION;
 use crate::transport::call::client::{Abandon, CallGuard, Outbound, ResponseFuture};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
-use crate::protocol::PROTOCOL_VERSION;
 use crate::{CancelReason, McpRequest};
 
 mod builder;

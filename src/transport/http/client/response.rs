@@ -130,7 +130,7 @@ where
         .into()),
         _ => Err(HttpClientError::Status {
             status,
-            body: crate::cancel::sanitize_reason(&String::from_utf8_lossy(&body)),
+            body: crate::sanitize::for_log(&String::from_utf8_lossy(&body)),
         }
         .into()),
     }

@@ -84,7 +84,7 @@ pub(super) fn learn_tools(inner: &Inner, result: &mut serde_json::Value) {
     let rejected = inner.tools_mut().learn_tools_list(result);
     for r in rejected {
         tracing::warn!(
-            tool = %crate::cancel::sanitize_reason(&r.name),
+            tool = %crate::sanitize::for_log(&r.name),
             reason = %r.error,
             "tool definition rejected: invalid x-mcp-header annotation; removed from the tools/list result"
         );

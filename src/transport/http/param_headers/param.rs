@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
 use super::value::header_matches;
-use crate::cancel::sanitize_reason;
+use crate::sanitize::for_log;
 use crate::transport::http::headers::{decode_header_value, MCP_PARAM_HEADER_PREFIX};
 
 /// The primitive type of a mirrored parameter.
@@ -63,7 +63,7 @@ impl ParamHeader {
             s.push('.');
             s.push_str(p);
         }
-        sanitize_reason(&s)
+        for_log(&s)
     }
 
     /// The value at the path in `arguments`, when present.
@@ -125,8 +125,8 @@ impl ParamHeader {
                 };
                 Err(format!(
                     "Header mismatch: {name} header value '{}' does not match body value '{}'",
-                    sanitize_reason(&decoded),
-                    sanitize_reason(&shown)
+                    for_log(&decoded),
+                    for_log(&shown)
                 ))
             }
             Err(why) => Err(format!(

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::error::{InvalidParamHeader, InvalidReason};
 use super::param::{ParamHeader, ParamKind};
-use crate::cancel::sanitize_reason;
+use crate::sanitize::for_log;
 
 /// The annotation keyword.
 pub const X_MCP_HEADER: &str = "x-mcp-header";
@@ -160,7 +160,7 @@ fn kind_of(ty: Option<&Value>) -> Result<ParamKind, InvalidReason> {
         "integer" => Ok(ParamKind::Integer),
         "boolean" => Ok(ParamKind::Boolean),
         "number" => Err(InvalidReason::NumberType),
-        other => Err(InvalidReason::UnsupportedType(sanitize_reason(other))),
+        other => Err(InvalidReason::UnsupportedType(for_log(other))),
     };
     match ty {
         Some(Value::String(t)) => one(t),
@@ -172,14 +172,12 @@ fn kind_of(ty: Option<&Value>) -> Result<ParamKind, InvalidReason> {
             } else if non_null.contains(&"number") {
                 Err(InvalidReason::NumberType)
             } else {
-                Err(InvalidReason::UnsupportedType(sanitize_reason(
+                Err(InvalidReason::UnsupportedType(for_log(
                     &Value::Array(types.clone()).to_string(),
                 )))
             }
         }
-        Some(other) => Err(InvalidReason::UnsupportedType(sanitize_reason(
-            &other.to_string(),
-        ))),
+        Some(other) => Err(InvalidReason::UnsupportedType(for_log(&other.to_string()))),
         None => Err(InvalidReason::UnsupportedType("not declared".into())),
     }
 }
