@@ -17,6 +17,12 @@ mod stdio {
     /// `max` bytes.
     pub struct Lines<R>(LineReader<R>);
 
+    impl<R> std::fmt::Debug for Lines<R> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Lines")
+        }
+    }
+
     impl<R: AsyncBufRead + Unpin> Lines<R> {
         /// Frames `reader` with a maximum line size of `max` bytes.
         pub fn new(reader: R, max: usize) -> Self {

@@ -18,7 +18,8 @@
 //!   `TOKEN <id as JSON> <ns>` when a `spawned` task sees its token fire.
 //!
 //! Nothing here is process-global: the options travel with the service.
-#![allow(dead_code)]
+// Shared by the example binaries; `pub` for them, not an API.
+#![allow(dead_code, unreachable_pub, missing_debug_implementations)]
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -46,7 +46,9 @@ mod body;
 mod cancellation;
 mod drop_reason;
 pub mod future;
-mod guard;
+// Crate-internal too: the request lifecycle (`transport::call`) races its
+// own calls with the same guard and future.
+pub(crate) mod guard;
 mod layer;
 mod registry;
 mod response;
@@ -59,8 +61,3 @@ pub use layer::CancelOnDisconnectLayer;
 pub use registry::{CancelOutcome, DuplicateId, InFlight, InFlightGuard};
 pub use response::{GuardBody, GuardResponse, Passthrough};
 pub use service::CancelOnDisconnect;
-
-// Crate-internal: the request lifecycle (`transport::call`) races its own
-// calls with the same guard and future.
-pub(crate) use future::ResponseFuture;
-pub(crate) use guard::DisconnectGuard;

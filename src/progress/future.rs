@@ -14,7 +14,8 @@ use crate::cancel::Cancellation;
 use crate::error::{BoxError, CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, RequestId};
 
-use super::{ProgressLimits, ProgressTap};
+use super::limits::ProgressLimits;
+use super::tap::ProgressTap;
 
 /// Closes the tap when the request ends, however it ends.
 struct CloseOnDrop(ProgressTap);

@@ -10,47 +10,10 @@ use tower_service::Service;
 use crate::error::BoxError;
 use crate::jsonrpc::ProgressToken;
 use crate::request::{ExtensionMap, RequestView};
-use crate::timeout::MethodPolicy;
 
 use super::future::ResponseFuture;
+use super::limits::{ProgressLimits, ProgressPolicy};
 use super::{ProgressObserver, ProgressTap};
-
-/// The two limits of [`ProgressResetLayer`]; also a per-request override the
-/// caller can put in the request's extensions. A duration past what an
-/// `Instant` can hold (`Duration::MAX`) means no such limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProgressLimits {
-    /// How long the request may go without (increasing) progress.
-    pub idle: Duration,
-    /// The hard maximum from `call`, which progress does not extend.
-    /// `None` disables it (the spec says implementations SHOULD keep one).
-    pub max: Option<Duration>,
-}
-
-impl ProgressLimits {
-    /// No limit at all (an exempt request).
-    const NONE: ProgressLimits = ProgressLimits {
-        idle: Duration::MAX,
-        max: None,
-    };
-
-    /// The tighter of two: the shorter idle limit and the shorter maximum
-    /// (no maximum being the longest).
-    fn tighter(a: Self, b: Self) -> Self {
-        ProgressLimits {
-            idle: a.idle.min(b.idle),
-            max: match (a.max, b.max) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, y) => x.or(y),
-            },
-        }
-    }
-}
-
-/// The limits policy of [`ProgressResetLayer`]: default limits, limits per
-/// method, `subscriptions/listen` exempt by default. The same type as
-/// [`TimeoutPolicy`](crate::TimeoutPolicy), over [`ProgressLimits`].
-pub type ProgressPolicy = MethodPolicy<ProgressLimits>;
 
 /// Applies [`ProgressReset`] to a service. See the [module docs](crate::progress).
 #[derive(Clone)]

@@ -46,7 +46,9 @@
 
 pub mod future;
 mod layer;
+mod limits;
 mod tap;
 
-pub use layer::{ProgressLimits, ProgressPolicy, ProgressReset, ProgressResetLayer};
+pub use layer::{ProgressReset, ProgressResetLayer};
+pub use limits::{ProgressLimits, ProgressPolicy};
 pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};

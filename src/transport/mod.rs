@@ -1,5 +1,6 @@
 //! Transports: stdio and Streamable HTTP, on one request lifecycle.
 
+#[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) mod call;
 #[cfg(feature = "stdio")]
 pub mod stdio;

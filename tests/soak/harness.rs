@@ -21,6 +21,8 @@
 //! resident memory (`VmRSS`) growing less than 10 % between the end of the
 //! first window (100 000 requests, or a tenth of a shorter run) and the
 //! end of the run.
+// Shared by the soak test and bench; `pub` for them, not an API.
+#![allow(unreachable_pub, missing_debug_implementations)]
 #![allow(dead_code)]
 
 use std::future::pending;

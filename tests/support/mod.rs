@@ -3,8 +3,14 @@
 //! stdio ([`stdio`]), a loopback server, the test tools and raw-request
 //! helpers for HTTP ([`http`]). Handler events, drop probes and `settle`
 //! are the library's own `tower_mcp_cancel::test_util`.
-// Every binary compiles all of it and uses a part.
-#![allow(dead_code, unused_imports)]
+// Every binary compiles all of it and uses a part; its items are `pub` for
+// the sibling test modules, not an API.
+#![allow(
+    dead_code,
+    unused_imports,
+    unreachable_pub,
+    missing_debug_implementations
+)]
 
 #[cfg(feature = "http")]
 pub mod http;

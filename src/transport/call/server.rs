@@ -24,10 +24,12 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use tower::{Service, ServiceExt};
 
-use super::outbox::{Outgoing, Scope};
-use crate::cancel::{DisconnectGuard, Passthrough, ResponseFuture};
+use crate::cancel::future::ResponseFuture;
+use crate::cancel::guard::DisconnectGuard;
+use crate::cancel::Passthrough;
 use crate::error::{BoxError, Cancelled, Elapsed};
 use crate::jsonrpc::{self, ErrorObject, RawRequest, RequestId};
+use crate::notify::outbox::{Outgoing, Scope};
 use crate::notify::Notifier;
 use crate::{CancelReason, Cancellation, McpRequest, RequestView};
 

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::jsonrpc::RequestId;
-use crate::transport::call::outbox::{Outgoing, Scope};
+use crate::notify::outbox::{Outgoing, Scope};
 use crate::transport::call::server::Ending;
 use crate::CancelReason;
 

@@ -23,7 +23,7 @@ use super::validation::{
 };
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, Message, RawRequest, SUBSCRIPTIONS_LISTEN};
-use crate::transport::call::outbox::Scope;
+use crate::notify::outbox::Scope;
 use crate::transport::call::server as call;
 use crate::transport::McpService;
 use crate::Cancellation;

@@ -12,7 +12,7 @@ use super::framing::{Frame, LineReader};
 use super::writer::write_loop;
 use crate::cancel::{CancelOutcome, InFlightGuard};
 use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest};
-use crate::transport::call::outbox::{Outgoing, Scope};
+use crate::notify::outbox::{Outgoing, Scope};
 use crate::transport::call::server::{self as call, encode_error_without_id, Ending, McpService};
 use crate::{CancelReason, InFlight};
 

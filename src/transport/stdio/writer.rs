@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::framing::write_line;
-use crate::transport::call::outbox::Outgoing;
+use crate::notify::outbox::Outgoing;
 
 /// Drains the queue into `writer`, one line per message, flushing when the
 /// queue is empty; after `close` fires, writes what is queued and ends.

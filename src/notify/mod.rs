@@ -18,7 +18,11 @@ use crate::jsonrpc::{self, ProgressParams, ProgressToken};
 use crate::progress::ProgressTap;
 use crate::progress::RecordOutcome;
 use crate::request::{ExtensionMap, RequestView};
-use crate::transport::call::outbox::{Outgoing, Scope};
+// Only the transports create notifiers and drain their queues.
+#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
+pub(crate) mod outbox;
+
+use outbox::{Outgoing, Scope};
 
 /// Sends notifications that belong to one request.
 ///
