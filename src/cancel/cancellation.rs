@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 
 use tokio_util::sync::CancellationToken;
 
-use self::sync::{Arc, AtomicWaker, OnceLock};
+use self::sync::{Arc, AtomicU8, AtomicWaker, OnceLock, Ordering};
 use crate::error::CancelReason;
 
 /// One request's cancellation: a one-shot state (active → cancelled with a
@@ -42,18 +42,20 @@ pub struct Cancellation {
 }
 
 struct Inner {
-    /// The one-shot state and its reason in one cell: whoever loses the race
-    /// to set it returns only once the winner's outcome is readable, so there
-    /// is no moment where the state is decided and the reason not yet there.
-    outcome: OnceLock<Outcome>,
+    /// Who won: `ACTIVE` until the first of cancel / complete claims it.
+    state: AtomicU8,
+    /// Set by the cancel that claimed the state, right after the claim. A
+    /// `complete` that lost to that cancel waits for it, so no caller ever
+    /// sees a refused completion without the reason.
+    reason: OnceLock<CancelReason>,
     token: OnceLock<CancellationToken>,
     waker: AtomicWaker,
 }
 
-enum Outcome {
-    Cancelled(CancelReason),
-    Completed,
-}
+const ACTIVE: u8 = 0;
+/// Claimed by a cancel; its reason is set, or being set.
+const CANCELLED: u8 = 1;
+const COMPLETED: u8 = 2;
 
 impl Default for Cancellation {
     fn default() -> Self {
@@ -66,7 +68,8 @@ impl Cancellation {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                outcome: OnceLock::new(),
+                state: AtomicU8::new(ACTIVE),
+                reason: OnceLock::new(),
                 token: OnceLock::new(),
                 waker: AtomicWaker::new(),
             }),
@@ -77,13 +80,20 @@ impl Cancellation {
     /// request. Returns `false` (and does nothing) if the request already
     /// completed or was already cancelled.
     pub fn cancel(&self, reason: CancelReason) -> bool {
-        if self.inner.outcome.set(Outcome::Cancelled(reason)).is_err() {
+        if self
+            .inner
+            .state
+            .compare_exchange(ACTIVE, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return false;
         }
+        // Only the claimer sets it: this cannot fail.
+        let _ = self.inner.reason.set(reason);
         // Always through `token_ref()`: a token created concurrently is then
         // either this one or cancelled by this call.
         self.token_ref().cancel();
-        // After the outcome is set: `poll_cancelled` registers, then reads it.
+        // After the reason is set: `poll_cancelled` registers, then reads it.
         self.inner.waker.wake();
         true
     }
@@ -92,7 +102,24 @@ impl Cancellation {
     /// if it was already cancelled or completed; when it returns `false`
     /// because of a cancel, [`reason`](Self::reason) already returns it.
     pub fn complete(&self) -> bool {
-        self.inner.outcome.set(Outcome::Completed).is_ok()
+        // The common path is one compare-and-swap; the reason's cell is only
+        // touched by a cancel.
+        match self.inner.state.compare_exchange(
+            ACTIVE,
+            COMPLETED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => true,
+            Err(CANCELLED) => {
+                // Lost to a cancel that may still be storing its reason: wait
+                // for it, so that whoever sees this `false` also sees the
+                // reason (no window in which the request is neither).
+                self.inner.reason.wait();
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// Whether the request was cancelled.
@@ -102,15 +129,12 @@ impl Cancellation {
 
     /// Whether the request was cancelled or completed.
     pub fn is_finished(&self) -> bool {
-        self.inner.outcome.get().is_some()
+        self.inner.state.load(Ordering::Acquire) != ACTIVE
     }
 
     /// The reason, once cancelled.
     pub fn reason(&self) -> Option<&CancelReason> {
-        match self.inner.outcome.get() {
-            Some(Outcome::Cancelled(reason)) => Some(reason),
-            _ => None,
-        }
+        self.inner.reason.get()
     }
 
     /// The token that fires on cancel. Hand clones (or child tokens) to work
@@ -160,10 +184,10 @@ impl Cancellation {
 
 impl fmt::Debug for Cancellation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.inner.outcome.get() {
-            None => "active",
-            Some(Outcome::Cancelled(_)) => "cancelled",
-            Some(Outcome::Completed) => "completed",
+        let state = match self.inner.state.load(Ordering::Acquire) {
+            ACTIVE => "active",
+            CANCELLED => "cancelled",
+            _ => "completed",
         };
         f.debug_struct("Cancellation")
             .field("state", &state)
@@ -179,10 +203,14 @@ mod sync {
     #[cfg(not(all(test, tower_mcp_cancel_loom)))]
     pub(super) use futures_util::task::AtomicWaker;
     #[cfg(not(all(test, tower_mcp_cancel_loom)))]
+    pub(super) use std::sync::atomic::{AtomicU8, Ordering};
+    #[cfg(not(all(test, tower_mcp_cancel_loom)))]
     pub(super) use std::sync::{Arc, OnceLock};
 
     #[cfg(all(test, tower_mcp_cancel_loom))]
     pub(super) use self::model::{AtomicWaker, OnceLock};
+    #[cfg(all(test, tower_mcp_cancel_loom))]
+    pub(super) use loom::sync::atomic::{AtomicU8, Ordering};
     #[cfg(all(test, tower_mcp_cancel_loom))]
     pub(super) use loom::sync::Arc;
 
@@ -213,6 +241,16 @@ mod sync {
             pub(in super::super) fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
                 let mut slot = self.slot.lock().unwrap();
                 slot.get_or_insert_with(|| Box::leak(Box::new(f())))
+            }
+
+            /// Blocks until the cell holds a value (loom: yields until then).
+            pub(in super::super) fn wait(&self) -> &T {
+                loop {
+                    if let Some(v) = *self.slot.lock().unwrap() {
+                        return v;
+                    }
+                    loom::thread::yield_now();
+                }
             }
 
             pub(in super::super) fn set(&self, value: T) -> Result<(), T> {
