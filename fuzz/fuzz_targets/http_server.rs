@@ -33,9 +33,10 @@ use serde_json::{json, Value};
 use tower::{service_fn, ServiceExt};
 use tower_mcp_cancel::jsonrpc::{ErrorObject, Message};
 use tower_mcp_cancel::notify::RequestContext;
-use tower_mcp_cancel::transport::http::validation::{decode_header_value, name_field};
+use tower_mcp_cancel::protocol::LEGACY_VERSIONS;
+use tower_mcp_cancel::transport::http::headers::decode_header_value;
 use tower_mcp_cancel::transport::http::{
-    LegacyRequests, OriginPolicy, StreamableHttpService, LEGACY_VERSIONS,
+    LegacyRequests, OriginPolicy, StreamableHttpService,
 };
 use tower_mcp_cancel::{BoxError, CancelReason, Cancelled, McpRequest};
 
@@ -355,3 +356,12 @@ fuzz_target!(|data: &[u8]| {
         panic!("validation let through: {v}");
     }
 });
+
+/// The params field `Mcp-Name` mirrors, per method (the spec's table).
+fn name_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    }
+}
