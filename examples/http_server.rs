@@ -1,4 +1,5 @@
-//! The example MCP server over Streamable HTTP (2026-07-28), with axum:
+//! The example MCP server over Streamable HTTP (2026-07-28), with axum
+//! (served by `transport::http::serve`):
 //! the same tools as the stdio example server (`echo`, `slow`, `spawned`;
 //! `server/discover`, `tools/list`, `initialize`, `ping`), behind the same
 //! server stack (`CancelOnDisconnectLayer`, `TimeoutLayer` 60 s /
@@ -58,7 +59,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
-use tower_mcp_cancel::transport::http::{OriginPolicy, StreamableHttpService};
+use tower_mcp_cancel::transport::http::{serve, OriginPolicy, StreamableHttpService};
 use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, Cancellation, TimeoutLayer};
 
 /// A plain axum handler that spawns work and lets the token stop it.
@@ -137,15 +138,12 @@ async fn main() {
     };
     tracing::info!(%addr, "MCP endpoint at http://{addr}/mcp");
     let signal = shutdown.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = tokio::signal::ctrl_c().await;
-            tracing::info!("shutting down");
-            signal.cancel();
-        })
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "server stopped");
-        std::process::exit(1);
-    }
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+        signal.cancel();
+    });
+    // TCP_NODELAY, an HTTP/2 reset allowance for clients that cancel, a
+    // header read timeout; returns once the connections have drained.
+    serve(listener, app, shutdown).await;
 }

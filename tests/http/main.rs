@@ -1,7 +1,8 @@
 //! The Streamable HTTP transport over loopback sockets: the server adapter
 //! ([`server`], [`sse_after`]), its checks of headers and versions
 //! ([`legacy_checks`], [`missing_version`], [`param_headers`]), disconnect
-//! as cancellation ([`cancel`]) and `HttpClient` ([`client`]).
+//! as cancellation ([`cancel`]), `HttpClient` ([`client`]) and the
+//! `serve` helper ([`serve`]).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -11,5 +12,6 @@ mod client;
 mod legacy_checks;
 mod missing_version;
 mod param_headers;
+mod serve;
 mod server;
 mod sse_after;

@@ -10,6 +10,9 @@
 //!   pooled client (HTTP/1.1, or HTTP/2 with prior knowledge). Dropping a
 //!   call closes its response stream, which is how the server learns of the
 //!   cancellation.
+//! * [`serve`] / [`Server`] — serving it on a `TcpListener` with the
+//!   settings a server whose clients cancel needs (HTTP/2 reset allowance,
+//!   `TCP_NODELAY`, header read timeout, graceful shutdown).
 //! * [`OriginPolicy`] — DNS-rebinding protection, also usable as a
 //!   tower-http request validator on other routes.
 //! * [`headers`] — the MCP header names and the Base64 sentinel encoding of
@@ -58,6 +61,7 @@ pub mod headers;
 mod origin;
 pub mod param_headers;
 mod response;
+mod serve;
 mod service;
 mod validation;
 
@@ -66,5 +70,6 @@ pub use client::{HttpClient, HttpClientBuilder, HttpClientError};
 pub use config::{LegacyRequests, ASSUMED_LEGACY_VERSION, DEFAULT_SSE_AFTER};
 pub use origin::OriginPolicy;
 pub use param_headers::{ParamHeaders, ToolHeaderMap};
+pub use serve::{serve, Server};
 pub use service::{StreamableHttpLayer, StreamableHttpService};
 pub use validation::Rejection;
