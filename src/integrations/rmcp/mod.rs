@@ -100,6 +100,7 @@
 //!   dropped on `RunningService::cancel` — is written.
 //! * rmcp's `local` feature (non-`Send` handlers) is not supported.
 
+mod client;
 mod progress;
 mod request;
 
@@ -118,6 +119,7 @@ use ::rmcp::{ErrorData, RoleServer, Service};
 use tower::{ServiceBuilder, ServiceExt as _};
 use tower_service::Service as TowerService;
 
+pub use self::client::{RmcpClient, RouteProgress};
 pub use self::progress::ObserveProgress;
 use self::progress::ProgressRegistry;
 pub use self::request::RmcpRequest;
