@@ -15,7 +15,9 @@ use tower_mcp_cancel::integrations::rmcp::{RmcpClient, RouteProgress};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::{Event, Events, Recorder};
 use tower_mcp_cancel::transport::stdio::StdioServer;
-use tower_mcp_cancel::{BoxError, Elapsed, McpRequest, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel::{
+    BoxError, CancelReason, Elapsed, McpRequest, ProgressResetLayer, TimeoutLayer,
+};
 
 /// Longer than any test runs (on the paused clock).
 const BOUND: Duration = Duration::from_secs(3600);
@@ -35,6 +37,7 @@ fn handler(rec: Recorder) -> BoxCloneService<McpRequest, Value, BoxError> {
                 })),
                 ("tools/call", Some("hang")) => {
                     let p = rec.start(&req);
+                    rec.watch_token(&req);
                     tokio::time::sleep(BOUND).await;
                     p.finish();
                     Ok(json!({"content": []}))
@@ -84,7 +87,16 @@ async fn a_client_timeout_drops_the_server_handler() {
     // Only a notifications/cancelled on the wire makes the server drop it.
     let seen = ev.until(|e| matches!(e, Event::Dropped(_))).await;
     assert!(matches!(seen[0], Event::Started(_)), "{seen:?}");
-    assert!(!seen.iter().any(|e| matches!(e, Event::Done(_))), "{seen:?}");
+    assert!(
+        !seen.iter().any(|e| matches!(e, Event::Done(_))),
+        "{seen:?}"
+    );
+    // The token fires with the reason the client's drop carried.
+    let reason = seen.iter().find_map(|e| match e {
+        Event::Token(_, Some(CancelReason::Peer(Some(r)))) => Some(r),
+        _ => None,
+    });
+    assert!(reason.is_some_and(|r| r.contains("timed out")), "{seen:?}");
     running.cancel().await.unwrap();
 }
 
@@ -95,12 +107,18 @@ async fn server_progress_resets_the_client_idle_limit() {
         .layer(ProgressResetLayer::new(Duration::from_millis(300)))
         .service(RmcpClient::new(&running));
     let started = tokio::time::Instant::now();
-    let out = client.oneshot(call("progress")).await.expect("progress kept it alive");
+    let out = client
+        .oneshot(call("progress"))
+        .await
+        .expect("progress kept it alive");
     assert_eq!(out["content"][0]["text"], "done");
     // A second, more than three idle limits.
     assert!(started.elapsed() >= Duration::from_secs(1));
     let seen = ev.until(|e| matches!(e, Event::Done(_))).await;
-    assert!(!seen.iter().any(|e| matches!(e, Event::Dropped(_))), "{seen:?}");
+    assert!(
+        !seen.iter().any(|e| matches!(e, Event::Dropped(_))),
+        "{seen:?}"
+    );
     running.cancel().await.unwrap();
 }
 

@@ -41,9 +41,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use ::rmcp::model::{
-    CancelledNotification, CancelledNotificationParam,
-    ClientNotification, ClientRequest, NumberOrString, RequestId as RmcpRequestId,
-    ServerNotification,
+    CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
+    NumberOrString, RequestId as RmcpRequestId, ServerNotification,
 };
 use ::rmcp::service::{
     NotificationContext, PeerRequestOptions, RequestContext, RunningService, ServiceRole,
