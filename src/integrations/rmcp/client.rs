@@ -3,36 +3,6 @@
 //! and [`ProgressResetLayer`](crate::ProgressResetLayer) drive it, and
 //! [`RouteProgress`], the client handler wrapper that hands incoming
 //! `notifications/progress` to the requests' [`ProgressTap`]s.
-//!
-//! ```no_run
-//! # async fn run(transport: tokio::io::DuplexStream) -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! use tower::{ServiceBuilder, ServiceExt as _};
-//! use tower_mcp_cancel::integrations::rmcp::{RmcpClient, RouteProgress};
-//! use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
-//!
-//! let running = rmcp::serve_client(RouteProgress::new(()), transport).await?;
-//! let client = ServiceBuilder::new()
-//!     .layer(TimeoutLayer::new(Duration::from_secs(60)))
-//!     .layer(ProgressResetLayer::new(Duration::from_secs(10)))
-//!     .service(RmcpClient::new(&running));
-//! let req = McpRequest::without_id("tools/call")
-//!     .with_params(serde_json::json!({"name": "slow", "arguments": {"seconds": 5}}));
-//! let result = client.oneshot(req).await?;
-//! # let _ = result; Ok(()) }
-//! ```
-//!
-//! Dropping a call's future — a layer's deadline, or the caller giving up —
-//! cancels the request the way rmcp's own `RequestHandle::cancel` does:
-//! a `notifications/cancelled` for its id, whose reason is the drop's
-//! ([`current_drop_reason`]) when a layer of this crate dropped it. rmcp
-//! gives every request its own progress token (it replaces one the
-//! request carried), and [`RouteProgress`] routes by that token.
-//!
-//! Not covered: a future dropped while rmcp is still queueing the request
-//! (before its id is known) sends no cancel; rmcp keeps the cancelled
-//! request's responder until the session ends, as it does for its own
-//! `cancel`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -129,8 +99,39 @@ impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
 
 /// An rmcp client as a tower service: an [`McpRequest`] (method and
 /// params) is sent as rmcp's `ClientRequest` and answered with the result
-/// as JSON. Dropping the call's future sends `notifications/cancelled`.
-/// See the [module docs](self).
+/// as JSON. Serve the rmcp client with [`RouteProgress`] so that server
+/// progress reaches the calls' taps:
+///
+/// ```no_run
+/// # async fn run(transport: tokio::io::DuplexStream) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use tower::{ServiceBuilder, ServiceExt as _};
+/// use tower_mcp_cancel::integrations::rmcp::{RmcpClient, RouteProgress};
+/// use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
+///
+/// let running = rmcp::serve_client(RouteProgress::new(()), transport).await?;
+/// let client = ServiceBuilder::new()
+///     .layer(TimeoutLayer::new(Duration::from_secs(60)))
+///     .layer(ProgressResetLayer::new(Duration::from_secs(10)))
+///     .service(RmcpClient::new(&running));
+/// let req = McpRequest::without_id("tools/call")
+///     .with_params(serde_json::json!({"name": "slow", "arguments": {"seconds": 5}}));
+/// let result = client.oneshot(req).await.map_err(|e| e.to_string())?;
+/// # let _ = result; Ok(()) }
+/// ```
+///
+/// Dropping a call's future — a layer's deadline, or the caller giving up —
+/// cancels the request the way rmcp's own `RequestHandle::cancel` does:
+/// a `notifications/cancelled` for its id, whose reason is the drop's
+/// ([`current_drop_reason`]) when a layer of this crate dropped it. rmcp
+/// gives every request its own progress token (it replaces one the
+/// request carried), and [`RouteProgress`] routes by that token.
+///
+/// Once the cancel is written, rmcp forgets the request (a late answer is
+/// discarded). Not covered: a future dropped while rmcp is still queueing
+/// the request (before its id is known) sends no cancel. The cancel is
+/// sent from a spawned task, so a drop outside a tokio runtime sends none
+/// (it is logged).
 #[derive(Clone)]
 pub struct RmcpClient {
     peer: Peer<RoleClient>,

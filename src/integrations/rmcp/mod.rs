@@ -1,6 +1,7 @@
 //! Drop-cancellation, timeouts and progress-reset for servers written with
 //! [rmcp](https://docs.rs/rmcp) (the official Rust MCP SDK, 3.x), behind
-//! the `rmcp` feature.
+//! the `rmcp` feature; and rmcp's client as a tower service,
+//! [`RmcpClient`], so the same layers drive an rmcp client (see there).
 //!
 //! Keep your `ServerHandler` (macros and all) and your transport; wrap the
 //! handler in a [`Cancellable`] and serve that:
