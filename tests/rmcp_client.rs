@@ -16,7 +16,7 @@ use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::{Event, Events, Recorder};
 use tower_mcp_cancel::transport::stdio::StdioServer;
 use tower_mcp_cancel::{
-    BoxError, CancelReason, Elapsed, McpRequest, ProgressResetLayer, TimeoutLayer,
+    BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
 };
 
 /// Longer than any test runs (on the paused clock).
@@ -131,5 +131,28 @@ async fn without_progress_the_idle_limit_cancels_the_call() {
     let err = client.oneshot(call("hang")).await.unwrap_err();
     assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
     ev.until(|e| matches!(e, Event::Dropped(_))).await;
+    running.cancel().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_layer_progress_reaches_the_callers_observer() {
+    let (running, _ev) = start().await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let observer = ProgressObserver::new(move |p| {
+        let _ = tx.send(p.progress);
+    });
+    let out = RmcpClient::new(&running)
+        .oneshot(call("progress").with_extension(observer))
+        .await
+        .expect("answered");
+    assert_eq!(out["content"][0]["text"], "done");
+    let mut seen = Vec::new();
+    while let Ok(p) = rx.try_recv() {
+        seen.push(p);
+    }
+    // rmcp handles each notification in a task of its own, so the last
+    // report may lose the race with the answer; the earlier ones were seen.
+    assert!(seen.len() >= 9, "{seen:?}");
+    assert_eq!(seen[..9], (1..=9).map(f64::from).collect::<Vec<_>>());
     running.cancel().await.unwrap();
 }

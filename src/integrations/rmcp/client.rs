@@ -21,8 +21,9 @@ use ::rmcp::{ErrorData, Peer, RoleClient, Service};
 use serde_json::Value;
 use tower_service::Service as TowerService;
 
+use super::request::convert;
 use crate::cancel::current_drop_reason;
-use crate::{BoxError, McpRequest, ProgressTap};
+use crate::{BoxError, McpRequest, ProgressObserver, ProgressTap};
 
 /// Taps by rmcp progress token, shared by [`RouteProgress`] and the
 /// [`RmcpClient`]s built from it.
@@ -124,8 +125,15 @@ impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
 /// cancels the request the way rmcp's own `RequestHandle::cancel` does:
 /// a `notifications/cancelled` for its id, whose reason is the drop's
 /// ([`current_drop_reason`]) when a layer of this crate dropped it. rmcp
-/// gives every request its own progress token (it replaces one the
-/// request carried), and [`RouteProgress`] routes by that token.
+/// gives every request its own id and progress token (replacing those the
+/// request carried), and [`RouteProgress`] routes by that token to the
+/// request's [`ProgressTap`] (set by a
+/// [`ProgressResetLayer`](crate::ProgressResetLayer)) or, without one, to
+/// the caller's [`ProgressObserver`] in its extensions.
+///
+/// rmcp handles each incoming notification in a task of its own, so a
+/// progress report the server sent just before its answer can reach the
+/// tap after the call ended, and is then dropped.
 ///
 /// Once the cancel is written, rmcp forgets the request (a late answer is
 /// discarded). Not covered: a future dropped while rmcp is still queueing
@@ -183,7 +191,12 @@ impl TowerService<McpRequest> for RmcpClient {
         let peer = self.peer.clone();
         let routes = self.routes.clone();
         let request = client_request(&req);
-        let tap = req.progress_tap().cloned();
+        // The tap a layer set, else one of our own for the caller's
+        // observer (made once rmcp has chosen the token).
+        let tap = match req.progress_tap() {
+            Some(tap) => Some(Ok(tap.clone())),
+            None => req.extensions().get::<ProgressObserver>().cloned().map(Err),
+        };
         Box::pin(async move {
             let request = request?;
             let handle = peer
@@ -194,6 +207,9 @@ impl TowerService<McpRequest> for RmcpClient {
                 id: handle.id.clone(),
                 route: routes.zip(tap).map(|(routes, tap)| {
                     let token = handle.progress_token.0.clone();
+                    let tap = tap.unwrap_or_else(|observer| {
+                        ProgressTap::new(convert(&token), Some(observer))
+                    });
                     routes.lock().insert(token.clone(), tap);
                     (routes, token)
                 }),
