@@ -1,6 +1,7 @@
 //! Drop-cancellation, timeouts and progress-reset for servers written with
 //! [rmcp](https://docs.rs/rmcp) (the official Rust MCP SDK, 3.x), behind
-//! the `rmcp` feature.
+//! the `rmcp` feature; and rmcp's client as a tower service,
+//! [`RmcpClient`], so the same layers drive an rmcp client (see there).
 //!
 //! Keep your `ServerHandler` (macros and all) and your transport; wrap the
 //! handler in a [`Cancellable`] and serve that:
@@ -100,6 +101,7 @@
 //!   dropped on `RunningService::cancel` — is written.
 //! * rmcp's `local` feature (non-`Send` handlers) is not supported.
 
+mod client;
 mod progress;
 mod request;
 
@@ -118,6 +120,7 @@ use ::rmcp::{ErrorData, RoleServer, Service};
 use tower::{ServiceBuilder, ServiceExt as _};
 use tower_service::Service as TowerService;
 
+pub use self::client::{RmcpClient, RouteProgress};
 pub use self::progress::ObserveProgress;
 use self::progress::ProgressRegistry;
 pub use self::request::RmcpRequest;

@@ -1,0 +1,266 @@
+//! An rmcp client as a tower [`Service<McpRequest>`](tower_service::Service):
+//! [`RmcpClient`], so this crate's [`TimeoutLayer`](crate::TimeoutLayer)
+//! and [`ProgressResetLayer`](crate::ProgressResetLayer) drive it, and
+//! [`RouteProgress`], the client handler wrapper that hands incoming
+//! `notifications/progress` to the requests' [`ProgressTap`]s.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use ::rmcp::model::{
+    CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
+    NumberOrString, RequestId as RmcpRequestId, ServerNotification,
+};
+use ::rmcp::service::{
+    NotificationContext, PeerRequestOptions, RequestContext, RunningService, ServiceRole,
+};
+use ::rmcp::{ErrorData, Peer, RoleClient, Service};
+use serde_json::Value;
+use tower_service::Service as TowerService;
+
+use super::request::convert;
+use crate::cancel::current_drop_reason;
+use crate::{BoxError, McpRequest, ProgressObserver, ProgressTap};
+
+/// Taps by rmcp progress token, shared by [`RouteProgress`] and the
+/// [`RmcpClient`]s built from it.
+#[derive(Clone, Default)]
+struct Routes(Arc<Mutex<HashMap<NumberOrString, ProgressTap>>>);
+
+impl Routes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NumberOrString, ProgressTap>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An rmcp client handler (`ClientHandler` or any `Service<RoleClient>`,
+/// `()` for none) that also hands `notifications/progress` to the
+/// [`ProgressTap`] of the [`RmcpClient`] call it belongs to, then to the
+/// handler as before. Serve it with rmcp (`rmcp::serve_client` or
+/// `ServiceExt::serve`) and build the [`RmcpClient`] from the running
+/// service.
+pub struct RouteProgress<H> {
+    handler: H,
+    routes: Routes,
+}
+
+impl<H> std::fmt::Debug for RouteProgress<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteProgress").finish_non_exhaustive()
+    }
+}
+
+impl<H> RouteProgress<H> {
+    /// Wraps `handler`.
+    pub fn new(handler: H) -> Self {
+        Self {
+            handler,
+            routes: Routes::default(),
+        }
+    }
+
+    /// The wrapped handler.
+    pub fn get_ref(&self) -> &H {
+        &self.handler
+    }
+}
+
+impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
+    async fn handle_request(
+        &self,
+        request: <RoleClient as ServiceRole>::PeerReq,
+        context: RequestContext<RoleClient>,
+    ) -> Result<<RoleClient as ServiceRole>::Resp, ErrorData> {
+        self.handler.handle_request(request, context).await
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: ServerNotification,
+        context: NotificationContext<RoleClient>,
+    ) -> Result<(), ErrorData> {
+        if let ServerNotification::ProgressNotification(n) = &notification {
+            let tap = self.routes.lock().get(&n.params.progress_token.0).cloned();
+            if let Some(tap) = tap {
+                tap.record(n.params.progress, n.params.total, n.params.message.clone());
+            }
+        }
+        self.handler
+            .handle_notification(notification, context)
+            .await
+    }
+
+    fn get_info(&self) -> <RoleClient as ServiceRole>::Info {
+        self.handler.get_info()
+    }
+}
+
+/// An rmcp client as a tower service: an [`McpRequest`] (method and
+/// params) is sent as rmcp's `ClientRequest` and answered with the result
+/// as JSON. Serve the rmcp client with [`RouteProgress`] so that server
+/// progress reaches the calls' taps:
+///
+/// ```no_run
+/// # async fn run(transport: tokio::io::DuplexStream) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use tower::{ServiceBuilder, ServiceExt as _};
+/// use tower_mcp_cancel::integrations::rmcp::{RmcpClient, RouteProgress};
+/// use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
+///
+/// let running = rmcp::serve_client(RouteProgress::new(()), transport).await?;
+/// let client = ServiceBuilder::new()
+///     .layer(TimeoutLayer::new(Duration::from_secs(60)))
+///     .layer(ProgressResetLayer::new(Duration::from_secs(10)))
+///     .service(RmcpClient::new(&running));
+/// let req = McpRequest::without_id("tools/call")
+///     .with_params(serde_json::json!({"name": "slow", "arguments": {"seconds": 5}}));
+/// let result = client.oneshot(req).await.map_err(|e| e.to_string())?;
+/// # let _ = result; Ok(()) }
+/// ```
+///
+/// Dropping a call's future — a layer's deadline, or the caller giving up —
+/// cancels the request the way rmcp's own `RequestHandle::cancel` does:
+/// a `notifications/cancelled` for its id, whose reason is the drop's
+/// ([`current_drop_reason`]) when a layer of this crate dropped it. rmcp
+/// gives every request its own id and progress token (replacing those the
+/// request carried), and [`RouteProgress`] routes by that token to the
+/// request's [`ProgressTap`] (set by a
+/// [`ProgressResetLayer`](crate::ProgressResetLayer)) or, without one, to
+/// the caller's [`ProgressObserver`] in its extensions.
+///
+/// rmcp handles each incoming notification in a task of its own, so a
+/// progress report the server sent just before its answer can reach the
+/// tap after the call ended, and is then dropped.
+///
+/// Once the cancel is written, rmcp forgets the request (a late answer is
+/// discarded). Not covered: a future dropped while rmcp is still queueing
+/// the request (before its id is known) sends no cancel. The cancel is
+/// sent from a spawned task, so a drop outside a tokio runtime sends none
+/// (it is logged).
+#[derive(Clone)]
+pub struct RmcpClient {
+    peer: Peer<RoleClient>,
+    routes: Option<Routes>,
+}
+
+impl std::fmt::Debug for RmcpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RmcpClient")
+            .field("routes_progress", &self.routes.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RmcpClient {
+    /// Calls through `running`'s peer; progress reaches the calls' taps.
+    pub fn new<H>(running: &RunningService<RoleClient, RouteProgress<H>>) -> Self
+    where
+        H: Service<RoleClient>,
+    {
+        Self {
+            peer: running.peer().clone(),
+            routes: Some(running.service().routes.clone()),
+        }
+    }
+
+    /// Calls through `peer`, a client not served with [`RouteProgress`]:
+    /// progress does not reach the calls' taps (an idle limit is not reset).
+    pub fn from_peer(peer: Peer<RoleClient>) -> Self {
+        Self { peer, routes: None }
+    }
+
+    /// The rmcp peer.
+    pub fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
+    }
+}
+
+impl TowerService<McpRequest> for RmcpClient {
+    type Response = Value;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Value, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: McpRequest) -> Self::Future {
+        let peer = self.peer.clone();
+        let routes = self.routes.clone();
+        let request = client_request(&req);
+        // The tap a layer set, else one of our own for the caller's
+        // observer (made once rmcp has chosen the token).
+        let tap = match req.progress_tap() {
+            Some(tap) => Some(Ok(tap.clone())),
+            None => req.extensions().get::<ProgressObserver>().cloned().map(Err),
+        };
+        Box::pin(async move {
+            let request = request?;
+            let handle = peer
+                .send_cancellable_request(request, PeerRequestOptions::no_options())
+                .await?;
+            let mut guard = CancelOnDrop {
+                peer: Some(handle.peer.clone()),
+                id: handle.id.clone(),
+                route: routes.zip(tap).map(|(routes, tap)| {
+                    let token = handle.progress_token.0.clone();
+                    let tap = tap.unwrap_or_else(|observer| {
+                        ProgressTap::new(convert(&token), Some(observer))
+                    });
+                    routes.lock().insert(token.clone(), tap);
+                    (routes, token)
+                }),
+            };
+            let response = handle.await_response().await;
+            // Answered (or the transport is gone): nothing to cancel.
+            guard.peer = None;
+            Ok(serde_json::to_value(response?)?)
+        })
+    }
+}
+
+/// Builds rmcp's request from the method and the params as they go on the
+/// wire (rmcp's serde picks the variant by method).
+fn client_request(req: &McpRequest) -> Result<ClientRequest, BoxError> {
+    let mut object = serde_json::Map::new();
+    object.insert("method".into(), Value::String(req.method().to_owned()));
+    if let Some(params) = req.wire_params()? {
+        object.insert("params".into(), serde_json::from_str(params.get())?);
+    }
+    Ok(serde_json::from_value(Value::Object(object))?)
+}
+
+/// Sends `notifications/cancelled` for the request when the call's future
+/// is dropped before its answer, and removes its progress route.
+struct CancelOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    id: RmcpRequestId,
+    route: Option<(Routes, NumberOrString)>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some((routes, token)) = self.route.take() {
+            routes.lock().remove(&token);
+        }
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(request_id = ?self.id, "no runtime to send notifications/cancelled");
+            return;
+        };
+        let reason = current_drop_reason().map(|r| r.to_string());
+        tracing::debug!(request_id = ?self.id, ?reason, "call dropped; cancelling the request");
+        let notification = ClientNotification::CancelledNotification(CancelledNotification::new(
+            CancelledNotificationParam::new(Some(self.id.clone()), reason),
+        ));
+        runtime.spawn(async move {
+            // A closed transport has nothing left to cancel.
+            let _ = peer.send_notification(notification).await;
+        });
+    }
+}

@@ -1,0 +1,158 @@
+//! rmcp's client as a tower service (`integrations::rmcp::RmcpClient`)
+//! under this crate's layers, calling this crate's own stdio server over an
+//! in-memory pipe: a client deadline drops the server's handler (so a
+//! `notifications/cancelled` went over the wire), and server progress
+//! resets the client's idle limit.
+
+use std::time::Duration;
+
+use rmcp::service::RunningService;
+use rmcp::RoleClient;
+use serde_json::{json, Value};
+use tower::util::BoxCloneService;
+use tower::{service_fn, ServiceBuilder, ServiceExt as _};
+use tower_mcp_cancel::integrations::rmcp::{RmcpClient, RouteProgress};
+use tower_mcp_cancel::notify::RequestContext;
+use tower_mcp_cancel::test_util::{Event, Events, Recorder};
+use tower_mcp_cancel::transport::stdio::StdioServer;
+use tower_mcp_cancel::{
+    BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+};
+
+/// Longer than any test runs (on the paused clock).
+const BOUND: Duration = Duration::from_secs(3600);
+
+/// The server's handler: `initialize`, and `tools/call` with `hang` (never
+/// looks at its token) or `progress` (reports every 100 ms for a second).
+fn handler(rec: Recorder) -> BoxCloneService<McpRequest, Value, BoxError> {
+    BoxCloneService::new(service_fn(move |req: McpRequest| {
+        let rec = rec.clone();
+        async move {
+            let params: Value = req.params_as().unwrap_or(Value::Null);
+            match (req.method(), params["name"].as_str()) {
+                ("initialize", _) => Ok(json!({
+                    "protocolVersion": params["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "test", "version": "0"},
+                })),
+                ("tools/call", Some("hang")) => {
+                    let p = rec.start(&req);
+                    rec.watch_token(&req);
+                    tokio::time::sleep(BOUND).await;
+                    p.finish();
+                    Ok(json!({"content": []}))
+                }
+                ("tools/call", Some("progress")) => {
+                    let ctx = RequestContext::of(&req);
+                    let p = rec.start(&req);
+                    for i in 1..=10 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        ctx.progress(f64::from(i), Some(10.0), None).await;
+                    }
+                    p.finish();
+                    Ok(json!({"content": [{"type": "text", "text": "done"}]}))
+                }
+                (m, _) => Err(format!("unexpected {m}").into()),
+            }
+        }
+    }))
+}
+
+/// Our stdio server on one end of a pipe, an initialized rmcp client with
+/// progress routing on the other.
+async fn start() -> (RunningService<RoleClient, RouteProgress<()>>, Events) {
+    let (rec, ev) = Recorder::new();
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server_io);
+    tokio::spawn(StdioServer::new().serve(handler(rec), sr, sw));
+    let (cr, cw) = tokio::io::split(client_io);
+    let running = rmcp::serve_client(RouteProgress::new(()), (cr, cw))
+        .await
+        .expect("initialized");
+    (running, ev)
+}
+
+fn call(tool: &str) -> McpRequest {
+    McpRequest::without_id("tools/call").with_params(json!({"name": tool, "arguments": {}}))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_timeout_drops_the_server_handler() {
+    let (running, mut ev) = start().await;
+    let client = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(1)))
+        .service(RmcpClient::new(&running));
+    let err = client.oneshot(call("hang")).await.unwrap_err();
+    assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
+    // Only a notifications/cancelled on the wire makes the server drop it.
+    let seen = ev.until(|e| matches!(e, Event::Dropped(_))).await;
+    assert!(matches!(seen[0], Event::Started(_)), "{seen:?}");
+    assert!(
+        !seen.iter().any(|e| matches!(e, Event::Done(_))),
+        "{seen:?}"
+    );
+    // The token fires with the reason the client's drop carried.
+    let reason = seen.iter().find_map(|e| match e {
+        Event::Token(_, Some(CancelReason::Peer(Some(r)))) => Some(r),
+        _ => None,
+    });
+    assert!(reason.is_some_and(|r| r.contains("timed out")), "{seen:?}");
+    running.cancel().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_progress_resets_the_client_idle_limit() {
+    let (running, mut ev) = start().await;
+    let client = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(300)))
+        .service(RmcpClient::new(&running));
+    let started = tokio::time::Instant::now();
+    let out = client
+        .oneshot(call("progress"))
+        .await
+        .expect("progress kept it alive");
+    assert_eq!(out["content"][0]["text"], "done");
+    // A second, more than three idle limits.
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    let seen = ev.until(|e| matches!(e, Event::Done(_))).await;
+    assert!(
+        !seen.iter().any(|e| matches!(e, Event::Dropped(_))),
+        "{seen:?}"
+    );
+    running.cancel().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_progress_the_idle_limit_cancels_the_call() {
+    let (running, mut ev) = start().await;
+    let client = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(300)))
+        .service(RmcpClient::new(&running));
+    let err = client.oneshot(call("hang")).await.unwrap_err();
+    assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
+    ev.until(|e| matches!(e, Event::Dropped(_))).await;
+    running.cancel().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_layer_progress_reaches_the_callers_observer() {
+    let (running, _ev) = start().await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let observer = ProgressObserver::new(move |p| {
+        let _ = tx.send(p.progress);
+    });
+    let out = RmcpClient::new(&running)
+        .oneshot(call("progress").with_extension(observer))
+        .await
+        .expect("answered");
+    assert_eq!(out["content"][0]["text"], "done");
+    let mut seen = Vec::new();
+    while let Ok(p) = rx.try_recv() {
+        seen.push(p);
+    }
+    // rmcp handles each notification in a task of its own, so the last
+    // report may lose the race with the answer; the earlier ones were seen.
+    assert!(seen.len() >= 9, "{seen:?}");
+    assert_eq!(seen[..9], (1..=9).map(f64::from).collect::<Vec<_>>());
+    running.cancel().await.unwrap();
+}
