@@ -24,6 +24,7 @@ use super::validation::{
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, Message, RawRequest, SUBSCRIPTIONS_LISTEN};
 use crate::notify::outbox::Scope;
+use crate::observe::{Era as ObservedEra, Transport};
 use crate::transport::call::server as call;
 use crate::transport::McpService;
 use crate::Cancellation;
@@ -242,6 +243,12 @@ fn start_call<S: McpService>(
         id.clone(),
         scope.cancellation().clone(),
         is_listen,
+        Transport::Http,
+        Some(if era.legacy {
+            ObservedEra::Legacy
+        } else {
+            ObservedEra::Modern
+        }),
     );
     Exchange::new(
         Box::pin(call),

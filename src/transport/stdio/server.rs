@@ -13,6 +13,7 @@ use super::writer::write_loop;
 use crate::cancel::{CancelOutcome, InFlightGuard};
 use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest};
 use crate::notify::outbox::{Outgoing, Scope};
+use crate::observe::Transport;
 use crate::transport::call::server::{self as call, encode_error_without_id, Ending, McpService};
 use crate::{CancelReason, InFlight};
 
@@ -336,6 +337,8 @@ impl Connection {
             id,
             scope.cancellation().clone(),
             is_listen,
+            Transport::Stdio,
+            None,
         );
         tasks.spawn(finish_request(call, scope, guard, self.tx.clone()));
     }

@@ -1,0 +1,162 @@
+//! [`Record`]: one request's span, its clock and its metrics, from the
+//! moment a transport has the request to its [`Outcome`]. Created and ended
+//! only by the lifecycle (`transport::call`), once for every transport.
+
+use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::Span;
+
+use super::{field, Era, Outcome, Side, Transport};
+use crate::jsonrpc::RequestId;
+use crate::sanitize;
+use crate::{CancelReason, Cancellation};
+
+/// One request's span and measurements. Ends once: with
+/// [`end`](Self::end), or, dropped before, with the outcome of the drop.
+pub(crate) struct Record {
+    span: Span,
+    started: Instant,
+    side: Side,
+    transport: Transport,
+    /// Server side: the request's cancellation, whose reason tells a drop
+    /// by the transport (a shutdown, a peer's cancel) from a disconnect.
+    cancellation: Option<Cancellation>,
+    ended: bool,
+}
+
+impl Record {
+    /// Starts the record of a request: its span (fields below), its clock,
+    /// the in-flight gauge.
+    pub(crate) fn start(
+        side: Side,
+        transport: Transport,
+        era: Option<Era>,
+        id: Option<&RequestId>,
+        method: &str,
+    ) -> Self {
+        let method = sanitize::for_log(method);
+        let id = id.map(|id| sanitize::for_log(&id.to_string()));
+        let era = era.map(Era::as_str);
+        let protocol = transport.protocol_name();
+        let span = match side {
+            Side::Server => tracing::info_span!(
+                "mcp.server.request",
+                otel.name = %method,
+                otel.kind = "server",
+                otel.status_code = Empty,
+                mcp.method.name = %method,
+                jsonrpc.request.id = id,
+                rpc.system.name = "jsonrpc",
+                network.transport = transport.network_transport(),
+                network.protocol.name = protocol,
+                mcp.transport = transport.as_str(),
+                mcp.era = era,
+                mcp.request.outcome = Empty,
+                mcp.cancel.reason = Empty,
+                error.type = Empty,
+                rpc.response.status_code = Empty,
+            ),
+            Side::Client => tracing::info_span!(
+                "mcp.client.request",
+                otel.name = %method,
+                otel.kind = "client",
+                otel.status_code = Empty,
+                mcp.method.name = %method,
+                jsonrpc.request.id = id,
+                rpc.system.name = "jsonrpc",
+                network.transport = transport.network_transport(),
+                network.protocol.name = protocol,
+                mcp.transport = transport.as_str(),
+                mcp.era = era,
+                mcp.request.outcome = Empty,
+                mcp.cancel.reason = Empty,
+                error.type = Empty,
+                rpc.response.status_code = Empty,
+            ),
+        };
+        #[cfg(feature = "metrics")]
+        super::metrics::started(side, transport);
+        Self {
+            span,
+            started: Instant::now(),
+            side,
+            transport,
+            cancellation: None,
+            ended: false,
+        }
+    }
+
+    /// Reads the reason of a drop from `cancellation` (server side).
+    pub(crate) fn with_cancellation(mut self, cancellation: Cancellation) -> Self {
+        self.cancellation = Some(cancellation);
+        self
+    }
+
+    /// The request's span, to instrument its future with.
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// Ends the record with `outcome`: the span's outcome fields, the one
+    /// `info` line of the request, the metrics.
+    pub(crate) fn end(mut self, outcome: &Outcome) {
+        self.finish(outcome);
+    }
+
+    fn finish(&mut self, outcome: &Outcome) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        let elapsed = self.started.elapsed();
+        let span = &self.span;
+        span.record(field::OUTCOME, outcome.kind());
+        if let Some(reason) = outcome.reason() {
+            span.record(field::CANCEL_REASON, sanitize::for_log(reason));
+        }
+        if let Some(error_type) = outcome.error_type() {
+            span.record(field::ERROR_TYPE, error_type);
+            span.record("otel.status_code", "ERROR");
+        }
+        if let Some(code) = outcome.error_code() {
+            span.record(field::RPC_RESPONSE_STATUS_CODE, code.to_string());
+        }
+        span.in_scope(|| {
+            tracing::info!(
+                target: "tower_mcp_cancel::request",
+                outcome = %outcome,
+                duration_ms = elapsed.as_millis() as u64,
+                "request ended"
+            );
+        });
+        #[cfg(feature = "metrics")]
+        super::metrics::ended(self.side, self.transport, outcome, elapsed);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (self.side, self.transport);
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let outcome = Outcome::dropped().unwrap_or_else(|| match (&self.side, &self.cancellation) {
+            (Side::Server, Some(c)) => Outcome::from_reason(
+                c.reason().unwrap_or(&CancelReason::ClientDisconnected),
+            ),
+            (Side::Server, None) => Outcome::ClientDisconnected,
+            (Side::Client, _) => Outcome::CallerDropped,
+        });
+        self.finish(&outcome);
+    }
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Record")
+            .field("side", &self.side)
+            .field("transport", &self.transport)
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
