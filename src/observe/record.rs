@@ -35,7 +35,10 @@ impl Record {
         method: &str,
     ) -> Self {
         let method = sanitize::for_log(method);
-        let id = id.map(|id| sanitize::for_log(&id.to_string()));
+        let id = id.map(|id| match id {
+            RequestId::String(s) => sanitize::for_log(s),
+            other => other.to_string(),
+        });
         let era = era.map(Era::as_str);
         let protocol = transport.protocol_name();
         let span = match side {
@@ -140,13 +143,14 @@ impl Drop for Record {
         if self.ended {
             return;
         }
-        let outcome = Outcome::dropped().unwrap_or_else(|| match (&self.side, &self.cancellation) {
-            (Side::Server, Some(c)) => Outcome::from_reason(
-                c.reason().unwrap_or(&CancelReason::ClientDisconnected),
-            ),
-            (Side::Server, None) => Outcome::ClientDisconnected,
-            (Side::Client, _) => Outcome::CallerDropped,
-        });
+        let outcome =
+            Outcome::dropped().unwrap_or_else(|| match (&self.side, &self.cancellation) {
+                (Side::Server, Some(c)) => {
+                    Outcome::from_reason(c.reason().unwrap_or(&CancelReason::ClientDisconnected))
+                }
+                (Side::Server, None) => Outcome::ClientDisconnected,
+                (Side::Client, _) => Outcome::CallerDropped,
+            });
         self.finish(&outcome);
     }
 }

@@ -187,7 +187,10 @@ fn ending<T: Serialize>(
         let outcome = Outcome::from_reason(reason);
         if is_listen && *reason == CancelReason::Shutdown {
             tracing::debug!(request_id = %id, "server shutting down: subscriptions/listen ended gracefully");
-            return (respond(id, Ok(listen_result(id, serde_json::json!({})))), outcome);
+            return (
+                respond(id, Ok(listen_result(id, serde_json::json!({})))),
+                outcome,
+            );
         }
         tracing::debug!(request_id = %id, %reason, "request cancelled; nothing written for it");
         return (Ending::Silent(reason.clone()), outcome);

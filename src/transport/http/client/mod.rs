@@ -64,10 +64,10 @@ use tracing::Instrument;
 
 use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
+use crate::observe::{Era, Transport};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::transport::call::client::{Abandon, CallGuard, Outbound, ResponseFuture};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
-use crate::observe::{Era, Transport};
 use crate::{CancelReason, McpRequest};
 
 mod builder;

@@ -23,10 +23,10 @@ use tracing::Instrument;
 
 use crate::error::BoxError;
 use crate::jsonrpc::{self, CancelledParams, ErrorObject, RequestId};
+use crate::observe::Transport;
 use crate::transport::call::client::{
     outcome, Abandon, CallGuard, Outbound, Pending, ResponseFuture,
 };
-use crate::observe::Transport;
 use crate::{CancelReason, McpRequest};
 
 mod builder;
