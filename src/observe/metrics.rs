@@ -21,6 +21,8 @@
 //! let _ = (snapshotter.snapshot(), SERVER_REQUESTS);
 //! ```
 
+#![cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
+
 use std::time::Duration;
 
 use super::{Outcome, Side, Transport};
@@ -47,7 +49,6 @@ pub const TRANSPORT_LABEL: &str = super::field::MCP_TRANSPORT;
 /// The outcome label's key.
 pub const OUTCOME_LABEL: &str = super::field::OUTCOME;
 
-#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 pub(crate) fn started(side: Side, transport: Transport) {
     let name = match side {
         Side::Server => SERVER_IN_FLIGHT,
@@ -56,7 +57,6 @@ pub(crate) fn started(side: Side, transport: Transport) {
     metrics::gauge!(name, TRANSPORT_LABEL => transport.as_str()).increment(1.0);
 }
 
-#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 pub(crate) fn ended(side: Side, transport: Transport, outcome: &Outcome, elapsed: Duration) {
     let (in_flight, requests, duration) = match side {
         Side::Server => (SERVER_IN_FLIGHT, SERVER_REQUESTS, SERVER_DURATION),
@@ -71,7 +71,6 @@ pub(crate) fn ended(side: Side, transport: Transport, outcome: &Outcome, elapsed
 }
 
 /// A progress notification, sent (server) or routed (client).
-#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 pub(crate) fn progress(side: Side) {
     let name = match side {
         Side::Server => SERVER_PROGRESS,

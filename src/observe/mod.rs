@@ -65,6 +65,10 @@
 //! (`stdio`/`http`) and, on the outcome counter, `mcp.request.outcome`.
 //! The method is not a label: its values come from the peer.
 
+// Each transport uses its own variants: a build with one of them (or
+// none) leaves the others unused.
+#![cfg_attr(not(all(feature = "stdio", feature = "http")), allow(dead_code))]
+
 mod outcome;
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) mod record;
@@ -102,7 +106,6 @@ pub mod field {
 
 /// Which side of a request this process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 pub(crate) enum Side {
     Server,
     Client,
@@ -110,7 +113,6 @@ pub(crate) enum Side {
 
 /// The transport a request travels on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 pub(crate) enum Transport {
     Stdio,
     Http,
@@ -124,7 +126,6 @@ impl Transport {
         }
     }
 
-    #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
     fn network_transport(self) -> &'static str {
         match self {
             Transport::Stdio => "pipe",
@@ -132,7 +133,6 @@ impl Transport {
         }
     }
 
-    #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
     fn protocol_name(self) -> Option<&'static str> {
         match self {
             Transport::Stdio => None,
@@ -143,7 +143,6 @@ impl Transport {
 
 /// The protocol revision a request belongs to, where the transport knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) enum Era {
     /// 2026-07-28.
     Modern,
@@ -152,7 +151,6 @@ pub(crate) enum Era {
 }
 
 impl Era {
-    #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
     fn as_str(self) -> &'static str {
         match self {
             Era::Modern => "2026",
