@@ -7,6 +7,7 @@
 mod support;
 
 mod client;
+mod drain;
 mod malformed_cancellations;
 mod process;
 mod server;

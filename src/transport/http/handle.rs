@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::body::ResponseBody;
 use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
+use super::drain::{self, ShutdownSignal};
 use super::exchange::Exchange;
 use super::headers::MCP_PROTOCOL_VERSION_HEADER;
 use super::response;
@@ -40,6 +41,9 @@ where
     B: Body + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    if let Some(refused) = drain::refuse_new(&config) {
+        return refused;
+    }
     match try_handle(inner, config, req).await {
         Ok(res) => res,
         Err(rejection) => {
@@ -256,7 +260,10 @@ fn start_call<S: McpService>(
         scope,
         id,
         is_listen,
-        config.shutdown.clone(),
+        config
+            .shutdown
+            .clone()
+            .map(|t| ShutdownSignal::new(t, config.drain_grace, is_listen)),
         !cancel_on_disconnect,
     )
 }

@@ -2,6 +2,8 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
@@ -15,6 +17,7 @@ use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RawNotificatio
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::observe::Transport;
 use crate::transport::call::server::{self as call, encode_error_without_id, Ending, McpService};
+use crate::transport::DEFAULT_DRAIN_GRACE;
 use crate::{CancelReason, InFlight};
 
 /// The default maximum size of one incoming line: 4 MiB.
@@ -38,6 +41,7 @@ pub struct StdioServer {
     max_in_flight: usize,
     registry: Option<InFlight>,
     shutdown: Option<CancellationToken>,
+    drain_grace: Duration,
 }
 
 impl Default for StdioServer {
@@ -57,6 +61,7 @@ impl StdioServer {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             registry: None,
             shutdown: None,
+            drain_grace: DEFAULT_DRAIN_GRACE,
         }
     }
 
@@ -117,10 +122,31 @@ impl StdioServer {
         self
     }
 
+    /// How long requests in flight may go on when the
+    /// [`shutdown`](Self::shutdown) token fires or the input ends (default
+    /// [`DEFAULT_DRAIN_GRACE`]: none, they are cancelled at once).
+    ///
+    /// During the grace: open `subscriptions/listen` streams get their
+    /// graceful result at once (they would never end on their own); other
+    /// requests may finish and are answered; after a shutdown the input is
+    /// still read, so a new request is answered at once with `-32603`
+    /// ("server shutting down") without reaching the service, and the
+    /// peer's `notifications/cancelled` still cancel. Requests still running
+    /// when the grace is over are cancelled — [`CancelReason::Shutdown`]
+    /// after a shutdown, [`CancelReason::TransportClosed`] after the end of
+    /// input — their handler futures dropped, their tokens fired, nothing
+    /// written for them. [`serve`](Self::serve) returns as soon as nothing
+    /// is in flight.
+    pub fn drain_grace(mut self, grace: Duration) -> Self {
+        self.drain_grace = grace;
+        self
+    }
+
     /// Serves `service` over `reader`/`writer` until `reader` ends (EOF),
     /// the writer fails, or the [`shutdown`](Self::shutdown) token fires.
     /// At EOF every in-flight request is cancelled with
-    /// [`CancelReason::TransportClosed`] and nothing more is written for it.
+    /// [`CancelReason::TransportClosed`] and nothing more is written for it
+    /// (after the [`drain_grace`](Self::drain_grace), if one is set).
     pub async fn serve<S, R, W>(self, mut service: S, reader: R, writer: W) -> io::Result<()>
     where
         S: McpService,
@@ -134,6 +160,7 @@ impl StdioServer {
             in_flight: self.registry.clone().unwrap_or_default(),
             max_in_flight: self.max_in_flight,
             tx,
+            draining: AtomicBool::new(false),
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
@@ -167,6 +194,23 @@ impl StdioServer {
         let reason = match &end {
             End::Shutdown => CancelReason::Shutdown,
             _ => CancelReason::TransportClosed,
+        };
+        let end = match end {
+            End::Shutdown | End::Eof if !self.drain_grace.is_zero() => {
+                let reading = matches!(end, End::Shutdown);
+                let drained = conn
+                    .drain(
+                        self.drain_grace,
+                        reading,
+                        &mut lines,
+                        &mut service,
+                        &mut tasks,
+                        &mut writer_task,
+                    )
+                    .await;
+                drained.unwrap_or(end)
+            }
+            end => end,
         };
         let n = conn.in_flight.cancel_all(reason.clone());
         tracing::info!(cancelled = n, %reason, "stdio connection ending");
@@ -228,6 +272,16 @@ struct Connection {
     in_flight: InFlight,
     max_in_flight: usize,
     tx: mpsc::Sender<Outgoing>,
+    /// Shutting down: new requests are refused.
+    draining: AtomicBool,
+}
+
+/// What the drain loop saw.
+enum DrainStep {
+    Writer(io::Result<()>),
+    GraceOver,
+    TaskEnded,
+    Frame(io::Result<Option<Frame>>),
 }
 
 impl Connection {
@@ -235,6 +289,60 @@ impl Connection {
     /// regardless of its request's state).
     async fn send(&self, bytes: Vec<u8>) {
         let _ = self.tx.send(Outgoing::unscoped(bytes)).await;
+    }
+
+    /// The drain: listen streams get their graceful result, the others may
+    /// finish within `grace`; meanwhile (when `reading`) the input is read
+    /// on, new requests refused. Returns the end of the writer, if it ended.
+    async fn drain<S, R>(
+        &self,
+        grace: Duration,
+        mut reading: bool,
+        lines: &mut LineReader<R>,
+        service: &mut S,
+        tasks: &mut JoinSet<()>,
+        writer_task: &mut tokio::task::JoinHandle<io::Result<()>>,
+    ) -> Option<End>
+    where
+        S: McpService,
+        R: tokio::io::AsyncBufRead + Unpin,
+    {
+        self.draining.store(true, Ordering::Release);
+        let listens = self
+            .in_flight
+            .cancel_method(jsonrpc::SUBSCRIPTIONS_LISTEN, CancelReason::Shutdown);
+        tracing::info!(
+            in_flight = self.in_flight.len(),
+            listen_streams_ended = listens,
+            grace_ms = grace.as_millis() as u64,
+            "stdio server draining: requests in flight may finish within the grace"
+        );
+        let over = tokio::time::sleep(grace);
+        tokio::pin!(over);
+        loop {
+            while tasks.try_join_next().is_some() {}
+            if tasks.is_empty() {
+                return None;
+            }
+            let step = tokio::select! {
+                biased;
+                res = &mut *writer_task => DrainStep::Writer(flatten(res)),
+                () = &mut over => DrainStep::GraceOver,
+                Some(_) = tasks.join_next() => DrainStep::TaskEnded,
+                frame = lines.next(), if reading => DrainStep::Frame(frame),
+            };
+            match step {
+                DrainStep::Writer(res) => return Some(End::Writer(res)),
+                DrainStep::GraceOver => return None,
+                DrainStep::TaskEnded => {}
+                DrainStep::Frame(Ok(Some(Frame::Line(line)))) => {
+                    self.on_line(&line, service, tasks).await
+                }
+                // An oversize line during the drain is skipped unanswered.
+                DrainStep::Frame(Ok(Some(Frame::TooLong { .. }))) => {}
+                DrainStep::Frame(Ok(None) | Err(_)) => reading = false,
+            }
+        }
     }
 
     async fn on_line<S>(&self, line: &[u8], service: &mut S, tasks: &mut JoinSet<()>)
@@ -298,6 +406,20 @@ impl Connection {
         S: McpService,
     {
         let id = raw.id.clone();
+        if self.draining.load(Ordering::Acquire) {
+            tracing::debug!(request_id = %id, "request refused: server shutting down");
+            let err = ErrorObject::new(
+                ErrorObject::INTERNAL_ERROR,
+                "Internal error: server shutting down; request not accepted",
+            );
+            let bytes = if self.in_flight.contains(&id) {
+                encode_error_without_id(&err)
+            } else {
+                jsonrpc::encode_response::<()>(Some(&id), Err(&err))
+            };
+            self.send(bytes).await;
+            return;
+        }
         // A request whose id is in flight is refused without that id: an
         // answer carrying it would look like the running request's answer.
         if self.in_flight.len() >= self.max_in_flight && !self.in_flight.contains(&id) {
