@@ -9,6 +9,7 @@ mod support;
 
 mod cancel;
 mod client;
+mod drain;
 mod legacy_checks;
 mod missing_version;
 mod param_headers;
