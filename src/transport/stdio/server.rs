@@ -397,7 +397,7 @@ impl Connection {
         };
         let reason = CancelReason::peer(params.reason.as_deref());
         if self.in_flight.cancel(&params.request_id, reason.clone()) == CancelOutcome::Cancelled {
-            tracing::info!(request_id = %params.request_id, %reason, "request cancelled by the client");
+            tracing::debug!(request_id = %params.request_id, %reason, "request cancelled by the client");
         }
     }
 
