@@ -56,8 +56,8 @@ async fn answer(
 fn message(body: &str) -> Value {
     let text = body
         .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("data:"))
         .unwrap_or(body);
     serde_json::from_str(text.trim()).unwrap_or(Value::Null)
 }

@@ -113,8 +113,8 @@ async fn in_flight_outcomes_durations_and_progress_are_counted() {
     let mut totals = Totals::default();
     let s = totals.take(&snapshotter);
     let stdio = [(names::TRANSPORT_LABEL, "stdio")];
-    assert_eq!(gauge(&s, names::SERVER_IN_FLIGHT, &stdio), 1.0);
-    assert_eq!(gauge(&s, names::CLIENT_IN_FLIGHT, &stdio), 1.0);
+    assert_eq!(gauge(s, names::SERVER_IN_FLIGHT, &stdio), 1.0);
+    assert_eq!(gauge(s, names::CLIENT_IN_FLIGHT, &stdio), 1.0);
     // Closing the connection ends it on both sides.
     client.shutdown().await.unwrap();
     served.await.unwrap().unwrap();
@@ -127,26 +127,26 @@ async fn in_flight_outcomes_durations_and_progress_are_counted() {
             (names::OUTCOME_LABEL, outcome),
         ]
     };
-    assert_eq!(counter(&s, names::SERVER_REQUESTS, &by("completed")), 2);
-    assert_eq!(counter(&s, names::SERVER_REQUESTS, &by("error")), 1);
-    assert_eq!(counter(&s, names::CLIENT_REQUESTS, &by("completed")), 2);
+    assert_eq!(counter(s, names::SERVER_REQUESTS, &by("completed")), 2);
+    assert_eq!(counter(s, names::SERVER_REQUESTS, &by("error")), 1);
+    assert_eq!(counter(s, names::CLIENT_REQUESTS, &by("completed")), 2);
     assert_eq!(
-        counter(&s, names::CLIENT_REQUESTS, &by("error")),
+        counter(s, names::CLIENT_REQUESTS, &by("error")),
         2,
         "the failed call and the one the closed connection failed"
     );
     assert_eq!(
-        counter(&s, names::SERVER_REQUESTS, &by("transport_closed")),
+        counter(s, names::SERVER_REQUESTS, &by("transport_closed")),
         1
     );
-    assert_eq!(gauge(&s, names::SERVER_IN_FLIGHT, &stdio), 0.0);
-    assert_eq!(gauge(&s, names::CLIENT_IN_FLIGHT, &stdio), 0.0);
-    let slow = histogram(&s, names::SERVER_DURATION, &by("completed"));
+    assert_eq!(gauge(s, names::SERVER_IN_FLIGHT, &stdio), 0.0);
+    assert_eq!(gauge(s, names::CLIENT_IN_FLIGHT, &stdio), 0.0);
+    let slow = histogram(s, names::SERVER_DURATION, &by("completed"));
     assert_eq!(slow.len(), 2);
     assert!(
         slow.contains(&1.0),
         "the slow call took the paused clock's 1 s: {slow:?}"
     );
-    assert_eq!(counter(&s, names::SERVER_PROGRESS, &[]), 2);
-    assert_eq!(counter(&s, names::CLIENT_PROGRESS, &[]), 2);
+    assert_eq!(counter(s, names::SERVER_PROGRESS, &[]), 2);
+    assert_eq!(counter(s, names::CLIENT_PROGRESS, &[]), 2);
 }
