@@ -8,7 +8,9 @@
 //! `tower_mcp_cancel::request`: `request ended outcome=… duration_ms=…`).
 //! The handler (server) or the call (client) runs inside it, so its own
 //! events carry the request's id and method. Nothing is logged per progress
-//! notification above `debug`.
+//! notification above `debug`. Spans and that event share the target
+//! `tower_mcp_cancel::request`: `RUST_LOG=tower_mcp_cancel::request=warn`
+//! turns both off.
 //!
 //! | span | when |
 //! | --- | --- |
@@ -61,7 +63,7 @@
 //! Recorded through the [`metrics`](https://docs.rs/metrics) facade, so any
 //! exporter (Prometheus, OpenTelemetry, statsd) installed as the recorder
 //! gets them; without a recorder they cost next to nothing. Names are in
-//! [`metrics`](self::metrics) (the module), labels are `mcp.transport`
+//! [`metrics`] (the module), labels are `mcp.transport`
 //! (`stdio`/`http`) and, on the outcome counter, `mcp.request.outcome`.
 //! The method is not a label: its values come from the peer.
 

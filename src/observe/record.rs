@@ -11,6 +11,11 @@ use crate::jsonrpc::RequestId;
 use crate::sanitize;
 use crate::{CancelReason, Cancellation};
 
+/// The target of the request spans and of their `request ended` events,
+/// so that one filter directive (`tower_mcp_cancel::request=warn`) turns
+/// both off.
+const TARGET: &str = "tower_mcp_cancel::request";
+
 /// One request's span and measurements. Ends once: with
 /// [`end`](Self::end), or, dropped before, with the outcome of the drop.
 pub(crate) struct Record {
@@ -34,21 +39,25 @@ impl Record {
         id: Option<&RequestId>,
         method: &str,
     ) -> Self {
-        let method = sanitize::for_log(method);
-        let id = id.map(|id| match id {
-            RequestId::String(s) => sanitize::for_log(s),
-            other => other.to_string(),
-        });
+        // The values are computed only when a subscriber wants the span
+        // (inside the macros).
+        let id = || {
+            id.map(|id| match id {
+                RequestId::String(s) => sanitize::for_log(s),
+                other => other.to_string(),
+            })
+        };
         let era = era.map(Era::as_str);
         let protocol = transport.protocol_name();
         let span = match side {
             Side::Server => tracing::info_span!(
+                target: TARGET,
                 "mcp.server.request",
-                otel.name = %method,
+                otel.name = sanitize::for_log(method),
                 otel.kind = "server",
                 otel.status_code = Empty,
-                mcp.method.name = %method,
-                jsonrpc.request.id = id,
+                mcp.method.name = sanitize::for_log(method),
+                jsonrpc.request.id = id(),
                 rpc.system.name = "jsonrpc",
                 network.transport = transport.network_transport(),
                 network.protocol.name = protocol,
@@ -60,12 +69,13 @@ impl Record {
                 rpc.response.status_code = Empty,
             ),
             Side::Client => tracing::info_span!(
+                target: TARGET,
                 "mcp.client.request",
-                otel.name = %method,
+                otel.name = sanitize::for_log(method),
                 otel.kind = "client",
                 otel.status_code = Empty,
-                mcp.method.name = %method,
-                jsonrpc.request.id = id,
+                mcp.method.name = sanitize::for_log(method),
+                jsonrpc.request.id = id(),
                 rpc.system.name = "jsonrpc",
                 network.transport = transport.network_transport(),
                 network.protocol.name = protocol,
@@ -111,30 +121,30 @@ impl Record {
             return;
         }
         let elapsed = self.started.elapsed();
+        #[cfg(feature = "metrics")]
+        super::metrics::ended(self.side, self.transport, outcome, elapsed);
         let span = &self.span;
-        span.record(field::OUTCOME, outcome.kind());
-        if let Some(reason) = outcome.reason() {
-            span.record(field::CANCEL_REASON, sanitize::for_log(reason));
-        }
-        if let Some(error_type) = outcome.error_type() {
-            span.record(field::ERROR_TYPE, error_type);
-            span.record("otel.status_code", "ERROR");
-        }
-        if let Some(code) = outcome.error_code() {
-            span.record(field::RPC_RESPONSE_STATUS_CODE, code.to_string());
+        if !span.is_disabled() {
+            span.record(field::OUTCOME, outcome.kind());
+            if let Some(reason) = outcome.reason() {
+                span.record(field::CANCEL_REASON, sanitize::for_log(reason));
+            }
+            if let Some(error_type) = outcome.error_type() {
+                span.record(field::ERROR_TYPE, error_type);
+                span.record("otel.status_code", "ERROR");
+            }
+            if let Some(code) = outcome.error_code() {
+                span.record(field::RPC_RESPONSE_STATUS_CODE, code.to_string());
+            }
         }
         span.in_scope(|| {
             tracing::info!(
-                target: "tower_mcp_cancel::request",
+                target: TARGET,
                 outcome = %outcome,
                 duration_ms = elapsed.as_millis() as u64,
                 "request ended"
             );
         });
-        #[cfg(feature = "metrics")]
-        super::metrics::ended(self.side, self.transport, outcome, elapsed);
-        #[cfg(not(feature = "metrics"))]
-        let _ = (self.side, self.transport);
     }
 }
 
