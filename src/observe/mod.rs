@@ -25,6 +25,8 @@
 //! | --- | --- |
 //! | [`mcp.method.name`](field::MCP_METHOD_NAME) | the method (sanitized) |
 //! | [`jsonrpc.request.id`](field::JSONRPC_REQUEST_ID) | the id, as a string |
+//! | [`gen_ai.tool.name`](field::GEN_AI_TOOL_NAME), `gen_ai.operation.name` | for a `tools/call`: the tool (sanitized), `execute_tool` |
+//! | [`gen_ai.prompt.name`](field::GEN_AI_PROMPT_NAME) | for a `prompts/get`: the prompt (sanitized) |
 //! | [`rpc.system.name`](field::RPC_SYSTEM_NAME) | `jsonrpc` |
 //! | [`network.transport`](field::NETWORK_TRANSPORT) | `pipe` (stdio) or `tcp` (HTTP) |
 //! | [`network.protocol.name`](field::NETWORK_PROTOCOL_NAME) | `http` over HTTP |
@@ -34,7 +36,7 @@
 //! | [`mcp.cancel.reason`](field::CANCEL_REASON) | the peer's reason of a cancel, sanitized (this crate's) |
 //! | [`error.type`](field::ERROR_TYPE) | for a [failure](Outcome::is_failure) only: the JSON-RPC code, `timeout`, or `transport_error` |
 //! | [`rpc.response.status_code`](field::RPC_RESPONSE_STATUS_CODE) | the JSON-RPC error code of an error answer |
-//! | `otel.name`, `otel.kind`, `otel.status_code` | for `tracing-opentelemetry`: the method, `server`/`client`, `ERROR` on a failure |
+//! | `otel.name`, `otel.kind`, `otel.status_code` | for `tracing-opentelemetry`: the conventions' span name (`tools/call get_weather`, else the method), `server`/`client`, `ERROR` on a failure |
 //!
 //! A cancellation is never a failure: a peer's cancel, a client gone away,
 //! a caller that dropped its call and a shutdown set no `error.type`, and
@@ -86,6 +88,10 @@ pub mod field {
     pub const MCP_METHOD_NAME: &str = "mcp.method.name";
     /// The JSON-RPC request id as a string (OpenTelemetry JSON-RPC conventions).
     pub const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
+    /// The tool of a `tools/call` (OpenTelemetry GenAI conventions, named by the MCP ones).
+    pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
+    /// The prompt of a `prompts/get` (OpenTelemetry GenAI conventions, named by the MCP ones).
+    pub const GEN_AI_PROMPT_NAME: &str = "gen_ai.prompt.name";
     /// The RPC system, `jsonrpc` (OpenTelemetry RPC conventions).
     pub const RPC_SYSTEM_NAME: &str = "rpc.system.name";
     /// `pipe` for stdio, `tcp` for HTTP (OpenTelemetry network conventions).

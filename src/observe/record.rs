@@ -2,6 +2,7 @@
 //! moment a transport has the request to its [`Outcome`]. Created and ended
 //! only by the lifecycle (`transport::call`), once for every transport.
 
+use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::Span;
@@ -38,6 +39,7 @@ impl Record {
         era: Option<Era>,
         id: Option<&RequestId>,
         method: &str,
+        params: Option<&RawValue>,
     ) -> Self {
         // The values are computed only when a subscriber wants the span
         // (inside the macros).
@@ -48,16 +50,35 @@ impl Record {
             })
         };
         let era = era.map(Era::as_str);
+        let tool = || {
+            (method == "tools/call")
+                .then(|| name_param(params))
+                .flatten()
+        };
+        let prompt = || {
+            (method == "prompts/get")
+                .then(|| name_param(params))
+                .flatten()
+        };
+        let operation = (method == "tools/call").then_some("execute_tool");
+        // `{mcp.method.name} {target}` (the conventions' span name).
+        let otel_name = || match tool().or_else(prompt) {
+            Some(target) => format!("{} {target}", sanitize::for_log(method)),
+            None => sanitize::for_log(method),
+        };
         let protocol = transport.protocol_name();
         let span = match side {
             Side::Server => tracing::info_span!(
                 target: TARGET,
                 "mcp.server.request",
-                otel.name = sanitize::for_log(method),
+                otel.name = otel_name(),
                 otel.kind = "server",
                 otel.status_code = Empty,
                 mcp.method.name = sanitize::for_log(method),
                 jsonrpc.request.id = id(),
+                gen_ai.tool.name = tool(),
+                gen_ai.prompt.name = prompt(),
+                gen_ai.operation.name = operation,
                 rpc.system.name = "jsonrpc",
                 network.transport = transport.network_transport(),
                 network.protocol.name = protocol,
@@ -71,11 +92,14 @@ impl Record {
             Side::Client => tracing::info_span!(
                 target: TARGET,
                 "mcp.client.request",
-                otel.name = sanitize::for_log(method),
+                otel.name = otel_name(),
                 otel.kind = "client",
                 otel.status_code = Empty,
                 mcp.method.name = sanitize::for_log(method),
                 jsonrpc.request.id = id(),
+                gen_ai.tool.name = tool(),
+                gen_ai.prompt.name = prompt(),
+                gen_ai.operation.name = operation,
                 rpc.system.name = "jsonrpc",
                 network.transport = transport.network_transport(),
                 network.protocol.name = protocol,
@@ -146,6 +170,17 @@ impl Record {
             );
         });
     }
+}
+
+/// The `name` of a `tools/call` or `prompts/get` (sanitized), for the span.
+fn name_param(params: Option<&RawValue>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow)]
+        name: Option<std::borrow::Cow<'a, str>>,
+    }
+    let named: Named<'_> = serde_json::from_str(params?.get()).ok()?;
+    named.name.map(|n| sanitize::for_log(&n))
 }
 
 impl Drop for Record {

@@ -25,7 +25,7 @@ use tower_mcp_cancel::{BoxError, McpRequest, TimeoutLayer};
 pub(crate) const DEADLINE: Duration = Duration::from_secs(10);
 
 /// A server stack: a 10 s deadline over a handler whose methods are
-/// `ok` and `ping` (a result), `fail` (`-32602`), `hang` (never ends), `progress`
+/// `ok`, `ping` and `tools/call` (a result), `fail` (`-32602`), `hang` (never ends), `progress`
 /// (two progress notifications, then a result), `slow` (a result after
 /// 1 s).
 pub(crate) fn server() -> BoxCloneSyncService<McpRequest, Value, BoxError> {
@@ -34,7 +34,7 @@ pub(crate) fn server() -> BoxCloneSyncService<McpRequest, Value, BoxError> {
             .layer(TimeoutLayer::new(DEADLINE))
             .service(service_fn(|req: McpRequest| async move {
                 match req.method() {
-                    "ok" | "ping" => Ok(json!({"resultType": "complete"})),
+                    "ok" | "ping" | "tools/call" => Ok(json!({"resultType": "complete"})),
                     "fail" => Err(ErrorObject::new(ErrorObject::INVALID_PARAMS, "bad").into()),
                     "progress" => {
                         let ctx = RequestContext::of(&req);

@@ -38,6 +38,15 @@ async fn server_spans_carry_the_request_and_each_outcome() {
     assert!(!ok.contains_key("error.type"), "{ok:?}");
     assert!(!ok.contains_key("mcp.era"), "stdio does not know the era");
 
+    peer.request(json!(11), "tools/call", json!({"name": "get\nweather"}))
+        .await;
+    peer.until_response(json!(11)).await;
+    let tool = cap.ended(SERVER, "11").await;
+    assert_field(&tool, "gen_ai.tool.name", "get weather");
+    assert_field(&tool, "gen_ai.operation.name", "execute_tool");
+    assert_field(&tool, "otel.name", "tools/call get weather");
+    assert!(!ok.contains_key("gen_ai.tool.name"));
+
     peer.request(json!("two"), "fail", json!({})).await;
     peer.until_response(json!("two")).await;
     let fail = cap.ended(SERVER, "two").await;
@@ -74,7 +83,7 @@ async fn server_spans_carry_the_request_and_each_outcome() {
 
     // One `request ended` line per request (the two pings included).
     let lines = cap.end_lines(SERVER);
-    assert_eq!(lines.len(), 7, "{lines:?}");
+    assert_eq!(lines.len(), 8, "{lines:?}");
     assert!(lines.iter().all(|l| l.contains_key("duration_ms")));
     let deadline = lines
         .iter()

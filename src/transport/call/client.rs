@@ -287,11 +287,12 @@ pub(crate) struct CallGuard<A: Abandon> {
 impl<A: Abandon> CallGuard<A> {
     pub(crate) fn new(
         id: RequestId,
-        method: &str,
+        req: &McpRequest,
         abandon: A,
         transport: Transport,
         era: Option<Era>,
     ) -> Self {
+        let method = req.method();
         Self {
             record: Some(Record::start(
                 Side::Client,
@@ -299,6 +300,7 @@ impl<A: Abandon> CallGuard<A> {
                 era,
                 Some(&id),
                 method,
+                req.params(),
             )),
             id,
             method: method.to_owned(),
@@ -482,7 +484,7 @@ mod tests {
         let guard = |n| {
             CallGuard::new(
                 RequestId::Number(n),
-                "m",
+                &McpRequest::new(n, "m"),
                 Probe(seen.clone()),
                 Transport::Stdio,
                 None,

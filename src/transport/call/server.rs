@@ -127,8 +127,15 @@ where
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
 {
-    let record = Record::start(Side::Server, transport, era, Some(&id), req.method())
-        .with_cancellation(cancellation.clone());
+    let record = Record::start(
+        Side::Server,
+        transport,
+        era,
+        Some(&id),
+        req.method(),
+        req.params(),
+    )
+    .with_cancellation(cancellation.clone());
     let span = record.span().clone();
     let guard = DisconnectGuard::new(cancellation.clone(), Some(id.clone()), req.mcp_method());
     let call = AssertUnwindSafe(async move {

@@ -198,13 +198,7 @@ impl Service<McpRequest> for HttpClient {
         } else {
             Era::Modern
         };
-        let mut call = CallGuard::new(
-            id.clone(),
-            req.method(),
-            CloseStream,
-            Transport::Http,
-            Some(era),
-        );
+        let mut call = CallGuard::new(id.clone(), &req, CloseStream, Transport::Http, Some(era));
         let span = call.span();
         // What a second attempt after a HeaderMismatch needs: the request
         // (to mirror its arguments again), the headers first sent, and the

@@ -275,7 +275,7 @@ impl StdioClient {
             shared: self.shared.clone(),
             state: Arc::new(AtomicU8::new(QUEUED)),
         };
-        let guard = CallGuard::new(id.clone(), req.method(), cancel, Transport::Stdio, None);
+        let guard = CallGuard::new(id.clone(), &req, cancel, Transport::Stdio, None);
         let params = req.wire_params()?;
         let bytes = jsonrpc::encode_request(&id, req.method(), params.as_deref())?;
         Ok((guard, rx, bytes))
