@@ -110,11 +110,27 @@ struct Events {
 impl Events {
     async fn wait(&mut self, kind: &str, id: i64) {
         let want = format!("{kind} {id} ");
+        self.wait_for(&want, |l| l.starts_with(&want)).await;
+    }
+
+    /// Waits for the server's log line of request `id`'s end, with `outcome`.
+    async fn ended(&mut self, id: i64, outcome: &str) {
+        let (req, out) = (
+            format!("jsonrpc.request.id=\"{id}\""),
+            format!("outcome={outcome}"),
+        );
+        self.wait_for(&out, |l| {
+            l.contains("request ended") && l.contains(&req) && l.contains(&out)
+        })
+        .await;
+    }
+
+    async fn wait_for(&mut self, what: &str, hit: impl Fn(&str) -> bool) {
         let found = tokio::time::timeout(BOUND, async {
             while let Some(line) = self.rx.recv().await {
-                let hit = line.starts_with(&want);
+                let found = hit(&line);
                 self.seen.push(line);
-                if hit {
+                if found {
                     return true;
                 }
             }
@@ -122,7 +138,7 @@ impl Events {
         })
         .await
         .unwrap_or(false);
-        assert!(found, "no `{want}` from the server; saw {:#?}", self.seen);
+        assert!(found, "no `{what}` from the server; saw {:#?}", self.seen);
     }
 }
 
@@ -270,6 +286,7 @@ async fn behind_nginx_disconnects_cancel_and_progress_is_not_buffered() {
     d.events.wait("STARTED", 1).await;
     drop(silent);
     d.events.wait("DROPPED", 1).await;
+    d.events.ended(1, "client_disconnected").await;
 
     // 2. The client goes away in the middle of the SSE stream.
     let mut streaming = call(&d.proxy, 2, "gated", json!({"steps": 3}), true).await;
@@ -297,6 +314,16 @@ async fn behind_nginx_disconnects_cancel_and_progress_is_not_buffered() {
     }
     read_until(&mut gated, &mut seen, "3 gated steps").await;
     d.events.wait("DONE", 3).await;
+    d.events.ended(3, "completed").await;
+
+    // The example's log: no colour codes on a pipe, and nothing at `info`
+    // per progress notification.
+    let log = &d.events.seen;
+    assert!(log.iter().all(|l| !l.contains('\x1b')), "{log:#?}");
+    assert!(
+        !log.iter().any(|l| l.contains("notifications/progress")),
+        "{log:#?}"
+    );
 
     let _ = std::fs::remove_dir_all(&d.dir);
 }
