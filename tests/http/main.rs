@@ -1,8 +1,8 @@
 //! The Streamable HTTP transport over loopback sockets: the server adapter
 //! ([`server`], [`sse_after`]), its checks of headers and versions
 //! ([`legacy_checks`], [`missing_version`], [`param_headers`]), disconnect
-//! as cancellation ([`cancel`]), `HttpClient` ([`client`]) and the
-//! `serve` helper ([`serve`]).
+//! as cancellation ([`cancel`]), the drain grace at shutdown ([`drain`]),
+//! `HttpClient` ([`client`]) and the `serve` helper ([`serve`]).
 
 #[path = "../support/mod.rs"]
 mod support;
