@@ -6,6 +6,7 @@
 //! nothing written for it).
 
 use serde_json::json;
+use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower_mcp_cancel::jsonrpc::RequestId;
@@ -112,6 +113,37 @@ async fn end_of_input_lets_work_finish_within_the_grace() {
             RequestId::from(2),
             Some(CancelReason::TransportClosed)
         )),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_ends_the_grace_after_end_of_input() {
+    let (recorder, mut events) = Recorder::new();
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let shutdown = CancellationToken::new();
+    let served = tokio::spawn(
+        StdioServer::new()
+            .shutdown(shutdown.clone())
+            .drain_grace(GRACE)
+            .serve(service(recorder), r, w),
+    );
+    peer.request(json!(1), "work", json!({"ms": 60_000})).await;
+    assert!(matches!(events.next().await, Event::Started(_)));
+    peer.w.shutdown().await.unwrap(); // end of input: the grace starts
+    tower_mcp_cancel::test_util::settle().await;
+    assert!(!served.is_finished());
+    let t0 = Instant::now();
+    shutdown.cancel();
+    served.await.unwrap().unwrap();
+    assert_eq!(
+        Instant::now(),
+        t0,
+        "the shutdown did not wait out the grace"
+    );
+    let seen = events.drain();
+    assert!(
+        seen.contains(&Event::Dropped(RequestId::from(1))),
         "{seen:?}"
     );
 }

@@ -136,7 +136,8 @@ impl StdioServer {
     /// after a shutdown, [`CancelReason::TransportClosed`] after the end of
     /// input — their handler futures dropped, their tokens fired, nothing
     /// written for them. [`serve`](Self::serve) returns as soon as nothing
-    /// is in flight.
+    /// is in flight. A shutdown during the grace that followed the end of
+    /// input ends that grace at once.
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.drain_grace = grace;
         self
@@ -198,9 +199,12 @@ impl StdioServer {
         let end = match end {
             End::Shutdown | End::Eof if !self.drain_grace.is_zero() => {
                 let reading = matches!(end, End::Shutdown);
+                // After the end of input, a shutdown ends the grace early.
+                let stop = (!reading).then_some(&shutdown);
                 let drained = conn
                     .drain(
                         self.drain_grace,
+                        stop,
                         reading,
                         &mut lines,
                         &mut service,
@@ -297,6 +301,7 @@ impl Connection {
     async fn drain<S, R>(
         &self,
         grace: Duration,
+        stop: Option<&CancellationToken>,
         mut reading: bool,
         lines: &mut LineReader<R>,
         service: &mut S,
@@ -319,6 +324,13 @@ impl Connection {
         );
         let over = tokio::time::sleep(grace);
         tokio::pin!(over);
+        let stop = async {
+            match stop {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(stop);
         loop {
             while tasks.try_join_next().is_some() {}
             if tasks.is_empty() {
@@ -328,6 +340,7 @@ impl Connection {
                 biased;
                 res = &mut *writer_task => DrainStep::Writer(flatten(res)),
                 () = &mut over => DrainStep::GraceOver,
+                () = &mut stop => DrainStep::GraceOver,
                 Some(_) = tasks.join_next() => DrainStep::TaskEnded,
                 frame = lines.next(), if reading => DrainStep::Frame(frame),
             };
