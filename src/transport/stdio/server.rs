@@ -201,16 +201,13 @@ impl StdioServer {
                 let reading = matches!(end, End::Shutdown);
                 // After the end of input, a shutdown ends the grace early.
                 let stop = (!reading).then_some(&shutdown);
+                let plan = DrainPlan {
+                    grace: self.drain_grace,
+                    stop,
+                    reading,
+                };
                 let drained = conn
-                    .drain(
-                        self.drain_grace,
-                        stop,
-                        reading,
-                        &mut lines,
-                        &mut service,
-                        &mut tasks,
-                        &mut writer_task,
-                    )
+                    .drain(plan, &mut lines, &mut service, &mut tasks, &mut writer_task)
                     .await;
                 drained.unwrap_or(end)
             }
@@ -280,6 +277,14 @@ struct Connection {
     draining: AtomicBool,
 }
 
+/// How a drain goes: its grace, what ends it early (a shutdown after the
+/// end of input), whether the input is still read.
+struct DrainPlan<'a> {
+    grace: Duration,
+    stop: Option<&'a CancellationToken>,
+    reading: bool,
+}
+
 /// What the drain loop saw.
 enum DrainStep {
     Writer(io::Result<()>),
@@ -300,9 +305,7 @@ impl Connection {
     /// on, new requests refused. Returns the end of the writer, if it ended.
     async fn drain<S, R>(
         &self,
-        grace: Duration,
-        stop: Option<&CancellationToken>,
-        mut reading: bool,
+        plan: DrainPlan<'_>,
         lines: &mut LineReader<R>,
         service: &mut S,
         tasks: &mut JoinSet<()>,
@@ -312,6 +315,11 @@ impl Connection {
         S: McpService,
         R: tokio::io::AsyncBufRead + Unpin,
     {
+        let DrainPlan {
+            grace,
+            stop,
+            mut reading,
+        } = plan;
         self.draining.store(true, Ordering::Release);
         let listens = self
             .in_flight
