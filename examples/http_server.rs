@@ -43,8 +43,12 @@
 //! curl -X POST -H 'Mcp-Method: tools/call' http://127.0.0.1:8080/work  # times out after 5 s
 //! ```
 //!
-//! Ctrl-C stops the server: open `subscriptions/listen` streams get their
-//! graceful result, then the server waits for connections to close.
+//! Ctrl-C (or SIGTERM) stops the server: open `subscriptions/listen`
+//! streams get their graceful result, other requests in flight may finish
+//! within `--drain-grace SECONDS` (default: none, cancelled at once), then
+//! the server waits for connections to close. `--listen 127.0.0.1:0` picks a
+//! free port: the address bound is printed on stdout
+//! (`listening on http://127.0.0.1:PORT/mcp`).
 
 mod common;
 
@@ -81,13 +85,7 @@ async fn work(Extension(cancellation): Extension<Cancellation>) -> String {
 }
 
 fn listen_addr() -> SocketAddr {
-    let args: Vec<String> = std::env::args().collect();
-    let addr = args
-        .iter()
-        .position(|a| a == "--listen")
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str)
-        .unwrap_or("127.0.0.1:8080");
+    let addr = common::arg_value("--listen").unwrap_or_else(|| "127.0.0.1:8080".to_owned());
     addr.parse().unwrap_or_else(|e| {
         eprintln!("bad --listen address {addr:?}: {e}");
         std::process::exit(2)
@@ -104,7 +102,8 @@ async fn main() {
     let mcp = StreamableHttpService::new(common::server_stack(opts))
         .origin_policy(OriginPolicy::Localhost)
         .keep_alive(Some(Duration::from_secs(15)))
-        .shutdown(shutdown.clone());
+        .shutdown(shutdown.clone())
+        .drain_grace(common::drain_grace());
 
     let work_route = post(work).layer(
         ServiceBuilder::new()
@@ -136,10 +135,14 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    tracing::info!(%addr, "MCP endpoint at http://{addr}/mcp");
+    // The address actually bound (`--listen 127.0.0.1:0` picks a free port):
+    // logged, and printed alone on stdout for scripts and tests.
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, "MCP endpoint at http://{bound}/mcp");
+    println!("listening on http://{bound}/mcp");
     let signal = shutdown.clone();
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        common::stop_signal().await;
         tracing::info!("shutting down");
         signal.cancel();
     });

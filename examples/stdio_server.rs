@@ -8,7 +8,8 @@
 //!
 //! It logs to stderr; with `--events` it also prints `STARTED <id> <ns>`,
 //! `DROPPED <id> <ns>`, `DONE <id> <ns>` and `TOKEN <id> <ns>` lines there.
-//! It exits when its stdin closes.
+//! It exits when its stdin closes, or on Ctrl-C / SIGTERM (requests in
+//! flight may finish within `--drain-grace SECONDS`; default: none).
 
 mod common;
 
@@ -17,7 +18,21 @@ async fn main() {
     common::init_tracing();
     let opts = common::Options::from_args();
     let service = common::server_stack(opts);
-    let code = match tower_mcp_cancel::transport::stdio::serve_stdio(service).await {
+    // Ctrl-C / SIGTERM: listen streams end gracefully, requests in flight
+    // may finish within `--drain-grace SECONDS` (default: none).
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        common::stop_signal().await;
+        signal.cancel();
+    });
+    let server = tower_mcp_cancel::transport::stdio::StdioServer::new()
+        .shutdown(shutdown)
+        .drain_grace(common::drain_grace());
+    let served = server
+        .serve(service, tokio::io::stdin(), tokio::io::stdout())
+        .await;
+    let code = match served {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!(error = %e, "stdio server stopped");

@@ -64,6 +64,7 @@
 //! | wire | [`jsonrpc`], [`protocol`], [`sanitize`] | ids, tokens, method names, the message envelope, one-line encoding; the protocol revisions; the log sanitizer |
 //! | request | [`error`], [`request`] | [`CancelReason`], [`Elapsed`], [`Cancelled`]; [`McpRequest`], [`RequestView`], [`ExtensionMap`] |
 //! | layers | [`cancel`], [`timeout`], [`progress`], [`builder`] | [`Cancellation`] and [`CancelOnDisconnectLayer`] (guard, future, body, service, layer) and the per-connection [`InFlight`] registry; [`TimeoutLayer`] and [`ProgressResetLayer`] over one [`MethodPolicy`]; [`ProgressTap`] |
+//! | observability | [`observe`] | [`Outcome`](observe::Outcome), the span fields, the metric names (feature `metrics`); the lifecycle records them |
 //! | handler side | [`notify`] | [`RequestContext`] and [`Notifier`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the clients |
@@ -79,6 +80,7 @@ pub mod error;
 pub mod integrations;
 pub mod jsonrpc;
 pub mod notify;
+pub mod observe;
 pub mod progress;
 pub mod protocol;
 pub mod request;

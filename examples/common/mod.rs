@@ -9,7 +9,14 @@
 //!   steps and reports progress each step when the request carries a progress
 //!   token — it never looks at its cancellation token, so only a drop of its
 //!   future stops it; `spawned {seconds = 10, interval_ms = 100}` does its
-//!   work in a `tokio::spawn`ed task that stops through the request's token.
+//!   work in a `tokio::spawn`ed task that stops through the request's token;
+//!   `gated {steps = 3}` reports progress step by step, each step after a
+//!   `release` call (`release {}` lets one waiting step go), so a test can
+//!   tell whether each progress event reached it before the next was made.
+//! * Logs: the crate's one `info` line per request (method, id, outcome,
+//!   duration; target `tower_mcp_cancel::request`), nothing per progress
+//!   notification above `debug`, no colour codes unless stderr is a
+//!   terminal.
 //! * Events: one `tracing` event when a handler future is dropped by
 //!   cancellation and one when it completes, each with the request id; with
 //!   [`Options::events`] also a machine-readable stderr line each:
@@ -21,6 +28,8 @@
 // Shared by the example binaries; `pub` for them, not an API.
 #![allow(dead_code, unreachable_pub, missing_debug_implementations)]
 
+use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
@@ -43,10 +52,21 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const TOOLS_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How the example server reports what happens to its handlers.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Options {
     /// Also print `STARTED`/`DROPPED`/`DONE`/`TOKEN` lines to stderr.
     pub events: bool,
+    /// The steps of `gated` calls wait for permits that `release` adds.
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            events: false,
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
 }
 
 impl Options {
@@ -54,6 +74,7 @@ impl Options {
     pub fn from_args() -> Self {
         Self {
             events: std::env::args().any(|a| a == "--events"),
+            ..Self::default()
         }
     }
 
@@ -75,13 +96,57 @@ pub fn now_ns() -> u128 {
         .unwrap_or(0)
 }
 
-/// Logs to stderr (stdout is the protocol channel on stdio). `RUST_LOG`
-/// overrides the default `info`.
+/// The value after `name` on the command line (`--listen 127.0.0.1:0`).
+pub fn arg_value(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// `--drain-grace SECONDS`: how long requests in flight may finish at
+/// shutdown (default: none, cancelled at once). Exits with a message on a
+/// value that is not a number of seconds.
+pub fn drain_grace() -> Duration {
+    let Some(text) = arg_value("--drain-grace") else {
+        return tower_mcp_cancel::transport::DEFAULT_DRAIN_GRACE;
+    };
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
+        _ => {
+            eprintln!("bad --drain-grace {text:?}: expected seconds between 0 and 86400");
+            std::process::exit(2)
+        }
+    }
+}
+
+/// Ctrl-C, or (on Unix) SIGTERM, which orchestrators and `kill` send.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Logs to stderr (stdout is the protocol channel on stdio), with colour
+/// codes only when stderr is a terminal. `RUST_LOG` overrides the default
+/// `info`: one line per request (the crate's `request ended`, in the
+/// request's span: method, id, transport; outcome, duration).
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter)
         .try_init();
 }
@@ -99,7 +164,7 @@ impl Probe {
     fn finish(mut self) {
         self.done = true;
         if let Some(id) = &self.id {
-            tracing::info!(request_id = %id, method = %self.method, "handler completed");
+            tracing::debug!(request_id = %id, method = %self.method, "handler completed");
             self.opts.emit("DONE", id);
         }
     }
@@ -111,7 +176,7 @@ impl Drop for Probe {
             return;
         }
         if let Some(id) = &self.id {
-            tracing::info!(request_id = %id, method = %self.method, "handler future dropped by cancellation");
+            tracing::debug!(request_id = %id, method = %self.method, "handler future dropped by cancellation");
             self.opts.emit("DROPPED", id);
         }
     }
@@ -250,6 +315,19 @@ fn tools_list() -> Value {
                 },
             },
             {
+                "name": "gated",
+                "description": "Reports progress step by step; each step after the next `release` call.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": { "steps": { "type": "number", "default": 3 } },
+                },
+            },
+            {
+                "name": "release",
+                "description": "Lets one waiting `gated` step go.",
+                "inputSchema": { "type": "object" },
+            },
+            {
                 "name": "spawned",
                 "description": "Works `seconds` in a spawned task that stops when the request's cancellation token fires.",
                 "inputSchema": {
@@ -324,7 +402,7 @@ async fn tools_call(req: &McpRequest, opts: &Options) -> Result<Value, ErrorObje
                     tokio::select! {
                         _ = token.cancelled() => {
                             if let Some(id) = &id {
-                                tracing::info!(request_id = %id, "spawned task saw its token fire; stopping");
+                                tracing::debug!(request_id = %id, "spawned task saw its token fire; stopping");
                                 opts.emit("TOKEN", id);
                             }
                             return;
@@ -343,6 +421,27 @@ async fn tools_call(req: &McpRequest, opts: &Options) -> Result<Value, ErrorObje
                     "spawned task stopped",
                 )),
             }
+        }
+        Some("gated") => {
+            let steps = args["steps"].as_u64().unwrap_or(3).clamp(1, 1000);
+            for i in 1..=steps {
+                ctx.progress(
+                    i as f64,
+                    Some(steps as f64),
+                    Some(format!("step {i}/{steps}")),
+                )
+                .await;
+                // The next step waits for a `release` call.
+                match opts.gate.acquire().await {
+                    Ok(permit) => permit.forget(),
+                    Err(_) => break,
+                }
+            }
+            Ok(text_result(format!("{steps} gated steps")))
+        }
+        Some("release") => {
+            opts.gate.add_permits(1);
+            Ok(text_result("released one step".to_owned()))
         }
         Some(other) => Err(ErrorObject::new(
             ErrorObject::INVALID_PARAMS,

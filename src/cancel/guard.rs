@@ -61,7 +61,7 @@ impl DisconnectGuard {
     }
 
     pub(crate) fn log_cancelled(&self, reason: &CancelReason, what: &'static str) {
-        tracing::info!(
+        tracing::debug!(
             request_id = self.id.as_ref().map(tracing::field::display),
             method = self.method.as_deref().unwrap_or(""),
             %reason,

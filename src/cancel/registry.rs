@@ -141,6 +141,22 @@ impl InFlight {
         all.into_iter().filter(|c| c.cancel(reason.clone())).count()
     }
 
+    /// Cancels every in-flight request of `method` (a drain ends the listen
+    /// streams). Returns how many were cancelled.
+    #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
+    pub(crate) fn cancel_method(&self, method: &str, reason: CancelReason) -> usize {
+        let matching: Vec<Cancellation> = self
+            .lock()
+            .values()
+            .filter(|e| e.method.as_deref() == Some(method))
+            .map(|e| e.cancellation.clone())
+            .collect();
+        matching
+            .into_iter()
+            .filter(|c| c.cancel(reason.clone()))
+            .count()
+    }
+
     /// The cancellation of the in-flight request `id`.
     pub fn get(&self, id: &RequestId) -> Option<Cancellation> {
         self.lock().get(id).map(|e| e.cancellation.clone())

@@ -110,16 +110,22 @@ impl Notifier {
         let Some(token) = self.progress_token.clone() else {
             return false;
         };
-        self.notify(
-            jsonrpc::PROGRESS,
-            &ProgressParams {
-                progress_token: token,
-                progress,
-                total,
-                message,
-            },
-        )
-        .await
+        let sent = self
+            .notify(
+                jsonrpc::PROGRESS,
+                &ProgressParams {
+                    progress_token: token,
+                    progress,
+                    total,
+                    message,
+                },
+            )
+            .await;
+        #[cfg(feature = "metrics")]
+        if sent {
+            crate::observe::metrics::progress(crate::observe::Side::Server);
+        }
+        sent
     }
 }
 

@@ -167,7 +167,7 @@ fn expire(
     method: Option<&Method>,
     cancellation: Option<&Cancellation>,
 ) {
-    tracing::info!(
+    tracing::debug!(
         request_id = id.map(tracing::field::display),
         method = method.map(|m| m.as_str()).unwrap_or(""),
         %reason,

@@ -120,7 +120,7 @@ fn expire(
     let CancelReason::Timeout(elapsed) = reason else {
         return;
     };
-    tracing::info!(
+    tracing::debug!(
         request_id = id.map(tracing::field::display),
         method = method.map(|m| m.as_str()).unwrap_or(""),
         %reason,

@@ -1,14 +1,15 @@
 //! The Streamable HTTP transport over loopback sockets: the server adapter
 //! ([`server`], [`sse_after`]), its checks of headers and versions
 //! ([`legacy_checks`], [`missing_version`], [`param_headers`]), disconnect
-//! as cancellation ([`cancel`]), `HttpClient` ([`client`]) and the
-//! `serve` helper ([`serve`]).
+//! as cancellation ([`cancel`]), the drain grace at shutdown ([`drain`]),
+//! `HttpClient` ([`client`]) and the `serve` helper ([`serve`]).
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod cancel;
 mod client;
+mod drain;
 mod legacy_checks;
 mod missing_version;
 mod param_headers;

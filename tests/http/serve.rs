@@ -164,3 +164,34 @@ async fn graceful_shutdown_returns_once_requests_in_flight_end() {
         .await;
     bounded(server).await.unwrap();
 }
+
+#[tokio::test]
+async fn with_a_drain_grace_serve_lets_a_request_in_flight_finish() {
+    let shutdown = CancellationToken::new();
+    let (tools, mut events) = Tools::new();
+    let config = StreamableHttpService::new(())
+        .shutdown(shutdown.clone())
+        .drain_grace(std::time::Duration::from_secs(3600));
+    let svc = tower::Layer::layer(&StreamableHttpLayer::from_config(config), tools.service());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(serve(listener, svc, shutdown.clone()));
+
+    let mut conn = Conn::connect(addr, Proto::H1).await;
+    let call = tokio::spawn(conn.send(post(
+        &tool_call(1, "wait_release", json!({})),
+        &modern_headers("wait_release"),
+    )));
+    events.until(|e| matches!(e, Event::Started(_))).await;
+
+    // Without a grace the shutdown would cancel the call (503); with one it
+    // runs on, and serve waits for it.
+    shutdown.cancel();
+    tokio::task::yield_now().await;
+    assert!(!server.is_finished(), "returned with a request in flight");
+    tools.release.notify_one();
+    let res = bounded(call).await.unwrap().expect("answered");
+    assert_eq!(res.status(), 200);
+    assert!(text(res).await.contains("released"));
+    bounded(server).await.unwrap();
+}

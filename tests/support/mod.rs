@@ -12,6 +12,8 @@
     missing_debug_implementations
 )]
 
+#[cfg(feature = "test-util")]
+pub mod drain;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "stdio")]

@@ -29,6 +29,8 @@ use tokio::time::Instant;
 use crate::cancel::current_drop_reason;
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, ProgressParams, ProgressToken, RequestId};
+use crate::observe::record::Record;
+use crate::observe::{Era, Outcome, Side, Transport};
 use crate::{CancelReason, McpRequest, ProgressObserver, ProgressTap, RequestView};
 
 /// A client's id and progress-token counters.
@@ -156,6 +158,8 @@ pub(crate) fn route_progress(
     };
     match find(&params.progress_token) {
         Some(tap) => {
+            #[cfg(feature = "metrics")]
+            crate::observe::metrics::progress(Side::Client);
             tap.record_params(params);
         }
         None => {
@@ -269,24 +273,48 @@ pub(crate) trait Abandon: Send {
 
 /// Cancels its call when dropped before [`finish`](Self::finish), with the
 /// reason of the drop (the limit that fired, when a layer above gave up;
-/// [`CancelReason::CallerDropped`] otherwise), logged once for both sides.
+/// [`CancelReason::CallerDropped`] otherwise), logged once for both sides;
+/// holds the call's span and records its [`Outcome`] (see
+/// [`observe`](crate::observe)).
 pub(crate) struct CallGuard<A: Abandon> {
     id: RequestId,
     method: String,
     started: Instant,
     abandon: A,
-    done: bool,
+    record: Option<Record>,
 }
 
 impl<A: Abandon> CallGuard<A> {
-    pub(crate) fn new(id: RequestId, method: &str, abandon: A) -> Self {
+    pub(crate) fn new(
+        id: RequestId,
+        req: &McpRequest,
+        abandon: A,
+        transport: Transport,
+        era: Option<Era>,
+    ) -> Self {
+        let method = req.method();
         Self {
+            record: Some(Record::start(
+                Side::Client,
+                transport,
+                era,
+                Some(&id),
+                method,
+                req.params(),
+            )),
             id,
             method: method.to_owned(),
             started: Instant::now(),
             abandon,
-            done: false,
         }
+    }
+
+    /// The call's span, to run the call in.
+    pub(crate) fn span(&self) -> tracing::Span {
+        self.record
+            .as_ref()
+            .map(|r| r.span().clone())
+            .unwrap_or_else(tracing::Span::none)
     }
 
     /// The transport's side of the call.
@@ -295,22 +323,26 @@ impl<A: Abandon> CallGuard<A> {
         &self.abandon
     }
 
-    /// The answer came (or the call failed): nothing to cancel.
-    pub(crate) fn finish(&mut self) {
-        self.done = true;
+    /// The answer came (or the call failed): nothing to cancel; the call's
+    /// outcome is that of `result`.
+    pub(crate) fn finish<T>(&mut self, result: &Result<T, BoxError>) {
+        if let Some(record) = self.record.take() {
+            record.end(&Outcome::of(result));
+        }
     }
 }
 
 impl<A: Abandon> Drop for CallGuard<A> {
     fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let Some(what) = self.abandon.abandon(&self.id) else {
+        let Some(record) = self.record.take() else {
             return;
         };
         let reason = current_drop_reason().unwrap_or(CancelReason::CallerDropped);
-        tracing::info!(
+        record.end(&Outcome::from_reason(&reason));
+        let Some(what) = self.abandon.abandon(&self.id) else {
+            return;
+        };
+        tracing::debug!(
             request_id = %self.id,
             method = %self.method,
             %reason,
@@ -449,9 +481,17 @@ mod tests {
     #[test]
     fn a_guard_cancels_with_the_reason_of_its_drop_unless_finished() {
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let guard = |n| CallGuard::new(RequestId::Number(n), "m", Probe(seen.clone()));
+        let guard = |n| {
+            CallGuard::new(
+                RequestId::Number(n),
+                &McpRequest::new(n, "m"),
+                Probe(seen.clone()),
+                Transport::Stdio,
+                None,
+            )
+        };
         let mut done = guard(1);
-        done.finish();
+        done.finish(&Ok::<(), BoxError>(()));
         drop(done);
         drop(guard(2));
         crate::cancel::drop_with_reason(&CancelReason::Shutdown, guard(3));

@@ -23,6 +23,7 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use serde::Serialize;
 use tower::{Service, ServiceExt};
+use tracing::Instrument;
 
 use crate::cancel::future::ResponseFuture;
 use crate::cancel::guard::DisconnectGuard;
@@ -31,6 +32,8 @@ use crate::error::{BoxError, Cancelled, Elapsed};
 use crate::jsonrpc::{self, ErrorObject, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::notify::Notifier;
+use crate::observe::record::Record;
+use crate::observe::{Era, Outcome, Side, Transport};
 use crate::{CancelReason, Cancellation, McpRequest, RequestView};
 
 /// A request service the server transports can drive: a cloneable, sendable
@@ -101,6 +104,11 @@ pub(crate) fn prepare(
 /// processed cancel is never followed by the handler's answer), turns a
 /// panic into an internal error, and decides the [`Ending`].
 ///
+/// The request's span (see [`observe`](crate::observe)) is opened here,
+/// the handler runs inside it, and its [`Outcome`] is recorded when the
+/// ending is decided — or, if the future is dropped first, the outcome of
+/// the drop.
+///
 /// Dropping the returned future drops the handler and fires the token with
 /// [`CancelReason::ClientDisconnected`] (or the reason of an enclosing
 /// [`drop_with_reason`](crate::cancel::drop_with_reason) scope).
@@ -110,6 +118,8 @@ pub(crate) fn run<S>(
     id: RequestId,
     cancellation: Cancellation,
     is_listen: bool,
+    transport: Transport,
+    era: Option<Era>,
 ) -> impl Future<Output = Ending> + Send + 'static
 where
     S: Service<McpRequest> + Send + 'static,
@@ -117,6 +127,16 @@ where
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
 {
+    let record = Record::start(
+        Side::Server,
+        transport,
+        era,
+        Some(&id),
+        req.method(),
+        req.params(),
+    )
+    .with_cancellation(cancellation.clone());
+    let span = record.span().clone();
     let guard = DisconnectGuard::new(cancellation.clone(), Some(id.clone()), req.mcp_method());
     let call = AssertUnwindSafe(async move {
         service.ready().await.map_err(Into::into)?;
@@ -127,8 +147,11 @@ where
     let raced = ResponseFuture::<_, Passthrough>::new(call, guard);
     async move {
         let out: Result<S::Response, BoxError> = raced.await;
-        ending(&id, is_listen, &cancellation, out)
+        let (ending, outcome) = ending(&id, is_listen, &cancellation, out);
+        record.end(&outcome);
+        ending
     }
+    .instrument(span)
 }
 
 /// The handler panicked.
@@ -159,32 +182,35 @@ fn cancelled_by_transport(reason: &CancelReason) -> bool {
     )
 }
 
-/// The one decision of what ends a request (see the module docs' table).
+/// The one decision of what ends a request (see the module docs' table),
+/// and the request's [`Outcome`].
 fn ending<T: Serialize>(
     id: &RequestId,
     is_listen: bool,
     cancellation: &Cancellation,
     out: Result<T, BoxError>,
-) -> Ending {
+) -> (Ending, Outcome) {
     if let Some(reason) = cancellation.reason().filter(|r| cancelled_by_transport(r)) {
+        let outcome = Outcome::from_reason(reason);
         if is_listen && *reason == CancelReason::Shutdown {
-            tracing::info!(request_id = %id, "server shutting down: subscriptions/listen ended gracefully");
-            return respond(id, Ok(listen_result(id, serde_json::json!({}))));
+            tracing::debug!(request_id = %id, "server shutting down: subscriptions/listen ended gracefully");
+            return (
+                respond(id, Ok(listen_result(id, serde_json::json!({})))),
+                outcome,
+            );
         }
         tracing::debug!(request_id = %id, %reason, "request cancelled; nothing written for it");
-        return Ending::Silent(reason.clone());
+        return (Ending::Silent(reason.clone()), outcome);
     }
-    match out {
-        Ok(result) if is_listen => {
-            let value = match serde_json::to_value(&result) {
-                Ok(v) => v,
-                Err(e) => {
-                    let err = internal(format!("result not serializable: {e}"));
-                    return respond::<()>(id, Err(err));
-                }
-            };
-            respond(id, Ok(listen_result(id, value)))
-        }
+    let outcome = Outcome::of(&out);
+    let ending = match out {
+        Ok(result) if is_listen => match serde_json::to_value(&result) {
+            Ok(value) => respond(id, Ok(listen_result(id, value))),
+            Err(e) => {
+                let err = internal(format!("result not serializable: {e}"));
+                return (respond::<()>(id, Err(err)), error_outcome());
+            }
+        },
         Ok(result) => respond(id, Ok(result)),
         Err(e) if is_listen && e.is::<Cancelled>() => {
             // The server tore the stream down without a result: the one case
@@ -193,15 +219,31 @@ fn ending<T: Serialize>(
                 .downcast_ref::<Cancelled>()
                 .map(|c| c.reason().to_string())
                 .unwrap_or_default();
-            tracing::info!(request_id = %id, reason = %reason, "subscription torn down by the server");
+            tracing::debug!(request_id = %id, reason = %reason, "subscription torn down by the server");
             Ending::TearDown(reason)
         }
         Err(e) => {
             if e.is::<Panicked>() {
                 tracing::error!(request_id = %id, "handler panicked");
             }
-            respond::<()>(id, Err(error_object(&*e)))
+            let err = error_object(&*e);
+            let code = err.code;
+            let ending = respond::<()>(id, Err(err));
+            // What the peer is told: an error with this code (a `Cancelled`
+            // nobody asked for, or a panic, is answered -32603).
+            let outcome = match outcome {
+                Outcome::TimedOut(_) => outcome,
+                _ => Outcome::Error { code: Some(code) },
+            };
+            return (ending, outcome);
         }
+    };
+    (ending, outcome)
+}
+
+fn error_outcome() -> Outcome {
+    Outcome::Error {
+        code: Some(ErrorObject::INTERNAL_ERROR),
     }
 }
 

@@ -54,6 +54,7 @@ pub(crate) struct Config {
     pub(crate) param_headers: Arc<ToolHeaderMap>,
     pub(crate) missing_version_legacy: bool,
     pub(crate) sse_after: Option<Duration>,
+    pub(crate) drain_grace: Duration,
 }
 
 impl Default for Config {
@@ -70,6 +71,7 @@ impl Default for Config {
             param_headers: Arc::new(ToolHeaderMap::new()),
             missing_version_legacy: false,
             sse_after: Some(DEFAULT_SSE_AFTER),
+            drain_grace: crate::transport::DEFAULT_DRAIN_GRACE,
         }
     }
 }
@@ -85,6 +87,7 @@ impl fmt::Debug for Config {
             .field("param_headers", &self.param_headers.len())
             .field("missing_version_legacy", &self.missing_version_legacy)
             .field("sse_after", &self.sse_after)
+            .field("drain_grace", &self.drain_grace)
             .finish()
     }
 }

@@ -15,8 +15,8 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use super::drain::ShutdownSignal;
 use crate::jsonrpc::RequestId;
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::transport::call::server::Ending;
@@ -41,8 +41,9 @@ pub(crate) struct Exchange {
     scope: Scope,
     id: RequestId,
     is_listen: bool,
-    /// The server-wide shutdown signal: it cancels the request.
-    shutdown: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    /// The server-wide shutdown signal (after the drain grace): it cancels
+    /// the request.
+    shutdown: Option<ShutdownSignal>,
     /// A notification taken in the first phase, to send first.
     front: Option<Vec<u8>>,
     /// The final message, once the call ended, after the queued ones.
@@ -59,7 +60,7 @@ impl Exchange {
         scope: Scope,
         id: RequestId,
         is_listen: bool,
-        shutdown: Option<tokio_util::sync::CancellationToken>,
+        shutdown: Option<ShutdownSignal>,
         detach_on_drop: bool,
     ) -> Self {
         Self {
@@ -68,7 +69,7 @@ impl Exchange {
             scope,
             id,
             is_listen,
-            shutdown: shutdown.map(|t| Box::pin(t.cancelled_owned())),
+            shutdown,
             front: None,
             last: None,
             done: false,
@@ -80,7 +81,7 @@ impl Exchange {
     /// gate is closed then, so every message of it is already queued.
     fn poll_call(&mut self, cx: &mut Context<'_>) -> Poll<Ending> {
         if let Some(shutdown) = self.shutdown.as_mut() {
-            if shutdown.as_mut().poll(cx).is_ready() {
+            if shutdown.poll_fire(cx).is_ready() {
                 // The call sees the cancel first thing and ends as the
                 // lifecycle says (a listen stream: its graceful result).
                 self.shutdown = None;

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::body::ResponseBody;
 use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
+use super::drain::{self, ShutdownSignal};
 use super::exchange::Exchange;
 use super::headers::MCP_PROTOCOL_VERSION_HEADER;
 use super::response;
@@ -24,6 +25,7 @@ use super::validation::{
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, Message, RawRequest, SUBSCRIPTIONS_LISTEN};
 use crate::notify::outbox::Scope;
+use crate::observe::{Era as ObservedEra, Transport};
 use crate::transport::call::server as call;
 use crate::transport::McpService;
 use crate::Cancellation;
@@ -39,6 +41,9 @@ where
     B: Body + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    if let Some(refused) = drain::refuse_new(&config) {
+        return refused;
+    }
     match try_handle(inner, config, req).await {
         Ok(res) => res,
         Err(rejection) => {
@@ -242,6 +247,12 @@ fn start_call<S: McpService>(
         id.clone(),
         scope.cancellation().clone(),
         is_listen,
+        Transport::Http,
+        Some(if era.legacy {
+            ObservedEra::Legacy
+        } else {
+            ObservedEra::Modern
+        }),
     );
     Exchange::new(
         Box::pin(call),
@@ -249,7 +260,10 @@ fn start_call<S: McpService>(
         scope,
         id,
         is_listen,
-        config.shutdown.clone(),
+        config
+            .shutdown
+            .clone()
+            .map(|t| ShutdownSignal::new(t, config.drain_grace, is_listen)),
         !cancel_on_disconnect,
     )
 }

@@ -54,6 +54,7 @@
 mod body;
 pub mod client;
 mod config;
+mod drain;
 mod exchange;
 pub mod future;
 mod handle;

@@ -90,8 +90,11 @@ where
 ///   to [`StreamableHttpService::shutdown`](super::StreamableHttpService::shutdown):
 ///   it cancels the MCP requests in flight (reason `Shutdown`) and gives
 ///   open `subscriptions/listen` streams their graceful result, so the
-///   drain does not wait on them. Bound the wait with `tokio::time::timeout`
-///   if other routes may run long.
+///   drain does not wait on them. With
+///   [`StreamableHttpService::drain_grace`](super::StreamableHttpService::drain_grace)
+///   the MCP requests in flight may finish first (up to the grace; new ones
+///   get `503`), and `serve` returns once they have. Bound the wait with
+///   `tokio::time::timeout` if other routes may run long.
 /// * **Accept errors** (`EMFILE` when out of file descriptors, …) are logged
 ///   and survived: the loop backs off for 100 ms and accepts again.
 ///

@@ -270,6 +270,24 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
+    /// How long requests in flight may go on once the
+    /// [shutdown token](Self::shutdown) fired (default
+    /// [`DEFAULT_DRAIN_GRACE`](crate::transport::DEFAULT_DRAIN_GRACE): none,
+    /// they are cancelled at once).
+    ///
+    /// During the grace new requests get `503`, open `subscriptions/listen`
+    /// streams get their graceful result at once, and other requests may
+    /// finish and are answered as usual; those still running when it is
+    /// over are cancelled with
+    /// [`CancelReason::Shutdown`](crate::CancelReason::Shutdown) (handler
+    /// future dropped, token fired): `503` if no byte was sent, otherwise the
+    /// SSE stream ends without an answer. With [`serve`](super::serve) on the
+    /// same token, the server returns once they are all done.
+    pub fn drain_grace(mut self, grace: Duration) -> Self {
+        self.config_mut().drain_grace = grace;
+        self
+    }
+
     /// Sets how many notifications a handler may queue ahead of a slow client
     /// before [`Notifier::notify`](crate::Notifier::notify) waits (default 32).
     pub fn notification_queue(mut self, capacity: usize) -> Self {

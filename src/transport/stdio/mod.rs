@@ -88,6 +88,10 @@
 //!   request is cancelled ([`CancelReason::Shutdown`](crate::CancelReason::Shutdown)),
 //!   reading stops, and `serve` returns once their tasks ended and the
 //!   queued messages are written; only listen streams are answered (below).
+//!   With a [`StdioServer::drain_grace`] (shutdown and end of input alike),
+//!   listen streams get their graceful result at once, other requests may
+//!   finish within the grace, new ones are answered `-32603` ("server
+//!   shutting down"), and only what still runs after it is cancelled.
 //! * A deadline inside the stack (a server-side `TimeoutLayer`) is answered
 //!   with its error: the driver writes nothing only when the cancel came from
 //!   the transport (peer, end of input, shutdown).

@@ -2,6 +2,8 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
@@ -13,7 +15,9 @@ use super::writer::write_loop;
 use crate::cancel::{CancelOutcome, InFlightGuard};
 use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest};
 use crate::notify::outbox::{Outgoing, Scope};
+use crate::observe::Transport;
 use crate::transport::call::server::{self as call, encode_error_without_id, Ending, McpService};
+use crate::transport::DEFAULT_DRAIN_GRACE;
 use crate::{CancelReason, InFlight};
 
 /// The default maximum size of one incoming line: 4 MiB.
@@ -37,6 +41,7 @@ pub struct StdioServer {
     max_in_flight: usize,
     registry: Option<InFlight>,
     shutdown: Option<CancellationToken>,
+    drain_grace: Duration,
 }
 
 impl Default for StdioServer {
@@ -56,6 +61,7 @@ impl StdioServer {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             registry: None,
             shutdown: None,
+            drain_grace: DEFAULT_DRAIN_GRACE,
         }
     }
 
@@ -116,10 +122,32 @@ impl StdioServer {
         self
     }
 
+    /// How long requests in flight may go on when the
+    /// [`shutdown`](Self::shutdown) token fires or the input ends (default
+    /// [`DEFAULT_DRAIN_GRACE`]: none, they are cancelled at once).
+    ///
+    /// During the grace: open `subscriptions/listen` streams get their
+    /// graceful result at once (they would never end on their own); other
+    /// requests may finish and are answered; after a shutdown the input is
+    /// still read, so a new request is answered at once with `-32603`
+    /// ("server shutting down") without reaching the service, and the
+    /// peer's `notifications/cancelled` still cancel. Requests still running
+    /// when the grace is over are cancelled — [`CancelReason::Shutdown`]
+    /// after a shutdown, [`CancelReason::TransportClosed`] after the end of
+    /// input — their handler futures dropped, their tokens fired, nothing
+    /// written for them. [`serve`](Self::serve) returns as soon as nothing
+    /// is in flight. A shutdown during the grace that followed the end of
+    /// input ends that grace at once.
+    pub fn drain_grace(mut self, grace: Duration) -> Self {
+        self.drain_grace = grace;
+        self
+    }
+
     /// Serves `service` over `reader`/`writer` until `reader` ends (EOF),
     /// the writer fails, or the [`shutdown`](Self::shutdown) token fires.
     /// At EOF every in-flight request is cancelled with
-    /// [`CancelReason::TransportClosed`] and nothing more is written for it.
+    /// [`CancelReason::TransportClosed`] and nothing more is written for it
+    /// (after the [`drain_grace`](Self::drain_grace), if one is set).
     pub async fn serve<S, R, W>(self, mut service: S, reader: R, writer: W) -> io::Result<()>
     where
         S: McpService,
@@ -133,6 +161,7 @@ impl StdioServer {
             in_flight: self.registry.clone().unwrap_or_default(),
             max_in_flight: self.max_in_flight,
             tx,
+            draining: AtomicBool::new(false),
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
@@ -166,6 +195,23 @@ impl StdioServer {
         let reason = match &end {
             End::Shutdown => CancelReason::Shutdown,
             _ => CancelReason::TransportClosed,
+        };
+        let end = match end {
+            End::Shutdown | End::Eof if !self.drain_grace.is_zero() => {
+                let reading = matches!(end, End::Shutdown);
+                // After the end of input, a shutdown ends the grace early.
+                let stop = (!reading).then_some(&shutdown);
+                let plan = DrainPlan {
+                    grace: self.drain_grace,
+                    stop,
+                    reading,
+                };
+                let drained = conn
+                    .drain(plan, &mut lines, &mut service, &mut tasks, &mut writer_task)
+                    .await;
+                drained.unwrap_or(end)
+            }
+            end => end,
         };
         let n = conn.in_flight.cancel_all(reason.clone());
         tracing::info!(cancelled = n, %reason, "stdio connection ending");
@@ -227,6 +273,24 @@ struct Connection {
     in_flight: InFlight,
     max_in_flight: usize,
     tx: mpsc::Sender<Outgoing>,
+    /// Shutting down: new requests are refused.
+    draining: AtomicBool,
+}
+
+/// How a drain goes: its grace, what ends it early (a shutdown after the
+/// end of input), whether the input is still read.
+struct DrainPlan<'a> {
+    grace: Duration,
+    stop: Option<&'a CancellationToken>,
+    reading: bool,
+}
+
+/// What the drain loop saw.
+enum DrainStep {
+    Writer(io::Result<()>),
+    GraceOver,
+    TaskEnded,
+    Frame(io::Result<Option<Frame>>),
 }
 
 impl Connection {
@@ -234,6 +298,72 @@ impl Connection {
     /// regardless of its request's state).
     async fn send(&self, bytes: Vec<u8>) {
         let _ = self.tx.send(Outgoing::unscoped(bytes)).await;
+    }
+
+    /// The drain: listen streams get their graceful result, the others may
+    /// finish within `grace`; meanwhile (when `reading`) the input is read
+    /// on, new requests refused. Returns the end of the writer, if it ended.
+    async fn drain<S, R>(
+        &self,
+        plan: DrainPlan<'_>,
+        lines: &mut LineReader<R>,
+        service: &mut S,
+        tasks: &mut JoinSet<()>,
+        writer_task: &mut tokio::task::JoinHandle<io::Result<()>>,
+    ) -> Option<End>
+    where
+        S: McpService,
+        R: tokio::io::AsyncBufRead + Unpin,
+    {
+        let DrainPlan {
+            grace,
+            stop,
+            mut reading,
+        } = plan;
+        self.draining.store(true, Ordering::Release);
+        let listens = self
+            .in_flight
+            .cancel_method(jsonrpc::SUBSCRIPTIONS_LISTEN, CancelReason::Shutdown);
+        tracing::info!(
+            in_flight = self.in_flight.len(),
+            listen_streams_ended = listens,
+            grace_ms = grace.as_millis() as u64,
+            "stdio server draining: requests in flight may finish within the grace"
+        );
+        let over = tokio::time::sleep(grace);
+        tokio::pin!(over);
+        let stop = async {
+            match stop {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(stop);
+        loop {
+            while tasks.try_join_next().is_some() {}
+            if tasks.is_empty() {
+                return None;
+            }
+            let step = tokio::select! {
+                biased;
+                res = &mut *writer_task => DrainStep::Writer(flatten(res)),
+                () = &mut over => DrainStep::GraceOver,
+                () = &mut stop => DrainStep::GraceOver,
+                Some(_) = tasks.join_next() => DrainStep::TaskEnded,
+                frame = lines.next(), if reading => DrainStep::Frame(frame),
+            };
+            match step {
+                DrainStep::Writer(res) => return Some(End::Writer(res)),
+                DrainStep::GraceOver => return None,
+                DrainStep::TaskEnded => {}
+                DrainStep::Frame(Ok(Some(Frame::Line(line)))) => {
+                    self.on_line(&line, service, tasks).await
+                }
+                // An oversize line during the drain is skipped unanswered.
+                DrainStep::Frame(Ok(Some(Frame::TooLong { .. }))) => {}
+                DrainStep::Frame(Ok(None) | Err(_)) => reading = false,
+            }
+        }
     }
 
     async fn on_line<S>(&self, line: &[u8], service: &mut S, tasks: &mut JoinSet<()>)
@@ -288,7 +418,7 @@ impl Connection {
         };
         let reason = CancelReason::peer(params.reason.as_deref());
         if self.in_flight.cancel(&params.request_id, reason.clone()) == CancelOutcome::Cancelled {
-            tracing::info!(request_id = %params.request_id, %reason, "request cancelled by the client");
+            tracing::debug!(request_id = %params.request_id, %reason, "request cancelled by the client");
         }
     }
 
@@ -297,6 +427,20 @@ impl Connection {
         S: McpService,
     {
         let id = raw.id.clone();
+        if self.draining.load(Ordering::Acquire) {
+            tracing::debug!(request_id = %id, "request refused: server shutting down");
+            let err = ErrorObject::new(
+                ErrorObject::INTERNAL_ERROR,
+                "Internal error: server shutting down; request not accepted",
+            );
+            let bytes = if self.in_flight.contains(&id) {
+                encode_error_without_id(&err)
+            } else {
+                jsonrpc::encode_response::<()>(Some(&id), Err(&err))
+            };
+            self.send(bytes).await;
+            return;
+        }
         // A request whose id is in flight is refused without that id: an
         // answer carrying it would look like the running request's answer.
         if self.in_flight.len() >= self.max_in_flight && !self.in_flight.contains(&id) {
@@ -336,6 +480,8 @@ impl Connection {
             id,
             scope.cancellation().clone(),
             is_listen,
+            Transport::Stdio,
+            None,
         );
         tasks.spawn(finish_request(call, scope, guard, self.tx.clone()));
     }

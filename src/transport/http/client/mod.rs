@@ -60,9 +60,11 @@ use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use tower_service::Service;
+use tracing::Instrument;
 
 use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
+use crate::observe::{Era, Transport};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::transport::call::client::{Abandon, CallGuard, Outbound, ResponseFuture};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
@@ -191,7 +193,13 @@ impl Service<McpRequest> for HttpClient {
         // for a tools/call, the request, in case it must be sent again).
         let prepared = prepare(&inner, &id, &req);
         let is_tools_list = req.method() == "tools/list";
-        let mut call = CallGuard::new(id.clone(), req.method(), CloseStream);
+        let era = if crate::protocol::LEGACY_VERSIONS.contains(&inner.protocol_version.as_str()) {
+            Era::Legacy
+        } else {
+            Era::Modern
+        };
+        let mut call = CallGuard::new(id.clone(), &req, CloseStream, Transport::Http, Some(era));
+        let span = call.span();
         // What a second attempt after a HeaderMismatch needs: the request
         // (to mirror its arguments again), the headers first sent, and the
         // progress route.
@@ -200,36 +208,38 @@ impl Service<McpRequest> for HttpClient {
             route: route.clone(),
             req,
         });
-        ResponseFuture::new(async move {
-            let http_req = match prepared {
-                Ok(r) => r,
-                Err(e) => {
-                    call.finish();
-                    return Err(e.into());
-                }
-            };
-            let mut out = exchange(&inner, http_req, &id, route).await;
-            if let Some(retry) = retry {
-                if is_header_mismatch(&out) {
-                    if let Some(again) = retry.again(&inner, &id).await {
-                        out = again;
+        ResponseFuture::new(
+            async move {
+                let http_req = match prepared {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let e: BoxError = e.into();
+                        let out = Err(e);
+                        call.finish(&out);
+                        return out;
+                    }
+                };
+                let mut out = exchange(&inner, http_req, &id, route).await;
+                if let Some(retry) = retry {
+                    if is_header_mismatch(&out) {
+                        if let Some(again) = retry.again(&inner, &id).await {
+                            out = again;
+                        }
                     }
                 }
-            }
-            call.finish();
-            if is_tools_list {
-                if let Ok(result) = out.as_mut() {
-                    learn_tools(&inner, result);
+                call.finish(&out);
+                if is_tools_list {
+                    if let Ok(result) = out.as_mut() {
+                        learn_tools(&inner, result);
+                    }
                 }
+                out
             }
-            out
-        })
+            .instrument(span),
+        )
     }
 }
 
-/// Cancelling an HTTP call: dropping its response stream, which closes it
-/// (HTTP/1.1: the connection is closed, not reused; HTTP/2: the stream is
-/// reset); nothing else is posted.
 struct CloseStream;
 
 impl Abandon for CloseStream {

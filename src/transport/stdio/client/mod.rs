@@ -19,9 +19,11 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tower::Service;
+use tracing::Instrument;
 
 use crate::error::BoxError;
 use crate::jsonrpc::{self, CancelledParams, ErrorObject, RequestId};
+use crate::observe::Transport;
 use crate::transport::call::client::{
     outcome, Abandon, CallGuard, Outbound, Pending, ResponseFuture,
 };
@@ -273,7 +275,7 @@ impl StdioClient {
             shared: self.shared.clone(),
             state: Arc::new(AtomicU8::new(QUEUED)),
         };
-        let guard = CallGuard::new(id.clone(), req.method(), cancel);
+        let guard = CallGuard::new(id.clone(), &req, cancel, Transport::Stdio, None);
         let params = req.wire_params()?;
         let bytes = jsonrpc::encode_request(&id, req.method(), params.as_deref())?;
         Ok((guard, rx, bytes))
@@ -340,22 +342,30 @@ impl Service<McpRequest> for StdioClient {
     fn call(&mut self, req: McpRequest) -> ResponseFuture {
         let started = self.start(req);
         let requests = self.handle.requests.clone();
-        ResponseFuture::new(async move {
-            let (mut call, rx, bytes) = started?;
-            let queued = Queued {
-                bytes,
-                state: call.abandon().state.clone(),
-            };
-            if requests.send(queued).await.is_err() {
-                return Err(closed_error("writer stopped"));
+        let (mut call, rx, bytes) = match started {
+            Ok(started) => started,
+            Err(e) => return ResponseFuture::new(std::future::ready(Err(e))),
+        };
+        let span = call.span();
+        ResponseFuture::new(
+            async move {
+                let queued = Queued {
+                    bytes,
+                    state: call.abandon().state.clone(),
+                };
+                let result = if requests.send(queued).await.is_err() {
+                    Err(closed_error("writer stopped"))
+                } else {
+                    match rx.await {
+                        Ok(Ok(reply)) => outcome(reply),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(closed_error("connection dropped")),
+                    }
+                };
+                call.finish(&result);
+                result
             }
-            let out = rx.await;
-            call.finish();
-            match out {
-                Ok(Ok(reply)) => outcome(reply),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(closed_error("connection dropped")),
-            }
-        })
+            .instrument(span),
+        )
     }
 }

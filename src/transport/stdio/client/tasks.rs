@@ -167,7 +167,7 @@ fn on_cancelled(shared: &Shared, n: &RawNotification) {
     let reason = CancelReason::peer(params.reason.as_deref());
     match taken {
         Ok(Some(p)) => {
-            tracing::info!(request_id = %params.request_id, %reason, "server ended the request (subscription torn down)");
+            tracing::debug!(request_id = %params.request_id, %reason, "server ended the request (subscription torn down)");
             let _ = p.tx.send(Err(Box::new(Cancelled::new(reason))));
         }
         Err(()) => {

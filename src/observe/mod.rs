@@ -1,0 +1,168 @@
+//! Observability: one span per request on both sides, with the request's
+//! [`Outcome`] recorded at its end, and (feature `metrics`) metrics through
+//! the `metrics` facade.
+//!
+//! Every request the transports carry — server and client, stdio and
+//! Streamable HTTP — gets a span, opened when the transport has the request
+//! and closed at its end, with one `info` event when it ends (target
+//! `tower_mcp_cancel::request`: `request ended outcome=… duration_ms=…`).
+//! The handler (server) or the call (client) runs inside it, so its own
+//! events carry the request's id and method. Nothing is logged per progress
+//! notification above `debug`. Spans and that event share the target
+//! `tower_mcp_cancel::request`: `RUST_LOG=tower_mcp_cancel::request=warn`
+//! turns both off.
+//!
+//! | span | when |
+//! | --- | --- |
+//! | `mcp.server.request` | a request a server transport received, from decode to its end (answer written to the queue, cancelled, dropped) |
+//! | `mcp.client.request` | a request a client transport sends, from the call to its answer, or to the drop of its future |
+//!
+//! Its fields follow the OpenTelemetry semantic conventions for MCP (and
+//! JSON-RPC, RPC, network) where they name one; the others are this
+//! crate's, under `mcp.`:
+//!
+//! | field | value |
+//! | --- | --- |
+//! | [`mcp.method.name`](field::MCP_METHOD_NAME) | the method (sanitized) |
+//! | [`jsonrpc.request.id`](field::JSONRPC_REQUEST_ID) | the id, as a string |
+//! | [`gen_ai.tool.name`](field::GEN_AI_TOOL_NAME), `gen_ai.operation.name` | for a `tools/call`: the tool (sanitized), `execute_tool` |
+//! | [`gen_ai.prompt.name`](field::GEN_AI_PROMPT_NAME) | for a `prompts/get`: the prompt (sanitized) |
+//! | [`rpc.system.name`](field::RPC_SYSTEM_NAME) | `jsonrpc` |
+//! | [`network.transport`](field::NETWORK_TRANSPORT) | `pipe` (stdio) or `tcp` (HTTP) |
+//! | [`network.protocol.name`](field::NETWORK_PROTOCOL_NAME) | `http` over HTTP |
+//! | [`mcp.transport`](field::MCP_TRANSPORT) | `stdio` or `http` (this crate's) |
+//! | [`mcp.era`](field::MCP_ERA) | `2026` (revision 2026-07-28) or `legacy` (2025 revisions), where the transport knows it: the HTTP server (from its version checks) and the HTTP client (its configured version); stdio does not |
+//! | [`mcp.request.outcome`](field::OUTCOME) | the [`Outcome::kind`] (this crate's) |
+//! | [`mcp.cancel.reason`](field::CANCEL_REASON) | the peer's reason of a cancel, sanitized (this crate's) |
+//! | [`error.type`](field::ERROR_TYPE) | for a [failure](Outcome::is_failure) only: the JSON-RPC code, `timeout`, or `transport_error` |
+//! | [`rpc.response.status_code`](field::RPC_RESPONSE_STATUS_CODE) | the JSON-RPC error code of an error answer |
+//! | `otel.name`, `otel.kind`, `otel.status_code` | for `tracing-opentelemetry`: the conventions' span name (`tools/call get_weather`, else the method), `server`/`client`, `ERROR` on a failure |
+//!
+//! A cancellation is never a failure: a peer's cancel, a client gone away,
+//! a caller that dropped its call and a shutdown set no `error.type`, and
+//! the three timeouts say which limit fired (`timeout_deadline`,
+//! `timeout_idle`, `timeout_max`).
+//!
+//! ```
+//! use tower::{service_fn, ServiceExt};
+//! use tower_mcp_cancel::observe::Outcome;
+//! use tower_mcp_cancel::{BoxError, McpRequest};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! // A layer of your own can classify its inner service's result the same way.
+//! let svc = service_fn(|_req: McpRequest| async {
+//!     Err::<serde_json::Value, BoxError>(tower_mcp_cancel::jsonrpc::ErrorObject::new(-32602, "bad").into())
+//! });
+//! let result = svc.oneshot(McpRequest::new(1, "tools/call")).await;
+//! let outcome = Outcome::of(&result);
+//! assert_eq!(outcome.kind(), "error");
+//! assert_eq!(outcome.error_type().as_deref(), Some("-32602"));
+//! # }
+//! ```
+//!
+//! # Metrics (feature `metrics`)
+//!
+//! Recorded through the [`metrics`](https://docs.rs/metrics) facade, so any
+//! exporter (Prometheus, OpenTelemetry, statsd) installed as the recorder
+//! gets them; without a recorder they cost next to nothing. Names are in
+//! [`metrics`] (the module), labels are `mcp.transport`
+//! (`stdio`/`http`) and, on the outcome counter, `mcp.request.outcome`.
+//! The method is not a label: its values come from the peer.
+
+// Each transport uses its own variants: a build with one of them (or
+// none) leaves the others unused.
+#![cfg_attr(not(all(feature = "stdio", feature = "http")), allow(dead_code))]
+
+mod outcome;
+#[cfg(any(feature = "stdio", feature = "http"))]
+pub(crate) mod record;
+
+#[cfg(feature = "metrics")]
+pub mod metrics;
+
+pub use outcome::Outcome;
+
+/// The span field names (attribute keys).
+pub mod field {
+    /// The MCP method (OpenTelemetry MCP conventions).
+    pub const MCP_METHOD_NAME: &str = "mcp.method.name";
+    /// The JSON-RPC request id as a string (OpenTelemetry JSON-RPC conventions).
+    pub const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
+    /// The tool of a `tools/call` (OpenTelemetry GenAI conventions, named by the MCP ones).
+    pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
+    /// The prompt of a `prompts/get` (OpenTelemetry GenAI conventions, named by the MCP ones).
+    pub const GEN_AI_PROMPT_NAME: &str = "gen_ai.prompt.name";
+    /// The RPC system, `jsonrpc` (OpenTelemetry RPC conventions).
+    pub const RPC_SYSTEM_NAME: &str = "rpc.system.name";
+    /// `pipe` for stdio, `tcp` for HTTP (OpenTelemetry network conventions).
+    pub const NETWORK_TRANSPORT: &str = "network.transport";
+    /// `http` over HTTP (OpenTelemetry network conventions).
+    pub const NETWORK_PROTOCOL_NAME: &str = "network.protocol.name";
+    /// The class of a failure (OpenTelemetry `error.type`).
+    pub const ERROR_TYPE: &str = "error.type";
+    /// The JSON-RPC error code of an error answer (OpenTelemetry RPC conventions).
+    pub const RPC_RESPONSE_STATUS_CODE: &str = "rpc.response.status_code";
+    /// This crate's: `stdio` or `http`.
+    pub const MCP_TRANSPORT: &str = "mcp.transport";
+    /// This crate's: `2026` or `legacy`.
+    pub const MCP_ERA: &str = "mcp.era";
+    /// This crate's: the [`Outcome::kind`](super::Outcome::kind).
+    pub const OUTCOME: &str = "mcp.request.outcome";
+    /// This crate's: the sanitized reason of a cancel.
+    pub const CANCEL_REASON: &str = "mcp.cancel.reason";
+}
+
+/// Which side of a request this process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Server,
+    Client,
+}
+
+/// The transport a request travels on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    Stdio,
+    Http,
+}
+
+impl Transport {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+        }
+    }
+
+    fn network_transport(self) -> &'static str {
+        match self {
+            Transport::Stdio => "pipe",
+            Transport::Http => "tcp",
+        }
+    }
+
+    fn protocol_name(self) -> Option<&'static str> {
+        match self {
+            Transport::Stdio => None,
+            Transport::Http => Some("http"),
+        }
+    }
+}
+
+/// The protocol revision a request belongs to, where the transport knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// 2026-07-28.
+    Modern,
+    /// A 2025 revision (or 2024-11-05).
+    Legacy,
+}
+
+impl Era {
+    fn as_str(self) -> &'static str {
+        match self {
+            Era::Modern => "2026",
+            Era::Legacy => "legacy",
+        }
+    }
+}
