@@ -1,4 +1,5 @@
-//! The example MCP server over Streamable HTTP (2026-07-28), with axum
+//! The example MCP server over Streamable HTTP — 2026-07-28, and the
+//! 2025 revisions with sessions for clients that `initialize` — with axum
 //! (served by `transport::http::serve`):
 //! the same tools as the stdio example server (`echo`, `slow`, `spawned`;
 //! `server/discover`, `tools/list`, `initialize`, `ping`), behind the same
@@ -59,7 +60,9 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
-use tower_mcp_cancel::transport::http::{serve, OriginPolicy, StreamableHttpService};
+use tower_mcp_cancel::transport::http::{
+    serve, LegacySessions, OriginPolicy, StreamableHttpService,
+};
 use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, Cancellation, TimeoutLayer};
 
 /// A plain axum handler that spawns work and lets the token stop it.
@@ -104,6 +107,9 @@ async fn main() {
     let mcp = StreamableHttpService::new(common::server_stack(opts))
         .origin_policy(OriginPolicy::Localhost)
         .keep_alive(Some(Duration::from_secs(15)))
+        // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
+        // initialize opens a session whose notifications/cancelled cancel.
+        .legacy_sessions(LegacySessions::new())
         .shutdown(shutdown.clone());
 
     let work_route = post(work).layer(

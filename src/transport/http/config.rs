@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
+use super::session::Sessions;
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
 
 /// The revision a request without `MCP-Protocol-Version` is taken for when
@@ -54,6 +55,8 @@ pub(crate) struct Config {
     pub(crate) param_headers: Arc<ToolHeaderMap>,
     pub(crate) missing_version_legacy: bool,
     pub(crate) sse_after: Option<Duration>,
+    /// The 2025-era sessions, when on (shared by the adapter's clones).
+    pub(crate) sessions: Option<Arc<Sessions>>,
 }
 
 impl Default for Config {
@@ -70,6 +73,7 @@ impl Default for Config {
             param_headers: Arc::new(ToolHeaderMap::new()),
             missing_version_legacy: false,
             sse_after: Some(DEFAULT_SSE_AFTER),
+            sessions: None,
         }
     }
 }
@@ -85,6 +89,7 @@ impl fmt::Debug for Config {
             .field("param_headers", &self.param_headers.len())
             .field("missing_version_legacy", &self.missing_version_legacy)
             .field("sse_after", &self.sse_after)
+            .field("sessions", &self.sessions)
             .finish()
     }
 }

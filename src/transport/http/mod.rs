@@ -63,6 +63,7 @@ pub mod param_headers;
 mod response;
 mod serve;
 mod service;
+pub mod session;
 mod validation;
 
 pub use body::ResponseBody;
@@ -72,4 +73,5 @@ pub use origin::OriginPolicy;
 pub use param_headers::{ParamHeaders, ToolHeaderMap};
 pub use serve::{serve, Server};
 pub use service::{StreamableHttpLayer, StreamableHttpService};
+pub use session::LegacySessions;
 pub use validation::Rejection;
