@@ -14,4 +14,5 @@ mod missing_version;
 mod param_headers;
 mod serve;
 mod server;
+mod sessions;
 mod sse_after;

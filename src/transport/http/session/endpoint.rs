@@ -42,7 +42,10 @@ fn not_found() -> Rejection {
 
 /// `DELETE` on the endpoint: ends the session it names, cancelling its
 /// calls in flight (`200`); `404` for an unknown one, `400` without one.
-pub(crate) fn delete(sessions: &Sessions, headers: &HeaderMap) -> Result<Response<ResponseBody>, Rejection> {
+pub(crate) fn delete(
+    sessions: &Sessions,
+    headers: &HeaderMap,
+) -> Result<Response<ResponseBody>, Rejection> {
     let Some(id) = session_id(headers) else {
         return Err(Rejection::new(
             StatusCode::BAD_REQUEST,

@@ -263,7 +263,9 @@ mod tests {
         let a = mint_id().unwrap();
         let b = mint_id().unwrap();
         assert_eq!(a.len(), 64);
-        assert!(a.bytes().all(|c| c.is_ascii_hexdigit() && (0x21..=0x7e).contains(&c)));
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_hexdigit() && (0x21..=0x7e).contains(&c)));
         assert_ne!(a, b);
     }
 
