@@ -10,6 +10,7 @@ mod support;
 mod cancel;
 mod client;
 mod legacy_checks;
+mod legacy_client;
 mod missing_version;
 mod param_headers;
 mod serve;

@@ -67,7 +67,7 @@ pub mod session;
 mod validation;
 
 pub use body::ResponseBody;
-pub use client::{HttpClient, HttpClientBuilder, HttpClientError};
+pub use client::{ConnectErrorKind, HttpClient, HttpClientBuilder, HttpClientError, ServerEra};
 pub use config::{LegacyRequests, ASSUMED_LEGACY_VERSION, DEFAULT_SSE_AFTER};
 pub use origin::OriginPolicy;
 pub use param_headers::{ParamHeaders, ToolHeaderMap};
