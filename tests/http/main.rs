@@ -17,3 +17,4 @@ mod serve;
 mod server;
 mod sessions;
 mod sse_after;
+mod tls;

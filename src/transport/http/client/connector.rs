@@ -151,12 +151,17 @@ fn connect_kind(e: &(dyn StdError + 'static)) -> (ConnectErrorKind, String) {
             return (ConnectErrorKind::Tls, tls.to_string());
         }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            #[cfg(feature = "tls")]
-            if let Some(tls) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                return (ConnectErrorKind::Tls, tls.to_string());
-            }
             if io.kind() == std::io::ErrorKind::ConnectionRefused {
                 return (ConnectErrorKind::Refused, io.to_string());
+            }
+            // `io::Error::source` skips the error it wraps (hyper-rustls
+            // wraps tokio-rustls' io::Error, which wraps rustls' error):
+            // look inside.
+            if let Some(wrapped) = io.get_ref() {
+                let found = connect_kind(wrapped);
+                if found.0 != ConnectErrorKind::Other {
+                    return found;
+                }
             }
         }
         // hyper-util's HttpConnector names its resolver failures so.

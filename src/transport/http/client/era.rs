@@ -31,7 +31,7 @@ use crate::transport::http::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_I
 use crate::CancelReason;
 
 /// How long a spawned `notifications/cancelled` or `DELETE` may take.
-const BACKGROUND_POST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const BACKGROUND_POST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many `notifications/cancelled` POSTs may be under way at once; past
 /// that a cancel is logged and not sent (the stream is closed all the same).
 pub(super) const MAX_PENDING_CANCELS: usize = 64;

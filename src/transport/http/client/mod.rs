@@ -182,7 +182,17 @@ impl HttpClient {
     /// `Mcp-Session-Id`, awaited); the next call detects the era again.
     /// Without it, the session is deleted in the background when the last
     /// clone of the client is dropped inside a tokio runtime.
+    ///
+    /// It first waits (10 s at most) for the `notifications/cancelled` of
+    /// dropped calls still under way, so that a program that drops a call
+    /// and then closes the client before it exits has told the server.
     pub async fn close(&self) -> Result<(), BoxError> {
+        let all = era::MAX_PENDING_CANCELS as u32;
+        let _ = tokio::time::timeout(
+            era::BACKGROUND_POST_TIMEOUT,
+            self.inner.pending_cancels.acquire_many(all),
+        )
+        .await;
         match self.inner.era.take_session() {
             Some(legacy) => era::delete(&self.inner, &legacy).await,
             None => Ok(()),
