@@ -21,7 +21,7 @@ use crate::support::http::{bounded, Tools};
 
 /// A self-signed certificate for `localhost` and `127.0.0.1`: (cert DER,
 /// key DER).
-pub fn self_signed() -> (Vec<u8>, Vec<u8>) {
+fn self_signed() -> (Vec<u8>, Vec<u8>) {
     let ck =
         rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
     (ck.cert.der().to_vec(), ck.signing_key.serialize_der())

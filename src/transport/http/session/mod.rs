@@ -7,7 +7,7 @@
 //!   `Mcp-Session-Id` (256 bits from the operating system, as 64 hex
 //!   digits) returned on its answer.
 //! * Every later request of that client carries the id: it is a legacy
-//!   request of that session, registered in the session's [`InFlight`]
+//!   request of that session, registered in the session's [`InFlight`](crate::cancel::InFlight)
 //!   registry while it runs.
 //! * A POSTed `notifications/cancelled` carrying the session id cancels the
 //!   request of **that session** with that id: the handler future is
