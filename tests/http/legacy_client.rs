@@ -329,3 +329,24 @@ async fn a_modern_server_stays_modern() {
     .unwrap();
     assert_eq!(c.server_era(), ServerEra::Modern);
 }
+
+/// A caller's 2026 `_meta` (protocol version, client info) is left out of
+/// a legacy request: a dual-era server would otherwise take the body for a
+/// modern request and refuse its 2025 header. A progress token stays.
+#[tokio::test]
+async fn legacy_requests_carry_no_2026_meta() {
+    let (addr, _tools, _events) = legacy_server().await;
+    let mut c = client(addr);
+    let req = McpRequest::without_id("tools/call").with_params(json!({
+        "name": "echo",
+        "arguments": {"text": "meta"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }
+    }));
+    let r = bounded(c.ready().await.unwrap().call(req)).await.unwrap();
+    assert_eq!(r["content"][0]["text"], "meta");
+    session_of(&c);
+}

@@ -20,11 +20,13 @@ use http::{header, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::value::RawValue;
 
-use super::request::send;
+use super::request::{send, CLIENT_CAPABILITIES_META, CLIENT_INFO_META};
 use super::response::read_response;
 use super::{HttpClientError, Inner};
 use crate::error::BoxError;
-use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RequestId};
+use crate::jsonrpc::{
+    self, CancelledParams, ErrorObject, Message, RequestId, PROTOCOL_VERSION_META,
+};
 use crate::protocol::LEGACY_VERSIONS;
 use crate::transport::call::client::Route;
 use crate::transport::http::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
@@ -271,9 +273,10 @@ fn add_extra_headers(inner: &Inner, req: &mut Request<Full<Bytes>>) {
     }
 }
 
-/// Request `id` in the legacy shape: the caller's params as they are (a
-/// progress token in `_meta` included), no 2026 metadata, the session's
-/// headers.
+/// Request `id` in the legacy shape: the caller's params (a progress token
+/// in `_meta` included) without the 2026 `_meta` keys — a dual-era server
+/// would take a body carrying the modern protocol version for a modern
+/// request —, the session's headers.
 pub(super) fn prepare(
     inner: &Inner,
     legacy: &Legacy,
@@ -281,8 +284,27 @@ pub(super) fn prepare(
     method: &str,
     params: Option<&RawValue>,
 ) -> Result<Request<Full<Bytes>>, HttpClientError> {
-    let body = jsonrpc::encode_request(id, method, params)
-        .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
+    let invalid = |e: serde_json::Error| HttpClientError::InvalidRequest(e.to_string());
+    let stripped = match params.map(|p| serde_json::from_str::<serde_json::Value>(p.get())) {
+        Some(Ok(serde_json::Value::Object(mut obj))) => {
+            if let Some(serde_json::Value::Object(meta)) = obj.get_mut("_meta") {
+                for key in [
+                    PROTOCOL_VERSION_META,
+                    CLIENT_INFO_META,
+                    CLIENT_CAPABILITIES_META,
+                ] {
+                    meta.remove(key);
+                }
+                if meta.is_empty() {
+                    obj.remove("_meta");
+                }
+            }
+            Some(serde_json::value::to_raw_value(&obj).map_err(invalid)?)
+        }
+        _ => None,
+    };
+    let params = stripped.as_deref().or(params);
+    let body = jsonrpc::encode_request(id, method, params).map_err(invalid)?;
     let mut req = legacy
         .request(inner, http::Method::POST)
         .body(Full::new(Bytes::from(body)))

@@ -19,8 +19,8 @@ use crate::transport::http::headers::{
 };
 use crate::McpRequest;
 
-const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
-const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(super) const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
+pub(super) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
 type Params = serde_json::Map<String, serde_json::Value>;
 
