@@ -175,3 +175,25 @@ fn connect_kind(e: &(dyn StdError + 'static)) -> (ConnectErrorKind, String) {
     }
     (ConnectErrorKind::Other, deepest)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn https_without_the_feature_is_told_apart() {
+        let https: Uri = "https://example.test/mcp".parse().unwrap();
+        let http: Uri = "http://example.test/mcp".parse().unwrap();
+        assert!(check_scheme(&http).is_ok());
+        let r = check_scheme(&https);
+        if cfg!(feature = "tls") {
+            assert!(r.is_ok());
+        } else {
+            let Err(HttpClientError::Connect { kind, target, .. }) = r else {
+                panic!("{r:?}")
+            };
+            assert_eq!(kind, ConnectErrorKind::TlsNotEnabled);
+            assert_eq!(target, "example.test");
+        }
+    }
+}

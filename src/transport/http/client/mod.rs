@@ -12,10 +12,28 @@
 //!
 //! **Dropping the call's future is the cancellation**: it drops the response
 //! stream, which closes it — on HTTP/1.1 the connection is closed and not
-//! reused, on HTTP/2 the stream is reset — and nothing else is posted.
-//! A [`TimeoutLayer`](crate::TimeoutLayer) or
+//! reused, on HTTP/2 the stream is reset — and, with a 2026 server, nothing
+//! else is posted. A [`TimeoutLayer`](crate::TimeoutLayer) or
 //! [`ProgressResetLayer`](crate::ProgressResetLayer) above therefore cancels
 //! per spec when its limit fires.
+//!
+//! **Both eras**: the first request goes out in the 2026 shape. A server
+//! that answers it with a `4xx` without a modern error (a 2025-era server,
+//! e.g. "Server not initialized") is spoken to in its revision from then on:
+//! the client sends `initialize` and `notifications/initialized`, keeps the
+//! `Mcp-Session-Id` and the negotiated `MCP-Protocol-Version` for every later
+//! request, and a dropped call also POSTs `notifications/cancelled` (its id,
+//! the drop's reason) in the session, from a task (at most 64 under way,
+//! 10 s each), since closing a stream is not a cancellation there.
+//! [`HttpClient::close`] `DELETE`s the session (the last clone's drop does
+//! it in the background); a session the server ended (`404`) is initialized
+//! again. [`HttpClient::server_era`] tells what was found. The same layer
+//! stack works on both.
+//!
+//! **HTTPS** (feature `tls`): rustls with ring through hyper-rustls, the
+//! platform's roots (or `SSL_CERT_FILE` / `SSL_CERT_DIR`) and
+//! `HttpClientBuilder::tls_root_certificate`. A connection failure is an
+//! [`HttpClientError::Connect`] saying what failed ([`ConnectErrorKind`]).
 //!
 //! **`x-mcp-header`**: the client learns each tool's annotations from the
 //! `tools/list` results that pass through it (per client; clones share
