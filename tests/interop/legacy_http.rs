@@ -399,7 +399,7 @@ fn mcp_call(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
 }
 
 #[test]
-fn legacy_http_mcp_call_to_everything_call_timeout() {
+fn legacy_http_mcp_call_to_everything_call_progress_timeout() {
     let (_server, upstream) = server_everything();
     let rt = runtime();
     let mut proxy = rt.block_on(Proxy::start(upstream));
@@ -407,6 +407,23 @@ fn legacy_http_mcp_call_to_everything_call_timeout() {
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("Echo: hi"), "{out}");
     rt.block_on(check_fallback(&mut proxy));
+
+    // Progress: a 3 s operation in 6 steps succeeds under a 1.5 s idle
+    // limit only because its progress resets the limit.
+    let (code, out, err) = mcp_call(
+        &[
+            "--idle",
+            "1500ms",
+            "--url",
+            &proxy.url,
+            "trigger-long-running-operation",
+            "duration=3",
+            "steps=6",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("Steps: 6"), "{out}");
 
     let (code, out, err) = mcp_call(
         &[
@@ -515,11 +532,26 @@ fn legacy_http_ours_to_python_call_progress_timeout() {
 }
 
 #[test]
-fn legacy_http_mcp_call_to_python_call_timeout() {
+fn legacy_http_mcp_call_to_python_call_progress_timeout() {
     let (_server, url, stderr) = python_legacy_server("mcp_call");
     let (code, out, err) = mcp_call(&["--url", &url, "echo", "text=hi"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("\"hi\""), "{out}");
+    // Progress: 2 s in 200 ms steps under a 1 s idle limit.
+    let (code, out, err) = mcp_call(
+        &[
+            "--idle",
+            "1s",
+            "--url",
+            &url,
+            "slow",
+            "seconds=2",
+            "interval_ms=200",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("slept 2"), "{out}");
     let (code, out, err) = mcp_call(
         &["--timeout", "1s", "--url", &url, "slow", "seconds=10"],
         &[],
