@@ -121,13 +121,6 @@ impl Sessions {
         let session = self.lock().remove(id)?;
         Some(session.end(CancelReason::TransportClosed))
     }
-
-    /// How many sessions the store holds (expired ones not yet swept
-    /// included).
-    #[allow(dead_code)]
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
 }
 
 /// Mints a session id: 256 bits from the operating system's random
