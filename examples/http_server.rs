@@ -15,7 +15,10 @@
 //! prints `STARTED <id> <ns>`, `DROPPED <id> <ns>`, `DONE <id> <ns>` and
 //! `TOKEN <id> <ns>` lines there. A client that closes its response stream — Ctrl-C in `mcp_call`,
 //! a client timeout — makes the server log the handler future being dropped
-//! and the token firing with "client disconnected".
+//! and the token firing with "client disconnected". A 2025-era client (the
+//! TypeScript SDK v1, most MCP hosts) initializes a session instead; its
+//! `notifications/cancelled` (a timeout, the user's cancel) drops the
+//! handler the same way, with "cancelled by peer: <its reason>".
 //!
 //! # How it is stacked
 //!
