@@ -411,3 +411,29 @@ async fn without_the_option_there_are_no_sessions() {
         .unwrap();
     assert_eq!(res.status(), 405);
 }
+
+/// An `initialize` that does send a 2025 `MCP-Protocol-Version` opens a
+/// session too; one with a modern `_meta` body does not (it is a 2026
+/// request, served statelessly).
+#[tokio::test]
+async fn initialize_with_a_2025_version_header_opens_a_session() {
+    let (ep, _tools, _events) = endpoint(LegacySessions::new());
+    let mut req = post(&initialize(0), None);
+    req.headers_mut()
+        .insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
+    let (status, session, text) = send(&ep, req).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(session.is_some());
+
+    let mut body = initialize(1);
+    body["params"]["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+    let mut req = post(&body, None);
+    for (k, v) in [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "initialize"),
+    ] {
+        req.headers_mut().insert(k, v.parse().unwrap());
+    }
+    let (_, session, _) = send(&ep, req).await;
+    assert_eq!(session, None, "no session for a modern request");
+}
