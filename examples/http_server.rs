@@ -1,4 +1,5 @@
-//! The example MCP server over Streamable HTTP (2026-07-28), with axum
+//! The example MCP server over Streamable HTTP — 2026-07-28, and the
+//! 2025 revisions with sessions for clients that `initialize` — with axum
 //! (served by `transport::http::serve`):
 //! the same tools as the stdio example server (`echo`, `slow`, `spawned`;
 //! `server/discover`, `tools/list`, `initialize`, `ping`), behind the same
@@ -14,7 +15,10 @@
 //! prints `STARTED <id> <ns>`, `DROPPED <id> <ns>`, `DONE <id> <ns>` and
 //! `TOKEN <id> <ns>` lines there. A client that closes its response stream — Ctrl-C in `mcp_call`,
 //! a client timeout — makes the server log the handler future being dropped
-//! and the token firing with "client disconnected".
+//! and the token firing with "client disconnected". A 2025-era client (the
+//! TypeScript SDK v1, most MCP hosts) initializes a session instead; its
+//! `notifications/cancelled` (a timeout, the user's cancel) drops the
+//! handler the same way, with "cancelled by peer: <its reason>".
 //!
 //! # How it is stacked
 //!
@@ -63,7 +67,9 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
-use tower_mcp_cancel::transport::http::{serve, OriginPolicy, StreamableHttpService};
+use tower_mcp_cancel::transport::http::{
+    serve, LegacySessions, OriginPolicy, StreamableHttpService,
+};
 use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, Cancellation, TimeoutLayer};
 
 /// A plain axum handler that spawns work and lets the token stop it.
@@ -102,6 +108,9 @@ async fn main() {
     let mcp = StreamableHttpService::new(common::server_stack(opts))
         .origin_policy(OriginPolicy::Localhost)
         .keep_alive(Some(Duration::from_secs(15)))
+        // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
+        // initialize opens a session whose notifications/cancelled cancel.
+        .legacy_sessions(LegacySessions::new())
         .shutdown(shutdown.clone())
         .drain_grace(common::drain_grace());
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]
-//! mcp-call [--timeout 30s] [--idle 10s] [--max 5m] --url http://…/mcp [--http2] <tool> [key=value…]
+//! mcp-call [--timeout 30s] [--idle 10s] [--max 5m] --url http(s)://…/mcp [--http2] <tool> [key=value…]
 //!
 //!   --url URL     call a Streamable HTTP server instead of starting one over stdio
 //!   --http2       with --url: HTTP/2 with prior knowledge (default HTTP/1.1)
@@ -45,7 +45,7 @@ use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::cancel::drop_with_reason;
 use tower_mcp_cancel::jsonrpc::PROTOCOL_VERSION_META;
-use tower_mcp_cancel::transport::http::HttpClient;
+use tower_mcp_cancel::transport::http::{HttpClient, ServerEra};
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{
     BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer,
@@ -186,10 +186,13 @@ pub enum Era {
 }
 
 /// Probes with `server/discover`; on any error falls back to `initialize`
-/// (sent through `svc`) and `notify("notifications/initialized")`.
+/// (sent through `svc`) and `notify("notifications/initialized")` — unless
+/// `initialized()` says the transport already did (`HttpClient` falls back
+/// to a legacy server's `initialize` session by itself).
 pub async fn negotiate<S>(
     svc: S,
     notify: impl FnOnce(&str) -> Result<(), BoxError>,
+    initialized: impl Fn() -> bool,
 ) -> Result<Era, BoxError>
 where
     S: Service<McpRequest, Response = Value, Error = BoxError> + Clone,
@@ -210,7 +213,9 @@ where
         {
             return Ok(Era::Modern)
         }
+        Ok(_) if initialized() => return Ok(Era::Legacy),
         Ok(_) => {}
+        Err(_) if initialized() => return Ok(Era::Legacy),
         Err(e) => eprintln!("mcp-call: server/discover failed ({e}); trying initialize"),
     }
     let init = McpRequest::without_id("initialize").with_params(json!({
@@ -355,10 +360,26 @@ async fn main() -> ExitCode {
         } else {
             builder.build()
         };
-        // Legacy (initialize-era) HTTP servers need sessions, which this
-        // client does not speak: there is no notification to send.
-        let how = "closed the response stream (the server cancels the request)";
-        return run(client, |_| Ok(()), args, how, &mut interrupt).await;
+        // A legacy (initialize-era) server is detected by the client, which
+        // then keeps its session and posts notifications/cancelled for a
+        // dropped call; the session is deleted at the end.
+        let how =
+            "closed the response stream (and posted notifications/cancelled on a legacy session)";
+        let era = client.clone();
+        let initialized = move || matches!(era.server_era(), ServerEra::Legacy { .. });
+        let code = run(
+            client.clone(),
+            |_| Ok(()),
+            initialized,
+            args,
+            how,
+            &mut interrupt,
+        )
+        .await;
+        if let Err(e) = client.close().await {
+            eprintln!("mcp-call: could not end the session: {e}");
+        }
+        return code;
     }
     let mut cmd = Command::new(&args.server[0]);
     cmd.args(&args.server[1..]);
@@ -373,6 +394,7 @@ async fn main() -> ExitCode {
     let code = run(
         client.clone(),
         |m| client.notify(m, &json!({})),
+        || false,
         args,
         how,
         &mut interrupt,
@@ -385,6 +407,7 @@ async fn main() -> ExitCode {
 async fn run<S>(
     svc: S,
     notify: impl FnOnce(&str) -> Result<(), BoxError>,
+    initialized: impl Fn() -> bool,
     args: Args,
     how: &str,
     interrupt: &mut Interrupt,
@@ -394,7 +417,7 @@ where
     S::Future: Send + 'static,
 {
     let negotiated = tokio::select! {
-        r = negotiate(svc.clone(), notify) => r,
+        r = negotiate(svc.clone(), notify, initialized) => r,
         () = interrupt.recv() => {
             say(&format!("interrupted; {how}"));
             return ExitCode::from(130);
@@ -426,7 +449,8 @@ where
         None => {
             // Dropping the call is the cancellation: the stdio client writes
             // notifications/cancelled with this reason, the HTTP client
-            // closes the response stream.
+            // closes the response stream (and, in a legacy session, posts
+            // notifications/cancelled; `close` waits for it).
             drop_with_reason(
                 &CancelReason::Other("interrupted by the user (Ctrl-C)".into()),
                 call,

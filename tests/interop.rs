@@ -676,3 +676,7 @@ mod our_clients {
         sdk_py_http_late_response_ignored: late_response_ignored(Sdk::Py, true);
     }
 }
+
+// Streamable HTTP across the eras (legacy sessions, dual-era client, HTTPS).
+#[path = "interop/legacy_http.rs"]
+mod legacy_http;

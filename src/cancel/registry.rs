@@ -86,7 +86,17 @@ impl InFlight {
         id: RequestId,
         method: Option<Method>,
     ) -> Result<InFlightGuard, DuplicateId> {
-        let cancellation = Cancellation::new();
+        self.register_with(id, method, Cancellation::new())
+    }
+
+    /// Registers a request with a [`Cancellation`] it already has (one an
+    /// outer layer made). Fails if a request with the same id is in flight.
+    pub fn register_with(
+        &self,
+        id: RequestId,
+        method: Option<Method>,
+        cancellation: Cancellation,
+    ) -> Result<InFlightGuard, DuplicateId> {
         let mut map = self.lock();
         if map.contains_key(&id) {
             return Err(DuplicateId(id));

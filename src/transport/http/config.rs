@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
+use super::session::Sessions;
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
 
 /// The revision a request without `MCP-Protocol-Version` is taken for when
@@ -55,6 +56,8 @@ pub(crate) struct Config {
     pub(crate) missing_version_legacy: bool,
     pub(crate) sse_after: Option<Duration>,
     pub(crate) drain_grace: Duration,
+    /// The 2025-era sessions, when on (shared by the adapter's clones).
+    pub(crate) sessions: Option<Arc<Sessions>>,
 }
 
 impl Default for Config {
@@ -72,6 +75,7 @@ impl Default for Config {
             missing_version_legacy: false,
             sse_after: Some(DEFAULT_SSE_AFTER),
             drain_grace: crate::transport::DEFAULT_DRAIN_GRACE,
+            sessions: None,
         }
     }
 }
@@ -88,6 +92,7 @@ impl fmt::Debug for Config {
             .field("missing_version_legacy", &self.missing_version_legacy)
             .field("sse_after", &self.sse_after)
             .field("drain_grace", &self.drain_grace)
+            .field("sessions", &self.sessions)
             .finish()
     }
 }

@@ -9,22 +9,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Response, StatusCode};
 use tokio::time::Sleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::body::ResponseBody;
 use super::config::Config;
-use super::response;
 
-/// `503` for a request that arrives once the shutdown token fired; `None`
-/// while the server runs.
-pub(crate) fn refuse_new(config: &Config) -> Option<Response<ResponseBody>> {
-    let shutting_down = config.shutdown.as_ref().is_some_and(|t| t.is_cancelled());
-    shutting_down.then(|| {
-        tracing::debug!("request refused: server shutting down");
-        response::plain(StatusCode::SERVICE_UNAVAILABLE)
-    })
+/// Whether the shutdown token fired: a new request then gets `503`.
+pub(crate) fn shutting_down(config: &Config) -> bool {
+    config.shutdown.as_ref().is_some_and(|t| t.is_cancelled())
 }
 
 /// Ready when one request must be cancelled for the shutdown: when the

@@ -15,15 +15,17 @@ use tokio::sync::mpsc;
 use super::body::ResponseBody;
 use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
 use super::drain::{self, ShutdownSignal};
-use super::exchange::Exchange;
-use super::headers::MCP_PROTOCOL_VERSION_HEADER;
+use super::exchange::{CallFuture, Exchange};
+use super::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
 use super::response;
+use super::session::endpoint::{self, Opened};
+use super::session::JoinError;
 use super::validation::{
     check_accept, check_content_type, check_legacy_headers, check_param_headers,
     check_request_headers, protocol_version_header, MirroredParams, Rejection,
 };
 use crate::error::BoxError;
-use crate::jsonrpc::{ErrorObject, Message, RawRequest, SUBSCRIPTIONS_LISTEN};
+use crate::jsonrpc::{ErrorObject, Message, RawNotification, RawRequest, SUBSCRIPTIONS_LISTEN};
 use crate::notify::outbox::Scope;
 use crate::observe::{Era as ObservedEra, Transport};
 use crate::transport::call::server as call;
@@ -41,9 +43,6 @@ where
     B: Body + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    if let Some(refused) = drain::refuse_new(&config) {
-        return refused;
-    }
     match try_handle(inner, config, req).await {
         Ok(res) => res,
         Err(rejection) => {
@@ -65,18 +64,45 @@ where
 {
     let (parts, body) = req.into_parts();
     config.origin.check(&parts.headers)?;
+    let sessions = config.sessions.as_deref();
+    if let (Some(sessions), &HttpMethod::DELETE) = (sessions, &parts.method) {
+        return endpoint::delete(sessions, &parts.headers);
+    }
     if parts.method != HttpMethod::POST {
         return Ok(response::method_not_allowed(&parts.method));
     }
     check_accept(&parts.headers)?;
     check_content_type(&parts.headers)?;
     let bytes = read_body(body, &parts.headers, config.max_body_bytes).await?;
-    let Some(raw) = decode(&bytes)? else {
-        return Ok(response::plain(StatusCode::ACCEPTED));
+    let raw = match decode(&bytes)? {
+        // Draining: no new work. A legacy session's cancel and `DELETE` are
+        // still served, they only end work.
+        Decoded::Request(_) if drain::shutting_down(&config) => {
+            tracing::debug!("request refused: server shutting down");
+            return Ok(response::plain(StatusCode::SERVICE_UNAVAILABLE));
+        }
+        Decoded::Request(raw) => raw,
+        Decoded::Notification(n) => {
+            if let Some(sessions) = sessions {
+                endpoint::notification(sessions, &parts.headers, &n)?;
+            }
+            return Ok(response::plain(StatusCode::ACCEPTED));
+        }
     };
     let era = check_metadata(&config, &parts.headers, &raw)?;
-    let exchange = start_call(inner, &config, parts, raw, era);
-    Ok(response::shape(exchange, &config).await)
+    // Only a legacy request has a session; a modern one ignores the header.
+    let opened = match sessions {
+        Some(sessions) if era.legacy => {
+            endpoint::of_request(sessions, &parts.headers, &raw.method)?
+        }
+        _ => None,
+    };
+    let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref())?;
+    let mut res = response::shape(exchange, &config).await;
+    if let (Some(opened), Some(sessions)) = (&opened, sessions) {
+        opened.finish(sessions, &mut res);
+    }
+    Ok(res)
 }
 
 /// Reads the body, up to `limit` bytes (`413` beyond, also when a
@@ -129,9 +155,16 @@ fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// The request in the body; `None` for a notification (answered `202`).
-/// A response, or anything that is not JSON-RPC, is refused (`400`).
-fn decode(bytes: &[u8]) -> Result<Option<RawRequest>, Rejection> {
+/// What a POST carries.
+enum Decoded {
+    Request(RawRequest),
+    /// Answered `202` (after a legacy session's cancel, if it is one).
+    Notification(RawNotification),
+}
+
+/// The message in the body. A response, or anything that is not JSON-RPC,
+/// is refused (`400`).
+fn decode(bytes: &[u8]) -> Result<Decoded, Rejection> {
     match Message::decode(bytes) {
         Err(e) => Err(Rejection::new(
             StatusCode::BAD_REQUEST,
@@ -140,7 +173,7 @@ fn decode(bytes: &[u8]) -> Result<Option<RawRequest>, Rejection> {
         )),
         Ok(Message::Notification(n)) => {
             tracing::debug!(method = ?n.method, "notification accepted");
-            Ok(None)
+            Ok(Decoded::Notification(n))
         }
         Ok(Message::Response(r)) => Err(Rejection::new(
             StatusCode::BAD_REQUEST,
@@ -150,7 +183,7 @@ fn decode(bytes: &[u8]) -> Result<Option<RawRequest>, Rejection> {
                 "Invalid Request: clients must not send JSON-RPC responses",
             ),
         )),
-        Ok(Message::Request(r)) => Ok(Some(r)),
+        Ok(Message::Request(r)) => Ok(Decoded::Request(r)),
     }
 }
 
@@ -176,7 +209,11 @@ fn check_metadata(
     // is a 2026 request whatever the header says, so a header cannot turn
     // off the checks below, or cancel-on-disconnect.
     let modern_body = mirrored.has_protocol_version();
-    let assumed = config.missing_version_legacy
+    // With legacy sessions on, an `initialize` or a request of a session
+    // without the header is from a 2025-03-26 client (later ones send it).
+    let session_era = config.sessions.is_some()
+        && (raw.method == "initialize" || headers.contains_key(MCP_SESSION_ID_HEADER));
+    let assumed = (config.missing_version_legacy || session_era)
         && !headers.contains_key(MCP_PROTOCOL_VERSION_HEADER)
         && !modern_body;
     let version = if assumed {
@@ -222,7 +259,8 @@ fn start_call<S: McpService>(
     parts: Parts,
     raw: RawRequest,
     era: Era,
-) -> Exchange {
+    opened: Option<&Opened>,
+) -> Result<Exchange, Rejection> {
     let id = raw.id.clone();
     let is_listen = raw.method == SUBSCRIPTIONS_LISTEN;
     let cancellation = parts
@@ -230,6 +268,19 @@ fn start_call<S: McpService>(
         .get::<Cancellation>()
         .cloned()
         .unwrap_or_default();
+    // A session's request is registered under its id, so that the
+    // session's `notifications/cancelled` and `DELETE` reach it.
+    let joined = match opened {
+        None => None,
+        Some(o) => Some(
+            o.session
+                .join(id.clone(), Some(raw.method.clone()), cancellation.clone())
+                .map_err(|e| match e {
+                    JoinError::Ended => endpoint::ended(),
+                    JoinError::Duplicate => endpoint::duplicate(&id),
+                })?,
+        ),
+    };
     let scope = Scope::new(cancellation);
     let (tx, rx) = mpsc::channel(config.queue);
     let mut mcp = call::prepare(raw, &scope, tx);
@@ -240,7 +291,7 @@ fn start_call<S: McpService>(
 
     let cancel_on_disconnect =
         !era.legacy || config.legacy == LegacyRequests::ServeCancelOnDisconnect;
-    tracing::debug!(request_id = %id, method = ?mcp.method(), legacy = era.legacy, assumed_version = era.assumed, "MCP request over HTTP");
+    tracing::debug!(request_id = %id, method = ?mcp.method(), legacy = era.legacy, assumed_version = era.assumed, session = joined.is_some(), "MCP request over HTTP");
     let call = call::run(
         inner,
         mcp,
@@ -254,8 +305,18 @@ fn start_call<S: McpService>(
             ObservedEra::Modern
         }),
     );
-    Exchange::new(
-        Box::pin(call),
+    let call: CallFuture = match joined {
+        None => Box::pin(call),
+        // Registered for as long as the call runs (also when a disconnect
+        // detached it: the session can still cancel it).
+        Some(joined) => Box::pin(async move {
+            let ending = call.await;
+            drop(joined);
+            ending
+        }),
+    };
+    Ok(Exchange::new(
+        call,
         rx,
         scope,
         id,
@@ -265,5 +326,5 @@ fn start_call<S: McpService>(
             .clone()
             .map(|t| ShutdownSignal::new(t, config.drain_grace, is_listen)),
         !cancel_on_disconnect,
-    )
+    ))
 }

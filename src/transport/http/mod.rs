@@ -7,9 +7,14 @@
 //!   response owns the handler: a client that closes the connection or resets
 //!   the stream drops the handler future and fires its token.
 //! * [`HttpClient`] — the client: `Service<McpRequest>` on hyper-util's
-//!   pooled client (HTTP/1.1, or HTTP/2 with prior knowledge). Dropping a
-//!   call closes its response stream, which is how the server learns of the
-//!   cancellation.
+//!   pooled client (HTTP/1.1, or HTTP/2 with prior knowledge; `https://`
+//!   with feature `tls`). Dropping a call closes its response stream, which
+//!   is how the server learns of the cancellation. Dual-era: a 2025-era
+//!   server is detected and spoken to through its `initialize` session,
+//!   where a dropped call also posts `notifications/cancelled`.
+//! * [`session`] — opt-in 2025-era sessions on the server
+//!   ([`StreamableHttpService::legacy_sessions`]): `initialize`, a session's
+//!   `notifications/cancelled` and `DELETE` cancel, bounded.
 //! * [`serve`] / [`Server`] — serving it on a `TcpListener` with the
 //!   settings a server whose clients cancel needs (HTTP/2 reset allowance,
 //!   `TCP_NODELAY`, header read timeout, graceful shutdown).
@@ -64,13 +69,15 @@ pub mod param_headers;
 mod response;
 mod serve;
 mod service;
+pub mod session;
 mod validation;
 
 pub use body::ResponseBody;
-pub use client::{HttpClient, HttpClientBuilder, HttpClientError};
+pub use client::{ConnectErrorKind, HttpClient, HttpClientBuilder, HttpClientError, ServerEra};
 pub use config::{LegacyRequests, ASSUMED_LEGACY_VERSION, DEFAULT_SSE_AFTER};
 pub use origin::OriginPolicy;
 pub use param_headers::{ParamHeaders, ToolHeaderMap};
 pub use serve::{serve, Server};
 pub use service::{StreamableHttpLayer, StreamableHttpService};
+pub use session::LegacySessions;
 pub use validation::Rejection;

@@ -99,8 +99,8 @@ pub(crate) fn rejected(rejection: Rejection) -> Response<ResponseBody> {
     rejection.into_response().map(ResponseBody::from_full)
 }
 
-/// `405` with `Allow: POST`: there is no GET stream and there are no
-/// sessions to DELETE.
+/// `405` with `Allow: POST`: there is no GET stream (and, unless legacy
+/// sessions are on, no session to DELETE).
 pub(crate) fn method_not_allowed(method: &HttpMethod) -> Response<ResponseBody> {
     let mut res = rejected(Rejection::new(
         StatusCode::METHOD_NOT_ALLOWED,

@@ -56,8 +56,8 @@ use crate::transport::McpService;
 /// What it does with a request, in order:
 ///
 /// 1. `Origin` not allowed by the [`OriginPolicy`] → `403`. Not `POST` →
-///    `405` (`GET` and `DELETE` included: there is no GET stream and there are
-///    no sessions). `Accept` without both `application/json` and
+///    `405` (`GET` included: there is no GET stream; `DELETE` too unless
+///    [legacy sessions](StreamableHttpService::legacy_sessions) are on). `Accept` without both `application/json` and
 ///    `text/event-stream` → `406`. A `Content-Type` other than JSON → `415`.
 /// 2. A body over the limit → `413` (also when a tower-http
 ///    `RequestBodyLimitLayer` outside cut it). Not JSON-RPC → `400` with the
@@ -112,12 +112,17 @@ use crate::transport::McpService;
 /// cannot switch the checks, or cancel-on-disconnect, off. By default a
 /// disconnect does **not** cancel it: in those revisions disconnection is not
 /// cancellation, so the handler is left to run to its end and its answer is
-/// discarded. [`LegacyRequests`] changes that. What the adapter does not do
-/// of the 2025 transport: sessions (`Mcp-Session-Id` is ignored, never
-/// minted or echoed), the GET stream (`405`), resumability (`Last-Event-ID`
-/// is ignored), server-to-client requests on SSE streams, and
+/// discarded. [`LegacyRequests`] changes that. Without
+/// [`legacy_sessions`](StreamableHttpService::legacy_sessions), what the
+/// adapter does not do of the 2025 transport: sessions (`Mcp-Session-Id` is
+/// ignored, never minted or echoed; `DELETE` gets `405`), and
 /// `notifications/cancelled` posted by a 2025 client (answered `202` and
-/// dropped: without sessions its request id cannot be resolved).
+/// dropped: without sessions its request id cannot be resolved). With it,
+/// an `initialize` opens a session and that session's
+/// `notifications/cancelled` and `DELETE` cancel its requests (see
+/// [`session`](super::session)). Never done: the GET stream (`405`),
+/// resumability (`Last-Event-ID` is ignored), server-to-client requests on
+/// SSE streams.
 #[derive(Clone)]
 pub struct StreamableHttpService<S> {
     inner: S,
@@ -198,6 +203,28 @@ impl<S> StreamableHttpService<S> {
     /// out must not be a way around the modern header checks.
     pub fn missing_version_as_2025_03_26(mut self, on: bool) -> Self {
         self.config_mut().missing_version_legacy = on;
+        self
+    }
+
+    /// Serves 2025-era clients with sessions, as far as cancellation needs
+    /// them (off by default; see [`session`](super::session)): an
+    /// `initialize` without a modern `_meta` (with no
+    /// `MCP-Protocol-Version` header, or a 2025 one) is served and its
+    /// answer carries a new `Mcp-Session-Id`; later requests with that id
+    /// are legacy requests of the session, whose `notifications/cancelled`
+    /// cancels them by id and whose `DELETE` ends it (cancelling what is
+    /// in flight); an unknown or expired id gets `404`. Sessions are
+    /// bounded by `limits` (count, idle expiry); at the bound a new
+    /// `initialize` gets `503`.
+    ///
+    /// A legacy request's disconnect still follows [`LegacyRequests`]
+    /// (not cancelled by default). Modern (2026-07-28) requests stay
+    /// stateless: an `Mcp-Session-Id` on them is ignored.
+    ///
+    /// Each call creates a new, empty store, shared by the clones of this
+    /// adapter (and by the services a [`StreamableHttpLayer`] made from it).
+    pub fn legacy_sessions(mut self, limits: super::LegacySessions) -> Self {
+        self.config_mut().sessions = Some(Arc::new(super::session::Sessions::new(limits)));
         self
     }
 

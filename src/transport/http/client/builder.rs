@@ -6,7 +6,10 @@ use std::sync::{Arc, RwLock};
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use tokio::sync::Semaphore;
 
+use super::connector::{connector, TlsSettings};
+use super::era::{EraCell, MAX_PENDING_CANCELS};
 use super::{HttpClient, Inner};
 use crate::transport::call::client::Outbound;
 use crate::transport::http::param_headers::ToolHeaderMap;
@@ -21,6 +24,8 @@ pub struct HttpClientBuilder {
     pub(super) headers: HeaderMap,
     pub(super) tools: ToolHeaderMap,
     pub(super) relist_on_mismatch: bool,
+    pub(super) legacy_fallback: bool,
+    pub(super) tls: TlsSettings,
 }
 
 impl HttpClientBuilder {
@@ -31,6 +36,26 @@ impl HttpClientBuilder {
     /// handler, so sending it again cannot run it twice.
     pub fn relist_on_header_mismatch(mut self, on: bool) -> Self {
         self.relist_on_mismatch = on;
+        self
+    }
+
+    /// Whether a server that answers the first (modern) request with a `4xx`
+    /// without a recognized modern error is spoken to in its 2025 revision:
+    /// `initialize`, then its session (default: on; the spec's dual-era
+    /// client). Off: such answers are errors.
+    pub fn legacy_fallback(mut self, on: bool) -> Self {
+        self.legacy_fallback = on;
+        self
+    }
+
+    /// Trusts this root certificate (DER) for `https://`, besides the
+    /// platform's (feature `tls`): for a private CA or a self-signed test
+    /// server. `SSL_CERT_FILE` does the same without code.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
+        self.tls
+            .roots
+            .push(rustls::pki_types::CertificateDer::from(der.into()));
         self
     }
 
@@ -92,9 +117,10 @@ impl HttpClientBuilder {
         if self.http2 {
             builder.http2_only(true);
         }
+        let connector = connector(&self.uri, self.tls);
         HttpClient {
             inner: Arc::new(Inner {
-                client: builder.build_http(),
+                client: builder.build(connector),
                 uri: self.uri,
                 protocol_version: self.protocol_version,
                 client_info: self.client_info,
@@ -102,6 +128,8 @@ impl HttpClientBuilder {
                 outbound: Outbound::new(),
                 tools: RwLock::new(self.tools),
                 relist_on_mismatch: self.relist_on_mismatch,
+                era: EraCell::new(self.legacy_fallback),
+                pending_cancels: Arc::new(Semaphore::new(MAX_PENDING_CANCELS)),
             }),
         }
     }

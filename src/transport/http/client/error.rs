@@ -4,6 +4,8 @@ use std::fmt;
 
 use http::StatusCode;
 
+use super::ConnectErrorKind;
+
 /// An HTTP-level failure of a call (a JSON-RPC error answer is reported as
 /// [`ErrorObject`](crate::jsonrpc::ErrorObject) instead).
 #[derive(Debug)]
@@ -26,6 +28,17 @@ pub enum HttpClientError {
     /// The request could not be sent as given (bad params, a method that is
     /// not a valid header value).
     InvalidRequest(String),
+    /// No connection to the server: refused, DNS, TLS (and why), `https://`
+    /// without feature `tls` — told apart by `kind`.
+    Connect {
+        /// What failed.
+        kind: ConnectErrorKind,
+        /// The `host:port` of the endpoint.
+        target: String,
+        /// The underlying error's message (for TLS, rustls' reason, e.g.
+        /// `invalid peer certificate: UnknownIssuer`).
+        detail: String,
+    },
 }
 
 impl fmt::Display for HttpClientError {
@@ -46,6 +59,11 @@ impl fmt::Display for HttpClientError {
             }
             HttpClientError::InvalidResponse(m) => write!(f, "invalid response: {m}"),
             HttpClientError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
+            HttpClientError::Connect {
+                kind,
+                target,
+                detail,
+            } => write!(f, "cannot connect to {target}: {kind}: {detail}"),
         }
     }
 }

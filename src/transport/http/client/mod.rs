@@ -12,10 +12,28 @@
 //!
 //! **Dropping the call's future is the cancellation**: it drops the response
 //! stream, which closes it — on HTTP/1.1 the connection is closed and not
-//! reused, on HTTP/2 the stream is reset — and nothing else is posted.
-//! A [`TimeoutLayer`](crate::TimeoutLayer) or
+//! reused, on HTTP/2 the stream is reset — and, with a 2026 server, nothing
+//! else is posted. A [`TimeoutLayer`](crate::TimeoutLayer) or
 //! [`ProgressResetLayer`](crate::ProgressResetLayer) above therefore cancels
 //! per spec when its limit fires.
+//!
+//! **Both eras**: the first request goes out in the 2026 shape. A server
+//! that answers it with a `4xx` without a modern error (a 2025-era server,
+//! e.g. "Server not initialized") is spoken to in its revision from then on:
+//! the client sends `initialize` and `notifications/initialized`, keeps the
+//! `Mcp-Session-Id` and the negotiated `MCP-Protocol-Version` for every later
+//! request, and a dropped call also POSTs `notifications/cancelled` (its id,
+//! the drop's reason) in the session, from a task (at most 64 under way,
+//! 10 s each), since closing a stream is not a cancellation there.
+//! [`HttpClient::close`] `DELETE`s the session (the last clone's drop does
+//! it in the background); a session the server ended (`404`) is initialized
+//! again. [`HttpClient::server_era`] tells what was found. The same layer
+//! stack works on both.
+//!
+//! **HTTPS** (feature `tls`): rustls with ring through hyper-rustls, the
+//! platform's roots (or `SSL_CERT_FILE` / `SSL_CERT_DIR`) and
+//! `HttpClientBuilder::tls_root_certificate`. A connection failure is an
+//! [`HttpClientError::Connect`] saying what failed ([`ConnectErrorKind`]).
 //!
 //! **`x-mcp-header`**: the client learns each tool's annotations from the
 //! `tools/list` results that pass through it (per client; clones share
@@ -51,14 +69,12 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{HeaderMap, Uri};
-use http_body_util::Full;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
+use serde_json::value::RawValue;
+use tokio::sync::Semaphore;
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -66,22 +82,28 @@ use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
 use crate::observe::{Era, Transport};
 use crate::protocol::PROTOCOL_VERSION;
-use crate::transport::call::client::{Abandon, CallGuard, Outbound, ResponseFuture};
+use crate::transport::call::client::{Abandon, CallGuard, Outbound, ResponseFuture, Route};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
 use crate::{CancelReason, McpRequest};
 
 mod builder;
+mod connector;
+mod era;
 mod error;
 mod request;
 mod response;
 mod tools;
 
 pub use builder::HttpClientBuilder;
+pub use connector::ConnectErrorKind;
+pub use era::ServerEra;
 pub use error::HttpClientError;
 #[cfg(feature = "fuzzing")]
 pub(crate) use response::read_response;
 
-use request::{exchange, prepare};
+use connector::PooledClient;
+use era::{EraCell, Legacy, NotModern, State};
+use request::{exchange, prepare, Shape};
 use tools::{is_header_mismatch, learn_tools, param_headers_of, Retry};
 
 pub mod future {
@@ -91,7 +113,7 @@ pub mod future {
 }
 
 struct Inner {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: PooledClient,
     uri: Uri,
     protocol_version: String,
     client_info: Option<serde_json::Value>,
@@ -99,6 +121,9 @@ struct Inner {
     outbound: Outbound,
     tools: RwLock<ToolHeaderMap>,
     relist_on_mismatch: bool,
+    era: EraCell,
+    /// Bounds the `notifications/cancelled` POSTs under way.
+    pending_cancels: Arc<Semaphore>,
 }
 
 impl Inner {
@@ -111,9 +136,18 @@ impl Inner {
     }
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last clone is gone without `close`: end the legacy session.
+        if let Some(legacy) = self.era.take_session() {
+            era::spawn_delete(self, legacy);
+        }
+    }
+}
+
 /// The Streamable HTTP client: `Service<McpRequest, Response = serde_json::Value>`.
-/// See the [module docs](self). Clones share the connection pool and the id
-/// counter.
+/// See the [module docs](self). Clones share the connection pool, the id
+/// counter and what is known of the server's era (and its legacy session).
 #[derive(Clone)]
 pub struct HttpClient {
     inner: Arc<Inner>,
@@ -124,11 +158,13 @@ impl fmt::Debug for HttpClient {
         f.debug_struct("HttpClient")
             .field("uri", &self.inner.uri)
             .field("protocol_version", &self.inner.protocol_version)
+            .field("era", &self.inner.era.public())
             .finish()
     }
 }
 impl HttpClient {
-    /// A client for the MCP endpoint `uri` (`http://…`), over HTTP/1.1.
+    /// A client for the MCP endpoint `uri` (`http://…`, or `https://…` with
+    /// feature `tls`), over HTTP/1.1 (HTTP/2 when TLS negotiates it).
     pub fn new(uri: Uri) -> Self {
         Self::builder(uri).build()
     }
@@ -146,12 +182,41 @@ impl HttpClient {
             headers: HeaderMap::new(),
             tools: ToolHeaderMap::new(),
             relist_on_mismatch: true,
+            legacy_fallback: true,
+            tls: Default::default(),
         }
     }
 
     /// The endpoint.
     pub fn uri(&self) -> &Uri {
         &self.inner.uri
+    }
+
+    /// What the client knows of the server's era: unknown before the first
+    /// answer, then modern, or legacy (after the `initialize` fallback).
+    pub fn server_era(&self) -> ServerEra {
+        self.inner.era.public()
+    }
+
+    /// Ends the legacy session, if there is one (`DELETE` with its
+    /// `Mcp-Session-Id`, awaited); the next call detects the era again.
+    /// Without it, the session is deleted in the background when the last
+    /// clone of the client is dropped inside a tokio runtime.
+    ///
+    /// It first waits (10 s at most) for the `notifications/cancelled` of
+    /// dropped calls still under way, so that a program that drops a call
+    /// and then closes the client before it exits has told the server.
+    pub async fn close(&self) -> Result<(), BoxError> {
+        let all = era::MAX_PENDING_CANCELS as u32;
+        let _ = tokio::time::timeout(
+            era::BACKGROUND_POST_TIMEOUT,
+            self.inner.pending_cancels.acquire_many(all),
+        )
+        .await;
+        match self.inner.era.take_session() {
+            Some(legacy) => era::delete(&self.inner, &legacy).await,
+            None => Ok(()),
+        }
     }
 
     /// Registers (or replaces) a tool's `inputSchema`, whose `x-mcp-header`
@@ -172,6 +237,13 @@ impl HttpClient {
     }
 }
 
+/// The method and params of a request as the caller gave them, for the
+/// legacy shape.
+type LegacyParts = (String, Result<Option<Box<RawValue>>, serde_json::Error>);
+
+/// The legacy session a call was sent in, once it was (for its cancel).
+type SentIn = Arc<Mutex<Option<Arc<Legacy>>>>;
+
 impl Service<McpRequest> for HttpClient {
     type Response = serde_json::Value;
     type Error = BoxError;
@@ -188,38 +260,97 @@ impl Service<McpRequest> for HttpClient {
         // ProgressResetLayer above gets a token here).
         let id = inner.outbound.assign_id(&mut req, |_| false);
         let route = inner.outbound.route(&mut req, |_| false);
+        let era = inner.era.get();
         // Everything that needs the request is done before the future, so
         // the future holds only what it sends and where progress goes (and,
-        // for a tools/call, the request, in case it must be sent again).
-        let prepared = prepare(&inner, &id, &req);
-        let is_tools_list = req.method() == "tools/list";
-        let era = if crate::protocol::LEGACY_VERSIONS.contains(&inner.protocol_version.as_str()) {
-            Era::Legacy
-        } else {
-            Era::Modern
+        // for a tools/call, the request, in case it must be sent again; and
+        // the method and params while the server may be legacy).
+        let legacy_parts: Option<LegacyParts> =
+            (!matches!(era, State::Modern)).then(|| (req.method().to_owned(), req.wire_params()));
+        let prepared = match era {
+            State::Legacy(_) => None,
+            _ => Some(prepare(&inner, &id, &req)),
         };
-        let mut call = CallGuard::new(id.clone(), &req, CloseStream, Transport::Http, Some(era));
+        let is_tools_list = req.method() == "tools/list";
+        let sent_in = SentIn::default();
+        // Unknown until the first answer: a modern request goes first.
+        let span_era = match era {
+            State::Legacy(_) => Era::Legacy,
+            _ => Era::Modern,
+        };
+        let mut call = CallGuard::new(
+            id.clone(),
+            &req,
+            CancelHttp {
+                inner: inner.clone(),
+                sent_in: sent_in.clone(),
+            },
+            Transport::Http,
+            Some(span_era),
+        );
         let span = call.span();
         // What a second attempt after a HeaderMismatch needs: the request
         // (to mirror its arguments again), the headers first sent, and the
         // progress route.
-        let retry = (inner.relist_on_mismatch && req.method() == "tools/call").then(|| Retry {
-            sent: prepared.as_ref().map(param_headers_of).unwrap_or_default(),
+        let retry = (inner.relist_on_mismatch
+            && req.method() == "tools/call"
+            && !matches!(era, State::Legacy(_)))
+        .then(|| Retry {
+            sent: match &prepared {
+                Some(Ok(r)) => param_headers_of(r),
+                _ => Vec::new(),
+            },
             route: route.clone(),
             req,
         });
         ResponseFuture::new(
             async move {
-                let http_req = match prepared {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let e: BoxError = e.into();
-                        let out = Err(e);
-                        call.finish(&out);
-                        return out;
+                let mut out = match era {
+                    State::Legacy(legacy) => {
+                        legacy_call(&inner, legacy, legacy_parts, &id, route, &sent_in).await
+                    }
+                    era => {
+                        let probe = matches!(era, State::Unknown) && inner.era.fallback;
+                        match prepared {
+                            Some(Ok(http_req)) => {
+                                let out = exchange(
+                                    &inner,
+                                    http_req,
+                                    &id,
+                                    route.clone(),
+                                    Shape::Modern { probe },
+                                )
+                                .await;
+                                if out.as_ref().err().is_some_and(|e| e.is::<NotModern>()) {
+                                    match inner.era.legacy(&inner, None).await {
+                                        Ok(legacy) => {
+                                            legacy_call(
+                                                &inner,
+                                                legacy,
+                                                legacy_parts,
+                                                &id,
+                                                route,
+                                                &sent_in,
+                                            )
+                                            .await
+                                        }
+                                        Err(e) => Err(e),
+                                    }
+                                } else {
+                                    if probe && answered(&out) {
+                                        inner.era.modern();
+                                    }
+                                    out
+                                }
+                            }
+                            Some(Err(e)) => Err(e.into()),
+                            None => Err(HttpClientError::InvalidRequest(
+                                "no request prepared".into(),
+                            )
+                            .into()),
+                        }
                     }
                 };
-                let mut out = exchange(&inner, http_req, &id, route).await;
                 if let Some(retry) = retry {
                     if is_header_mismatch(&out) {
                         if let Some(again) = retry.again(&inner, &id).await {
@@ -240,12 +371,77 @@ impl Service<McpRequest> for HttpClient {
     }
 }
 
-struct CloseStream;
+/// Whether the server answered at all (a result or a JSON-RPC error), as
+/// opposed to a transport failure.
+fn answered(out: &Result<serde_json::Value, BoxError>) -> bool {
+    match out {
+        Ok(_) => true,
+        Err(e) => e.is::<crate::jsonrpc::ErrorObject>(),
+    }
+}
 
-impl Abandon for CloseStream {
+/// A call on the legacy connection; a session the server ended (`404`) is
+/// initialized again, and the call sent once more (it never ran).
+async fn legacy_call(
+    inner: &Inner,
+    mut legacy: Arc<Legacy>,
+    parts: Option<LegacyParts>,
+    id: &RequestId,
+    route: Route,
+    sent_in: &SentIn,
+) -> Result<serde_json::Value, BoxError> {
+    let Some((method, params)) = parts else {
+        return Err(
+            HttpClientError::InvalidRequest("request not kept for the legacy era".into()).into(),
+        );
+    };
+    let params = params.map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
+    let mut renewed = false;
+    loop {
+        let req = era::prepare(inner, &legacy, id, &method, params.as_deref())?;
+        *sent_in.lock().unwrap_or_else(|e| e.into_inner()) = Some(legacy.clone());
+        let out = exchange(inner, req, id, route.clone(), Shape::Legacy).await;
+        match out {
+            Err(e) if !renewed && e.is::<era::SessionGone>() => {
+                *sent_in.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                tracing::info!(request_id = %id, "legacy session ended by the server; initializing again");
+                legacy = inner.era.legacy(inner, Some(&legacy)).await?;
+                renewed = true;
+            }
+            out => return out,
+        }
+    }
+}
+
+/// Cancelling an HTTP call: dropping its response stream, which closes it
+/// (HTTP/1.1: the connection is closed, not reused; HTTP/2: the stream is
+/// reset). On a legacy connection, where a closed stream is not a
+/// cancellation, `notifications/cancelled` is posted too, from a task.
+struct CancelHttp {
+    inner: Arc<Inner>,
+    sent_in: SentIn,
+}
+
+impl CancelHttp {
+    fn legacy(&self) -> Option<Arc<Legacy>> {
+        self.sent_in
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Abandon for CancelHttp {
     fn abandon(&mut self, _id: &RequestId) -> Option<&'static str> {
-        Some("closing its HTTP response stream")
+        Some(match self.legacy() {
+            Some(_) => "closing its HTTP response stream and posting notifications/cancelled (legacy session)",
+            None => "closing its HTTP response stream",
+        })
     }
 
-    fn cancel(&mut self, _id: &RequestId, _reason: CancelReason) {}
+    fn cancel(&mut self, id: &RequestId, reason: CancelReason) {
+        if let Some(legacy) = self.legacy() {
+            era::spawn_cancel(&self.inner, &legacy, id, &reason);
+        }
+    }
 }

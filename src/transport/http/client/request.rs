@@ -4,10 +4,10 @@
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Request};
-use http_body_util::Full;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
+use http_body_util::{BodyExt, Full, Limited};
 
+use super::connector::{check_scheme, classify, PooledClient};
+use super::era::{is_modern_error, NotModern, SessionGone};
 use super::response::read_response;
 use super::{HttpClientError, Inner};
 use crate::error::BoxError;
@@ -19,8 +19,8 @@ use crate::transport::http::headers::{
 };
 use crate::McpRequest;
 
-const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
-const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(super) const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
+pub(super) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
 type Params = serde_json::Map<String, serde_json::Value>;
 
@@ -132,14 +132,72 @@ fn param_headers(
     }
 }
 
+/// The shape a request was sent in, which decides how some `4xx` answers
+/// are read.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Shape {
+    /// 2026-07-28; `probe` while the server's era is unknown.
+    Modern { probe: bool },
+    /// In a legacy session.
+    Legacy,
+}
+
+/// Sends request `id` and reads its answer. While probing (the server's era
+/// is not known yet), a `4xx` without a recognized modern error body is
+/// [`NotModern`] instead: the caller falls back to the legacy era. In a
+/// legacy session, a `404` that is not the answer to this request is
+/// [`SessionGone`]: the server ended the session.
 pub(super) async fn exchange(
     inner: &Inner,
     http_req: Request<Full<Bytes>>,
     id: &RequestId,
     route: Route,
+    shape: Shape,
 ) -> Result<serde_json::Value, BoxError> {
     let res = send(&inner.client, http_req).await?;
+    if matches!(shape, Shape::Legacy) && res.status() == http::StatusCode::NOT_FOUND {
+        let (parts, body) = res.into_parts();
+        let body = read_small(body).await;
+        if !answers(&body, id) {
+            return Err(Box::new(SessionGone));
+        }
+        return read_response(
+            http::Response::from_parts(parts, Full::new(body)),
+            id,
+            route,
+        )
+        .await;
+    }
+    if matches!(shape, Shape::Modern { probe: true }) && res.status().is_client_error() {
+        let (parts, body) = res.into_parts();
+        let body = read_small(body).await;
+        if !is_modern_error(&body, id) {
+            return Err(Box::new(NotModern(parts.status)));
+        }
+        return read_response(
+            http::Response::from_parts(parts, Full::new(body)),
+            id,
+            route,
+        )
+        .await;
+    }
     read_response(res, id, route).await
+}
+
+/// How much of a `4xx` body is read to tell the era or the session's end.
+const MAX_PROBE_BODY: usize = 64 << 10;
+
+async fn read_small(body: hyper::body::Incoming) -> Bytes {
+    Limited::new(body, MAX_PROBE_BODY)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default()
+}
+
+/// Whether `body` is a JSON-RPC response to request `id`.
+fn answers(body: &[u8], id: &RequestId) -> bool {
+    matches!(crate::jsonrpc::Message::decode(body), Ok(crate::jsonrpc::Message::Response(r)) if r.id.as_ref() == Some(id))
 }
 
 /// How often a request is tried again when the connection pool gave up on
@@ -150,25 +208,32 @@ const CHECKOUT_RETRIES: usize = 3;
 /// `CheckoutNoLongerWanted`: over HTTP/2, concurrent first requests share one
 /// connection attempt, driven by one of them; if that one is cancelled
 /// (dropped), the others fail with that error although nothing was sent, so
-/// sending them again is safe and loses nothing.
-async fn send(
-    client: &Client<HttpConnector, Full<Bytes>>,
+/// sending them again is safe and loses nothing. A connection failure comes
+/// back as [`HttpClientError::Connect`], saying what failed.
+pub(super) async fn send(
+    client: &PooledClient,
     req: Request<Full<Bytes>>,
-) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+) -> Result<http::Response<hyper::body::Incoming>, BoxError> {
+    let uri = req.uri().clone();
+    check_scheme(&uri)?;
     let mut attempt = 0;
     let mut req = req;
     loop {
         let again = (attempt < CHECKOUT_RETRIES).then(|| copy_request(&req));
         match client.request(req).await {
-            Err(e) if e.is_connect() && again.is_some() && is_checkout_gone(&e) => {
-                attempt += 1;
-                tracing::debug!(
-                    attempt,
-                    "connection attempt given up by the pool; sending again"
-                );
-                req = again.expect("checked above");
-            }
-            other => return other,
+            Err(e) if e.is_connect() && is_checkout_gone(&e) => match again {
+                Some(again) => {
+                    attempt += 1;
+                    tracing::debug!(
+                        attempt,
+                        "connection attempt given up by the pool; sending again"
+                    );
+                    req = again;
+                }
+                None => return Err(classify(&uri, e)),
+            },
+            Err(e) => return Err(classify(&uri, e)),
+            Ok(res) => return Ok(res),
         }
     }
 }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request};
 use http_body_util::Full;
 
-use super::request::{exchange, prepare};
+use super::request::{exchange, prepare, Shape};
 use super::Inner;
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, RequestId};
@@ -41,7 +41,16 @@ impl Retry {
             return None; // the same headers would be refused again
         }
         tracing::debug!(request_id = %id, "tool schema changed; sending the call again");
-        Some(exchange(inner, http_req, id, self.route).await)
+        Some(
+            exchange(
+                inner,
+                http_req,
+                id,
+                self.route,
+                Shape::Modern { probe: false },
+            )
+            .await,
+        )
     }
 }
 
@@ -69,7 +78,14 @@ async fn relist(inner: &Inner) -> Result<(), BoxError> {
         };
         let req = McpRequest::new(id.clone(), "tools/list").with_params(params);
         let http_req = prepare(inner, &id, &req)?;
-        let mut result = exchange(inner, http_req, &id, Route::default()).await?;
+        let mut result = exchange(
+            inner,
+            http_req,
+            &id,
+            Route::default(),
+            Shape::Modern { probe: false },
+        )
+        .await?;
         learn_tools(inner, &mut result);
         match result.get("nextCursor").and_then(|c| c.as_str()) {
             Some(c) if !c.is_empty() => cursor = Some(c.to_owned()),

@@ -1,0 +1,199 @@
+//! The client's connector — plain TCP, or TLS through rustls with feature
+//! `tls` — and the connect errors told apart: refused, DNS, TLS (and why),
+//! `https://` without the feature.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use bytes::Bytes;
+use http::Uri;
+use http_body_util::Full;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+
+use super::HttpClientError;
+
+/// The connector under the pooled client.
+#[cfg(feature = "tls")]
+pub(super) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+/// The connector under the pooled client.
+#[cfg(not(feature = "tls"))]
+pub(super) type Connector = HttpConnector;
+
+/// The pooled hyper client.
+pub(super) type PooledClient = Client<Connector, Full<Bytes>>;
+
+/// The TLS settings of a builder.
+#[derive(Debug, Default)]
+pub(super) struct TlsSettings {
+    /// Extra trusted roots (DER), besides the platform's.
+    #[cfg(feature = "tls")]
+    pub(super) roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+}
+
+/// The connector for `uri`: with feature `tls`, `https://` through rustls
+/// trusting the platform's roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set,
+/// as rustls-native-certs reads them) and `tls.roots`; the roots are only
+/// loaded for an `https://` endpoint.
+#[cfg(feature = "tls")]
+pub(super) fn connector(uri: &Uri, tls: TlsSettings) -> Connector {
+    use std::sync::Arc;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let mut roots = rustls::RootCertStore::empty();
+    if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+        let native = rustls_native_certs::load_native_certs();
+        for e in &native.errors {
+            tracing::warn!(error = %e, "some platform root certificates could not be loaded");
+        }
+        let (added, ignored) = roots.add_parsable_certificates(native.certs);
+        tracing::debug!(added, ignored, "platform root certificates loaded");
+    }
+    for cert in tls.roots {
+        if let Err(e) = roots.add(cert) {
+            tracing::warn!(error = %e, "a configured root certificate was refused");
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        // Not a configuration value: ring supports TLS 1.2 and 1.3, which
+        // are the safe defaults.
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http)
+}
+
+/// The connector for `uri`: plain TCP (without feature `tls`, an
+/// `https://` endpoint fails at its first call with
+/// [`ConnectErrorKind::TlsNotEnabled`]).
+#[cfg(not(feature = "tls"))]
+pub(super) fn connector(_uri: &Uri, _tls: TlsSettings) -> Connector {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http
+}
+
+/// An `https://` endpoint without feature `tls`: the error, before any
+/// connection is tried.
+pub(super) fn check_scheme(uri: &Uri) -> Result<(), HttpClientError> {
+    if cfg!(feature = "tls") || uri.scheme() != Some(&http::uri::Scheme::HTTPS) {
+        return Ok(());
+    }
+    Err(HttpClientError::Connect {
+        kind: ConnectErrorKind::TlsNotEnabled,
+        target: target(uri),
+        detail: "https:// needs the `tls` feature of tower-mcp-cancel".into(),
+    })
+}
+
+/// What failed when connecting to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectErrorKind {
+    /// Nobody listens there: the connection was refused.
+    Refused,
+    /// The host name could not be resolved.
+    Dns,
+    /// The TLS handshake failed (the detail says why: an unknown issuer, a
+    /// name mismatch, an expired certificate, …).
+    Tls,
+    /// An `https://` endpoint, but the crate was built without feature `tls`.
+    TlsNotEnabled,
+    /// The connection timed out, was reset, or failed otherwise.
+    Other,
+}
+
+impl fmt::Display for ConnectErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConnectErrorKind::Refused => "connection refused",
+            ConnectErrorKind::Dns => "DNS lookup failed",
+            ConnectErrorKind::Tls => "TLS handshake failed",
+            ConnectErrorKind::TlsNotEnabled => "TLS not enabled",
+            ConnectErrorKind::Other => "connection failed",
+        })
+    }
+}
+
+fn target(uri: &Uri) -> String {
+    uri.authority().map(|a| a.to_string()).unwrap_or_default()
+}
+
+/// Turns a failure of the pooled client into an error that says what
+/// failed: a [`HttpClientError::Connect`] for connection failures, the
+/// error itself otherwise.
+pub(super) fn classify(uri: &Uri, e: hyper_util::client::legacy::Error) -> crate::BoxError {
+    if !e.is_connect() {
+        return Box::new(e);
+    }
+    let (kind, detail) = connect_kind(&e);
+    Box::new(HttpClientError::Connect {
+        kind,
+        target: target(uri),
+        detail,
+    })
+}
+
+fn connect_kind(e: &(dyn StdError + 'static)) -> (ConnectErrorKind, String) {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    let mut deepest = e.to_string();
+    while let Some(err) = cur {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return (ConnectErrorKind::Tls, tls.to_string());
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return (ConnectErrorKind::Refused, io.to_string());
+            }
+            // `io::Error::source` skips the error it wraps (hyper-rustls
+            // wraps tokio-rustls' io::Error, which wraps rustls' error):
+            // look inside.
+            if let Some(wrapped) = io.get_ref() {
+                let found = connect_kind(wrapped);
+                if found.0 != ConnectErrorKind::Other {
+                    return found;
+                }
+            }
+        }
+        // hyper-util's HttpConnector names its resolver failures so.
+        let text = err.to_string();
+        if text.starts_with("dns error") {
+            let why = err.source().map(|s| s.to_string()).unwrap_or(text);
+            return (ConnectErrorKind::Dns, why);
+        }
+        deepest = text;
+        cur = err.source();
+    }
+    (ConnectErrorKind::Other, deepest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn https_without_the_feature_is_told_apart() {
+        let https: Uri = "https://example.test/mcp".parse().unwrap();
+        let http: Uri = "http://example.test/mcp".parse().unwrap();
+        assert!(check_scheme(&http).is_ok());
+        let r = check_scheme(&https);
+        if cfg!(feature = "tls") {
+            assert!(r.is_ok());
+        } else {
+            let Err(HttpClientError::Connect { kind, target, .. }) = r else {
+                panic!("{r:?}")
+            };
+            assert_eq!(kind, ConnectErrorKind::TlsNotEnabled);
+            assert_eq!(target, "example.test");
+        }
+    }
+}

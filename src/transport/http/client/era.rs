@@ -1,0 +1,400 @@
+//! Which era the server speaks, and the 2025-era connection: the
+//! `initialize` handshake and its session, requests in that shape, the
+//! `notifications/cancelled` a dropped call posts, and the `DELETE` that
+//! ends the session.
+//!
+//! Detection follows the spec's Backward Compatibility rule: the first
+//! request goes out modern; a `4xx` whose body is not a recognized modern
+//! JSON-RPC error (`HeaderMismatch`, `MissingRequiredClientCapability`,
+//! `UnsupportedProtocolVersion`) means a legacy server, and the client falls
+//! back to `initialize` (then `notifications/initialized`) and sends the
+//! request again in the legacy shape. The result is kept for the client's
+//! lifetime (its clones share it); a legacy session the server ended
+//! (`404`) is initialized again once.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use serde_json::value::RawValue;
+
+use super::request::{send, CLIENT_CAPABILITIES_META, CLIENT_INFO_META};
+use super::response::read_response;
+use super::{HttpClientError, Inner};
+use crate::error::BoxError;
+use crate::jsonrpc::{
+    self, CancelledParams, ErrorObject, Message, RequestId, PROTOCOL_VERSION_META,
+};
+use crate::protocol::LEGACY_VERSIONS;
+use crate::transport::call::client::Route;
+use crate::transport::http::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
+use crate::CancelReason;
+
+/// How long a spawned `notifications/cancelled` or `DELETE` may take.
+pub(super) const BACKGROUND_POST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many `notifications/cancelled` POSTs may be under way at once; past
+/// that a cancel is logged and not sent (the stream is closed all the same).
+pub(super) const MAX_PENDING_CANCELS: usize = 64;
+
+/// The era of the server an [`HttpClient`](super::HttpClient) talks to, as
+/// far as it knows ([`HttpClient::server_era`](super::HttpClient::server_era)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerEra {
+    /// Nothing answered yet.
+    Unknown,
+    /// 2026-07-28: stateless, per-request metadata.
+    Modern,
+    /// A 2025 revision, after `initialize`.
+    Legacy {
+        /// The negotiated protocol version.
+        protocol_version: String,
+        /// The session the server assigned, if any.
+        session_id: Option<String>,
+    },
+}
+
+/// A 2025-era connection: the negotiated version and the session.
+#[derive(Debug)]
+pub(super) struct Legacy {
+    version: HeaderValue,
+    session: Option<HeaderValue>,
+}
+
+impl Legacy {
+    /// A POST (or `method`) to the endpoint with this connection's headers.
+    fn request(&self, inner: &Inner, method: http::Method) -> http::request::Builder {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(inner.uri.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .header(MCP_PROTOCOL_VERSION_HEADER, self.version.clone());
+        if let Some(s) = &self.session {
+            b = b.header(MCP_SESSION_ID_HEADER, s.clone());
+        }
+        b
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum State {
+    Unknown,
+    Modern,
+    Legacy(Arc<Legacy>),
+}
+
+/// The client's knowledge of the server's era (shared by clones).
+#[derive(Debug)]
+pub(super) struct EraCell {
+    state: Mutex<State>,
+    /// One handshake at a time.
+    handshake: tokio::sync::Mutex<()>,
+    /// Whether to fall back at all.
+    pub(super) fallback: bool,
+}
+
+impl EraCell {
+    pub(super) fn new(fallback: bool) -> Self {
+        Self {
+            state: Mutex::new(State::Unknown),
+            handshake: tokio::sync::Mutex::new(()),
+            fallback,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn get(&self) -> State {
+        self.lock().clone()
+    }
+
+    /// A modern answer came: the server is modern (unless a concurrent
+    /// call already found it legacy).
+    pub(super) fn modern(&self) {
+        let mut s = self.lock();
+        if matches!(*s, State::Unknown) {
+            *s = State::Modern;
+        }
+    }
+
+    pub(super) fn public(&self) -> ServerEra {
+        match &*self.lock() {
+            State::Unknown => ServerEra::Unknown,
+            State::Modern => ServerEra::Modern,
+            State::Legacy(l) => ServerEra::Legacy {
+                protocol_version: l.version.to_str().unwrap_or_default().to_owned(),
+                session_id: l
+                    .session
+                    .as_ref()
+                    .and_then(|s| s.to_str().ok())
+                    .map(str::to_owned),
+            },
+        }
+    }
+
+    /// The legacy connection, initializing it unless another call did (or
+    /// replacing `stale`, a session the server ended).
+    pub(super) async fn legacy(
+        &self,
+        inner: &Inner,
+        stale: Option<&Arc<Legacy>>,
+    ) -> Result<Arc<Legacy>, BoxError> {
+        let _one = self.handshake.lock().await;
+        if let State::Legacy(l) = self.get() {
+            if !stale.is_some_and(|s| Arc::ptr_eq(s, &l)) {
+                return Ok(l);
+            }
+        }
+        let legacy = Arc::new(initialize(inner).await?);
+        tracing::info!(uri = %inner.uri, version = ?legacy.version, session = legacy.session.is_some(), "server speaks a 2025 revision: using its initialize session");
+        *self.lock() = State::Legacy(legacy.clone());
+        Ok(legacy)
+    }
+
+    /// Takes the legacy session out, for the `DELETE` at the end.
+    pub(super) fn take_session(&self) -> Option<Arc<Legacy>> {
+        match std::mem::replace(&mut *self.lock(), State::Unknown) {
+            State::Legacy(l) if l.session.is_some() => Some(l),
+            _ => None,
+        }
+    }
+}
+
+/// The modern request got a `4xx` without a recognized modern error body:
+/// the server is of an earlier era.
+#[derive(Debug)]
+pub(super) struct NotModern(pub(super) StatusCode);
+
+impl std::fmt::Display for NotModern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {} without a modern MCP error", self.0)
+    }
+}
+
+impl std::error::Error for NotModern {}
+
+/// A legacy request got `404` (not as its answer): the server ended the
+/// session.
+#[derive(Debug)]
+pub(super) struct SessionGone;
+
+impl std::fmt::Display for SessionGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server ended the legacy session (HTTP 404)")
+    }
+}
+
+impl std::error::Error for SessionGone {}
+
+/// Whether a `4xx` body is a recognized modern answer, so the server is
+/// modern and the error is the answer: a modern JSON-RPC error
+/// (`HeaderMismatch`, `MissingRequiredClientCapability`,
+/// `UnsupportedProtocolVersion`), or any JSON-RPC error answering request
+/// `id` itself (e.g. `404` with method-not-found: the server read and
+/// processed the modern request). A legacy server refusing a request
+/// outside a session answers without the request's id.
+pub(super) fn is_modern_error(body: &[u8], id: &RequestId) -> bool {
+    match Message::decode(body) {
+        Ok(Message::Response(r)) => match &r.outcome {
+            Err(e) => {
+                matches!(
+                    e.code,
+                    ErrorObject::HEADER_MISMATCH
+                        | ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY
+                        | ErrorObject::UNSUPPORTED_PROTOCOL_VERSION
+                ) || r.id.as_ref() == Some(id)
+            }
+            Ok(_) => false,
+        },
+        _ => false,
+    }
+}
+
+/// The `initialize` handshake of the 2025 revisions (the latest one
+/// offered), then `notifications/initialized`.
+async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
+    let offered = LEGACY_VERSIONS.last().copied().unwrap_or("2025-11-25");
+    let id = inner.outbound.next_id(|_| false);
+    let info = inner.client_info.clone().unwrap_or_else(
+        || serde_json::json!({"name": env!("CARGO_PKG_NAME"), "version": env!("CARGO_PKG_VERSION")}),
+    );
+    let params = serde_json::value::to_raw_value(&serde_json::json!({
+        "protocolVersion": offered,
+        "capabilities": {},
+        "clientInfo": info,
+    }))?;
+    let body = jsonrpc::encode_request(&id, "initialize", Some(&params))?;
+    let mut req = Request::post(inner.uri.clone())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(Full::new(Bytes::from(body)))?;
+    add_extra_headers(inner, &mut req);
+    let res = send(&inner.client, req).await?;
+    let session = res.headers().get(MCP_SESSION_ID_HEADER).cloned();
+    let result = read_response(res, &id, Route::default()).await?;
+    let version = result["protocolVersion"].as_str().unwrap_or_default();
+    if !LEGACY_VERSIONS.contains(&version) {
+        return Err(HttpClientError::InvalidResponse(format!(
+            "initialize answered protocol version {:?}, which this client does not speak",
+            crate::sanitize::for_log(version)
+        ))
+        .into());
+    }
+    let legacy = Legacy {
+        version: HeaderValue::from_str(version)?,
+        session,
+    };
+    let body = jsonrpc::encode_notification("notifications/initialized", &serde_json::json!({}))?;
+    let mut req = legacy
+        .request(inner, http::Method::POST)
+        .body(Full::new(Bytes::from(body)))?;
+    add_extra_headers(inner, &mut req);
+    let res = send(&inner.client, req).await?;
+    let status = res.status();
+    let _ = res.into_body().collect().await;
+    if !status.is_success() {
+        return Err(HttpClientError::Status {
+            status,
+            body: "notifications/initialized refused".into(),
+        }
+        .into());
+    }
+    Ok(legacy)
+}
+
+fn add_extra_headers(inner: &Inner, req: &mut Request<Full<Bytes>>) {
+    for (k, v) in &inner.headers {
+        req.headers_mut().append(k.clone(), v.clone());
+    }
+}
+
+/// Request `id` in the legacy shape: the caller's params (a progress token
+/// in `_meta` included) without the 2026 `_meta` keys — a dual-era server
+/// would take a body carrying the modern protocol version for a modern
+/// request —, the session's headers.
+pub(super) fn prepare(
+    inner: &Inner,
+    legacy: &Legacy,
+    id: &RequestId,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<Request<Full<Bytes>>, HttpClientError> {
+    let invalid = |e: serde_json::Error| HttpClientError::InvalidRequest(e.to_string());
+    let stripped = match params.map(|p| serde_json::from_str::<serde_json::Value>(p.get())) {
+        Some(Ok(serde_json::Value::Object(mut obj))) => {
+            if let Some(serde_json::Value::Object(meta)) = obj.get_mut("_meta") {
+                for key in [
+                    PROTOCOL_VERSION_META,
+                    CLIENT_INFO_META,
+                    CLIENT_CAPABILITIES_META,
+                ] {
+                    meta.remove(key);
+                }
+                if meta.is_empty() {
+                    obj.remove("_meta");
+                }
+            }
+            Some(serde_json::value::to_raw_value(&obj).map_err(invalid)?)
+        }
+        _ => None,
+    };
+    let params = stripped.as_deref().or(params);
+    let body = jsonrpc::encode_request(id, method, params).map_err(invalid)?;
+    let mut req = legacy
+        .request(inner, http::Method::POST)
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
+    add_extra_headers(inner, &mut req);
+    Ok(req)
+}
+
+/// Posts `notifications/cancelled` for request `id` of the legacy session,
+/// in a task (the caller is not held up), bounded in time and in number.
+pub(super) fn spawn_cancel(
+    inner: &Arc<Inner>,
+    legacy: &Arc<Legacy>,
+    id: &RequestId,
+    reason: &CancelReason,
+) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(request_id = %id, "no runtime to post notifications/cancelled");
+        return;
+    };
+    let Ok(permit) = inner.pending_cancels.clone().try_acquire_owned() else {
+        tracing::warn!(request_id = %id, max = MAX_PENDING_CANCELS, "too many cancellations under way; notifications/cancelled not sent");
+        return;
+    };
+    let params = CancelledParams {
+        request_id: id.clone(),
+        reason: Some(reason.to_string()),
+    };
+    let req = jsonrpc::encode_notification(jsonrpc::CANCELLED, &params)
+        .map_err(|e| e.to_string())
+        .and_then(|body| {
+            let mut req = legacy
+                .request(inner, http::Method::POST)
+                .body(Full::new(Bytes::from(body)))
+                .map_err(|e| e.to_string())?;
+            add_extra_headers(inner, &mut req);
+            Ok(req)
+        });
+    let req = match req {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(request_id = %id, error = %e, "notifications/cancelled not sent");
+            return;
+        }
+    };
+    let client = inner.client.clone();
+    let id = id.clone();
+    handle.spawn(async move {
+        let _permit = permit;
+        match tokio::time::timeout(BACKGROUND_POST_TIMEOUT, send(&client, req)).await {
+            Ok(Ok(res)) => {
+                tracing::debug!(request_id = %id, status = %res.status(), "notifications/cancelled posted")
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(request_id = %id, error = %e, "notifications/cancelled not delivered")
+            }
+            Err(_) => tracing::debug!(request_id = %id, "notifications/cancelled timed out"),
+        }
+    });
+}
+
+/// `DELETE` of the session: awaited (`HttpClient::close`).
+pub(super) async fn delete(inner: &Inner, legacy: &Legacy) -> Result<(), BoxError> {
+    let mut req = legacy
+        .request(inner, http::Method::DELETE)
+        .body(Full::new(Bytes::new()))?;
+    add_extra_headers(inner, &mut req);
+    let res = tokio::time::timeout(BACKGROUND_POST_TIMEOUT, send(&inner.client, req))
+        .await
+        .map_err(|_| {
+            HttpClientError::InvalidResponse("DELETE of the session timed out".into())
+        })??;
+    tracing::debug!(status = %res.status(), "legacy session deleted");
+    Ok(())
+}
+
+/// `DELETE` of the session from a task, when the last clone of the client
+/// is dropped without [`HttpClient::close`](super::HttpClient::close).
+pub(super) fn spawn_delete(inner: &Inner, legacy: Arc<Legacy>) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        tracing::debug!("no runtime to DELETE the legacy session; it will expire on the server");
+        return;
+    };
+    let req = legacy
+        .request(inner, http::Method::DELETE)
+        .body(Full::new(Bytes::new()));
+    let Ok(mut req) = req else { return };
+    add_extra_headers(inner, &mut req);
+    let client = inner.client.clone();
+    handle.spawn(async move {
+        let _ = tokio::time::timeout(BACKGROUND_POST_TIMEOUT, send(&client, req)).await;
+    });
+}

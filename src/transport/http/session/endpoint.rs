@@ -1,0 +1,192 @@
+//! What the endpoint does with the session of a request: `DELETE`, a
+//! POSTed notification, and the session a legacy request belongs to (looked
+//! up, or minted by `initialize`). Each failure is a [`Rejection`].
+
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+
+use super::store::{CreateError, Session, Sessions};
+use crate::jsonrpc::{self, CancelledParams, ErrorObject, RawNotification, RequestId};
+use crate::transport::http::body::ResponseBody;
+use crate::transport::http::headers::MCP_SESSION_ID_HEADER;
+use crate::transport::http::response;
+use crate::transport::http::validation::Rejection;
+use crate::CancelReason;
+
+/// The session id a request carries; a header that is not visible ASCII
+/// names no session the server could have minted.
+fn session_id(headers: &HeaderMap) -> Option<Result<&str, Rejection>> {
+    let value = headers.get(MCP_SESSION_ID_HEADER)?;
+    Some(
+        value
+            .to_str()
+            .ok()
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)))
+            .ok_or_else(not_found),
+    )
+}
+
+/// `404` with a JSON-RPC error: the session does not exist (any more); the
+/// 2025 revisions tell the client to initialize again.
+fn not_found() -> Rejection {
+    Rejection::new(
+        StatusCode::NOT_FOUND,
+        None,
+        ErrorObject::new(
+            ErrorObject::INVALID_REQUEST,
+            "Not Found: no such session (unknown, ended or expired); send initialize again",
+        ),
+    )
+}
+
+/// `DELETE` on the endpoint: ends the session it names, cancelling its
+/// calls in flight (`200`); `404` for an unknown one, `400` without one.
+pub(crate) fn delete(
+    sessions: &Sessions,
+    headers: &HeaderMap,
+) -> Result<Response<ResponseBody>, Rejection> {
+    let Some(id) = session_id(headers) else {
+        return Err(Rejection::new(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                "Bad Request: DELETE needs the Mcp-Session-Id header of the session to end",
+            ),
+        ));
+    };
+    let id = id?;
+    let cancelled = sessions.end(id).ok_or_else(not_found)?;
+    tracing::info!(cancelled, "legacy session ended by the client (DELETE)");
+    Ok(response::plain(StatusCode::OK))
+}
+
+/// A notification POSTed with a session id: the session must exist (`404`
+/// otherwise); a `notifications/cancelled` cancels that session's request
+/// with the id it names. Without a session id, nothing happens (`202`
+/// follows either way).
+pub(crate) fn notification(
+    sessions: &Sessions,
+    headers: &HeaderMap,
+    n: &RawNotification,
+) -> Result<(), Rejection> {
+    let Some(id) = session_id(headers) else {
+        if n.method == jsonrpc::CANCELLED {
+            tracing::debug!("notifications/cancelled without a session id ignored (nothing to resolve its request id in)");
+        }
+        return Ok(());
+    };
+    let session = sessions.get(id?).ok_or_else(not_found)?;
+    if n.method != jsonrpc::CANCELLED {
+        tracing::debug!(method = ?n.method, "notification of a legacy session accepted");
+        return Ok(());
+    }
+    let params = n
+        .params
+        .as_deref()
+        .map(|p| serde_json::from_str::<CancelledParams>(p.get()));
+    let params = match params {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            tracing::debug!(error = %e, "malformed notifications/cancelled ignored");
+            return Ok(());
+        }
+        None => {
+            tracing::debug!("notifications/cancelled without params ignored");
+            return Ok(());
+        }
+    };
+    // The reason is the client's text: sanitized by `CancelReason::peer`.
+    let reason = CancelReason::peer(params.reason.as_deref());
+    let outcome = session.cancel(&params.request_id, reason.clone());
+    tracing::info!(request_id = %params.request_id, %reason, ?outcome, "notifications/cancelled from a legacy session");
+    Ok(())
+}
+
+/// The session of a legacy request: the one its `Mcp-Session-Id` names
+/// (`404` if unknown or expired), a new one for an `initialize` without
+/// one, or none (a 2025 request outside any session is served as before).
+pub(crate) fn of_request(
+    sessions: &Sessions,
+    headers: &HeaderMap,
+    method: &str,
+) -> Result<Option<Opened>, Rejection> {
+    if let Some(id) = session_id(headers) {
+        let session = sessions.get(id?).ok_or_else(not_found)?;
+        return Ok(Some(Opened {
+            session,
+            minted: false,
+        }));
+    }
+    if method != "initialize" {
+        return Ok(None);
+    }
+    match sessions.create() {
+        Ok(session) => {
+            tracing::info!("legacy session opened by initialize");
+            Ok(Some(Opened {
+                session,
+                minted: true,
+            }))
+        }
+        Err(e) => {
+            let status = match e {
+                CreateError::Full(_) => StatusCode::SERVICE_UNAVAILABLE,
+                CreateError::Random(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            tracing::warn!(error = %e, "legacy initialize refused");
+            Err(Rejection::new(
+                status,
+                None,
+                ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()),
+            ))
+        }
+    }
+}
+
+/// A request's session, and whether this request minted it.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) session: Arc<Session>,
+    pub(crate) minted: bool,
+}
+
+impl Opened {
+    /// Finishes the answer to the request that minted the session: a
+    /// successful answer carries the new `Mcp-Session-Id`; after a failed
+    /// one the session is ended again, so a refused `initialize` holds no
+    /// place under the bound.
+    pub(crate) fn finish(&self, sessions: &Sessions, res: &mut Response<ResponseBody>) {
+        if !self.minted {
+            return;
+        }
+        match HeaderValue::from_str(self.session.id()) {
+            Ok(v) if res.status().is_success() => {
+                res.headers_mut().insert(MCP_SESSION_ID_HEADER, v);
+            }
+            _ => {
+                sessions.end(self.session.id());
+            }
+        }
+    }
+}
+
+/// A request whose id is already in flight in its session: refused without
+/// that id (an answer carrying it would look like the running request's).
+pub(crate) fn duplicate(id: &RequestId) -> Rejection {
+    Rejection::new(
+        StatusCode::BAD_REQUEST,
+        None,
+        ErrorObject::new(
+            ErrorObject::INVALID_REQUEST,
+            format!("Invalid Request: a request with id {id} is already in flight in this session"),
+        ),
+    )
+}
+
+/// The session ended between the lookup and the call (a concurrent
+/// `DELETE` or expiry).
+pub(crate) fn ended() -> Rejection {
+    not_found()
+}

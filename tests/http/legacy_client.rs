@@ -1,0 +1,352 @@
+//! `HttpClient` against a 2025-era server (our adapter with legacy
+//! sessions, behind a front that refuses modern requests the way
+//! `server-everything` does: `400`, an error without an id): the modern
+//! request first, the fallback to `initialize`, the session kept; a dropped
+//! call posts `notifications/cancelled` in its session (the handler is
+//! dropped), also when a `TimeoutLayer` gives up; progress resets a
+//! `ProgressResetLayer`; `close` DELETEs the session; a session the server
+//! ended is initialized again. And a modern server is never taken for a
+//! legacy one.
+#![cfg(feature = "http")]
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::transport::http::headers::MCP_SESSION_ID_HEADER;
+use tower_mcp_cancel::transport::http::{
+    HttpClient, LegacySessions, ServerEra, StreamableHttpService,
+};
+use tower_mcp_cancel::{
+    BoxError, CancelReason, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
+};
+
+use crate::support::http::{bounded, serve, serve_tools, Event, Events, Proto, Tools};
+
+/// A legacy-only server on loopback: modern requests (they carry
+/// `Mcp-Method`) get `400` with an id-less error; the rest goes to the
+/// adapter with legacy sessions. `initialize` is answered as 2025 servers do.
+async fn legacy_server() -> (std::net::SocketAddr, Tools, Events) {
+    let (tools, events) = Tools::new();
+    let inner = tools.service();
+    let mcp = service_fn(move |req: McpRequest| {
+        let inner = inner.clone();
+        async move {
+            if req.method() == "initialize" {
+                return Ok::<_, BoxError>(json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "legacy", "version": "0"},
+                }));
+            }
+            inner.oneshot(req).await
+        }
+    });
+    let mcp = tower::util::BoxCloneService::new(mcp);
+    let adapter = StreamableHttpService::new(mcp).legacy_sessions(LegacySessions::new());
+    let front = service_fn(move |req: Request<Incoming>| {
+        let adapter = adapter.clone();
+        async move {
+            if req.headers().contains_key("mcp-method") {
+                let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: Server not initialized"}}"#;
+                let res = Response::builder()
+                    .status(400)
+                    .header("content-type", "application/json")
+                    .body(
+                        Full::new(Bytes::from(body))
+                            .map_err(|never| match never {})
+                            .boxed_unsync(),
+                    )
+                    .unwrap();
+                return Ok::<_, Infallible>(res);
+            }
+            let fut: std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<Response<_>, Infallible>> + Send>,
+            > = Box::pin(adapter.oneshot(req));
+            let res = match fut.await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            };
+            Ok(res.map(|b| b.map_err(BoxError::from).boxed_unsync()))
+        }
+    });
+    let addr = serve(front, Proto::H1, tools.recorder()).await;
+    (addr, tools, events)
+}
+
+fn client(addr: std::net::SocketAddr) -> HttpClient {
+    HttpClient::new(format!("http://{addr}/mcp").parse().unwrap())
+}
+
+fn call(name: &str, args: Value) -> McpRequest {
+    McpRequest::without_id("tools/call").with_params(json!({"name": name, "arguments": args}))
+}
+
+fn session_of(c: &HttpClient) -> String {
+    match c.server_era() {
+        ServerEra::Legacy {
+            protocol_version,
+            session_id,
+        } => {
+            assert_eq!(protocol_version, "2025-06-18");
+            session_id.expect("a session")
+        }
+        other => panic!("not legacy: {other:?}"),
+    }
+}
+
+async fn raw_status(addr: std::net::SocketAddr, method: http::Method, session: &str) -> u16 {
+    let body = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}});
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header(MCP_SESSION_ID_HEADER, session)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let res = bounded(client.request(req)).await.unwrap();
+    let status = res.status().as_u16();
+    let _ = res.into_body().collect().await;
+    status
+}
+
+#[tokio::test]
+async fn falls_back_to_initialize_and_keeps_the_session() {
+    let (addr, _tools, _events) = legacy_server().await;
+    let mut c = client(addr);
+    assert_eq!(c.server_era(), ServerEra::Unknown);
+    let r = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "old"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["content"][0]["text"], "old");
+    let session = session_of(&c);
+    // Later calls go straight to the session (no second initialize).
+    let r = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "again"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["content"][0]["text"], "again");
+    assert_eq!(session_of(&c), session);
+}
+
+#[tokio::test]
+async fn a_dropped_call_posts_notifications_cancelled_in_its_session() {
+    let (addr, tools, mut events) = legacy_server().await;
+    let mut c = client(addr);
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    events.until(|e| matches!(e, Event::Done(_))).await;
+    let fut = c.ready().await.unwrap().call(call("hang", json!({})));
+    let mut fut = Box::pin(fut);
+    tokio::select! {
+        out = &mut fut => panic!("hang answered: {out:?}"),
+        _ = events.until(|e| matches!(e, Event::Started(_))) => {}
+    }
+    drop(fut);
+    // The stream's close alone would not cancel a legacy request: the
+    // handler's drop is the posted cancel's doing.
+    events.until(|e| matches!(e, Event::Dropped(_))).await;
+    let reason = tools
+        .last
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap()
+        .reason()
+        .cloned();
+    assert_eq!(
+        reason,
+        Some(CancelReason::Peer(Some(
+            "caller dropped the request".into()
+        )))
+    );
+}
+
+#[tokio::test]
+async fn the_same_timeout_stack_cancels_on_a_legacy_server() {
+    let (addr, tools, mut events) = legacy_server().await;
+    let mut stack = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_millis(300)))
+        .service(client(addr));
+    let err = bounded(stack.ready().await.unwrap().call(call("hang", json!({}))))
+        .await
+        .unwrap_err();
+    let elapsed = err
+        .downcast_ref::<tower_mcp_cancel::Elapsed>()
+        .expect("the timeout's error");
+    assert_eq!(elapsed.limit(), Limit::Timeout);
+    events.until(|e| matches!(e, Event::Dropped(_))).await;
+    let reason = tools
+        .last
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap()
+        .reason()
+        .cloned();
+    match reason {
+        Some(CancelReason::Peer(Some(text))) => assert!(text.contains("300ms"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn progress_resets_the_idle_limit_on_a_legacy_server() {
+    let (addr, _tools, _events) = legacy_server().await;
+    let mut stack = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_millis(400)).max(Duration::from_secs(8)))
+        .service(client(addr));
+    // 8 steps of 100 ms: 800 ms in all, twice the idle limit.
+    let r = bounded(
+        stack
+            .ready()
+            .await
+            .unwrap()
+            .call(call("progress", json!({"steps": 8, "ms": 100}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["steps"], 8);
+}
+
+#[tokio::test]
+async fn close_deletes_the_session_and_an_ended_session_is_renewed() {
+    let (addr, _tools, _events) = legacy_server().await;
+    let mut c = client(addr);
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    let first = session_of(&c);
+    bounded(c.close()).await.unwrap();
+    assert_eq!(c.server_era(), ServerEra::Unknown);
+    assert_eq!(
+        raw_status(addr, http::Method::POST, &first).await,
+        404,
+        "deleted"
+    );
+
+    // The server ends the session behind the client's back: the next call
+    // initializes again and goes through.
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "y"}))),
+    )
+    .await
+    .unwrap();
+    let second = session_of(&c);
+    assert_ne!(first, second);
+    assert_eq!(raw_status(addr, http::Method::DELETE, &second).await, 200);
+    let r = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "z"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["content"][0]["text"], "z");
+    let third = session_of(&c);
+    assert_ne!(second, third);
+}
+
+#[tokio::test]
+async fn the_last_clone_dropped_deletes_the_session() {
+    let (addr, _tools, _events) = legacy_server().await;
+    let mut c = client(addr);
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    let session = session_of(&c);
+    drop(c);
+    // The DELETE is spawned; poll the server until it took effect.
+    bounded(async {
+        while raw_status(addr, http::Method::POST, &session).await != 404 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+/// A modern server's answers — results, and errors to the request
+/// itself — keep the client modern: no `initialize` is ever sent.
+#[tokio::test]
+async fn a_modern_server_stays_modern() {
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s).await;
+    let mut c = client(addr);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(McpRequest::without_id("no/such")),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is::<tower_mcp_cancel::jsonrpc::ErrorObject>(), "{err}");
+    assert_eq!(c.server_era(), ServerEra::Modern);
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.server_era(), ServerEra::Modern);
+}
+
+/// A caller's 2026 `_meta` (protocol version, client info) is left out of
+/// a legacy request: a dual-era server would otherwise take the body for a
+/// modern request and refuse its 2025 header. A progress token stays.
+#[tokio::test]
+async fn legacy_requests_carry_no_2026_meta() {
+    let (addr, _tools, _events) = legacy_server().await;
+    let mut c = client(addr);
+    let req = McpRequest::without_id("tools/call").with_params(json!({
+        "name": "echo",
+        "arguments": {"text": "meta"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }
+    }));
+    let r = bounded(c.ready().await.unwrap().call(req)).await.unwrap();
+    assert_eq!(r["content"][0]["text"], "meta");
+    session_of(&c);
+}

@@ -1,0 +1,155 @@
+//! HTTPS (feature `tls`): `HttpClient` against our adapter behind rustls on
+//! loopback, with a self-signed certificate made here, trusted through the
+//! builder; the connect errors told apart — an untrusted certificate (TLS:
+//! unknown issuer), a certificate for another name (TLS: not valid for
+//! the name), a refused port, a name that does not resolve.
+#![cfg(feature = "tls")]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tower::{Service, ServiceExt};
+use tower_mcp_cancel::transport::http::{
+    ConnectErrorKind, HttpClient, HttpClientError, StreamableHttpService,
+};
+use tower_mcp_cancel::McpRequest;
+
+use crate::support::http::{bounded, Tools};
+
+/// A self-signed certificate for `localhost` and `127.0.0.1`: (cert DER,
+/// key DER).
+fn self_signed() -> (Vec<u8>, Vec<u8>) {
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    (ck.cert.der().to_vec(), ck.signing_key.serialize_der())
+}
+
+/// Serves the test tools over HTTPS on a loopback port.
+async fn https_server(cert: Vec<u8>, key: Vec<u8>) -> SocketAddr {
+    use tokio_rustls::rustls;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![rustls::pki_types::CertificateDer::from(cert)],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (tools, _events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _keep = _events;
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                // A client that refuses our certificate fails the handshake.
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let hyper_svc = hyper::service::service_fn(move |req| svc.clone().oneshot(req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), hyper_svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+fn echo() -> McpRequest {
+    McpRequest::without_id("tools/call")
+        .with_params(json!({"name": "echo", "arguments": {"text": "over tls"}}))
+}
+
+fn connect_error(err: &tower_mcp_cancel::BoxError) -> (ConnectErrorKind, String) {
+    match err.downcast_ref::<HttpClientError>() {
+        Some(HttpClientError::Connect { kind, detail, .. }) => (*kind, detail.clone()),
+        _ => panic!("not a connect error: {err}"),
+    }
+}
+
+#[tokio::test]
+async fn https_with_a_trusted_self_signed_certificate() {
+    let (cert, key) = self_signed();
+    let addr = https_server(cert.clone(), key).await;
+    let mut c = HttpClient::builder(
+        format!("https://localhost:{}/mcp", addr.port())
+            .parse()
+            .unwrap(),
+    )
+    .tls_root_certificate(cert)
+    .build();
+    let r = bounded(c.ready().await.unwrap().call(echo()))
+        .await
+        .unwrap();
+    assert_eq!(r["content"][0]["text"], "over tls");
+}
+
+#[tokio::test]
+async fn connect_errors_say_what_failed() {
+    let (cert, key) = self_signed();
+    let addr = https_server(cert.clone(), key).await;
+
+    // Not trusted: TLS, unknown issuer.
+    let mut c = HttpClient::new(
+        format!("https://localhost:{}/mcp", addr.port())
+            .parse()
+            .unwrap(),
+    );
+    let err = bounded(c.ready().await.unwrap().call(echo()))
+        .await
+        .unwrap_err();
+    let (kind, detail) = connect_error(&err);
+    assert_eq!(kind, ConnectErrorKind::Tls, "{err}");
+    assert!(detail.contains("UnknownIssuer"), "{err}");
+    assert!(err.to_string().contains("TLS handshake failed"), "{err}");
+
+    // Trusted, but not for that name: TLS, the name.
+    let ck = rcgen::generate_simple_self_signed(vec!["other.test".into()]).unwrap();
+    let (cert, key) = (ck.cert.der().to_vec(), ck.signing_key.serialize_der());
+    let elsewhere = https_server(cert.clone(), key).await;
+    let mut c = HttpClient::builder(
+        format!("https://localhost:{}/mcp", elsewhere.port())
+            .parse()
+            .unwrap(),
+    )
+    .tls_root_certificate(cert)
+    .build();
+    let err = bounded(c.ready().await.unwrap().call(echo()))
+        .await
+        .unwrap_err();
+    let (kind, detail) = connect_error(&err);
+    assert_eq!(kind, ConnectErrorKind::Tls, "{err}");
+    assert!(detail.contains("not valid for name"), "{err}");
+
+    // Nobody listening: refused.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut c = HttpClient::new(format!("http://127.0.0.1:{closed}/mcp").parse().unwrap());
+    let err = bounded(c.ready().await.unwrap().call(echo()))
+        .await
+        .unwrap_err();
+    assert_eq!(connect_error(&err).0, ConnectErrorKind::Refused, "{err}");
+    assert!(err.to_string().contains("connection refused"), "{err}");
+
+    // A name that cannot resolve (RFC 6761 reserves .invalid): DNS.
+    let mut c = HttpClient::new("http://no-such-host.invalid/mcp".parse().unwrap());
+    let err = bounded(c.ready().await.unwrap().call(echo()))
+        .await
+        .unwrap_err();
+    assert_eq!(connect_error(&err).0, ConnectErrorKind::Dns, "{err}");
+}
