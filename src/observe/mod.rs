@@ -31,7 +31,7 @@
 //! | [`network.transport`](field::NETWORK_TRANSPORT) | `pipe` (stdio) or `tcp` (HTTP) |
 //! | [`network.protocol.name`](field::NETWORK_PROTOCOL_NAME) | `http` over HTTP |
 //! | [`mcp.transport`](field::MCP_TRANSPORT) | `stdio` or `http` (this crate's) |
-//! | [`mcp.era`](field::MCP_ERA) | `2026` (revision 2026-07-28) or `legacy` (2025 revisions), where the transport knows it: the HTTP server (from its version checks) and the HTTP client (its configured version); stdio does not |
+//! | [`mcp.era`](field::MCP_ERA) | `2026` (revision 2026-07-28) or `legacy` (2025 revisions): on HTTP from the version checks (server) or the era found (client); on stdio from the request's `_meta["io.modelcontextprotocol/protocolVersion"]`, which every 2026 request carries |
 //! | [`mcp.request.outcome`](field::OUTCOME) | the [`Outcome::kind`] (this crate's) |
 //! | [`mcp.cancel.reason`](field::CANCEL_REASON) | the peer's reason of a cancel, sanitized (this crate's) |
 //! | [`error.type`](field::ERROR_TYPE) | for a [failure](Outcome::is_failure) only: the JSON-RPC code, `timeout`, or `transport_error` |
@@ -149,7 +149,8 @@ impl Transport {
     }
 }
 
-/// The protocol revision a request belongs to, where the transport knows.
+/// The protocol revision a request belongs to: what the HTTP transport
+/// found in the headers, else what the request's own `_meta` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Era {
     /// 2026-07-28.
@@ -159,6 +160,29 @@ pub(crate) enum Era {
 }
 
 impl Era {
+    /// The era a request's params say (stdio has no headers): a 2026
+    /// request carries `_meta["io.modelcontextprotocol/protocolVersion"]`
+    /// (that revision requires it on every request), a 2025 one does not.
+    fn of_params(params: Option<&serde_json::value::RawValue>) -> Era {
+        #[derive(serde::Deserialize)]
+        struct Params<'a> {
+            #[serde(rename = "_meta", borrow)]
+            meta: Option<Meta<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta<'a> {
+            #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
+            version: Option<std::borrow::Cow<'a, str>>,
+        }
+        let version = params
+            .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
+            .and_then(|p| p.meta?.version);
+        match version {
+            Some(v) if !crate::protocol::LEGACY_VERSIONS.contains(&&*v) => Era::Modern,
+            _ => Era::Legacy,
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Era::Modern => "2026",

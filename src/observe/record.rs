@@ -49,7 +49,7 @@ impl Record {
                 other => other.to_string(),
             })
         };
-        let era = era.map(Era::as_str);
+        let era = || era.unwrap_or_else(|| Era::of_params(params)).as_str();
         let tool = || {
             (method == "tools/call")
                 .then(|| name_param(params))
@@ -83,7 +83,7 @@ impl Record {
                 network.transport = transport.network_transport(),
                 network.protocol.name = protocol,
                 mcp.transport = transport.as_str(),
-                mcp.era = era,
+                mcp.era = era(),
                 mcp.request.outcome = Empty,
                 mcp.cancel.reason = Empty,
                 error.type = Empty,
@@ -104,7 +104,7 @@ impl Record {
                 network.transport = transport.network_transport(),
                 network.protocol.name = protocol,
                 mcp.transport = transport.as_str(),
-                mcp.era = era,
+                mcp.era = era(),
                 mcp.request.outcome = Empty,
                 mcp.cancel.reason = Empty,
                 error.type = Empty,

@@ -36,7 +36,7 @@ async fn server_spans_carry_the_request_and_each_outcome() {
     assert_field(&ok, "mcp.transport", "stdio");
     assert_field(&ok, "otel.kind", "server");
     assert!(!ok.contains_key("error.type"), "{ok:?}");
-    assert!(!ok.contains_key("mcp.era"), "stdio does not know the era");
+    assert_field(&ok, "mcp.era", "legacy");
 
     peer.request(json!(11), "tools/call", json!({"name": "get\nweather"}))
         .await;
@@ -45,6 +45,17 @@ async fn server_spans_carry_the_request_and_each_outcome() {
     assert_field(&tool, "gen_ai.tool.name", "get weather");
     assert_field(&tool, "gen_ai.operation.name", "execute_tool");
     assert_field(&tool, "otel.name", "tools/call get weather");
+    assert_field(&tool, "mcp.era", "legacy");
+
+    // A 2026 request says its revision in `_meta`.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+    peer.request(json!(12), "ok", json!({"_meta": meta})).await;
+    peer.until_response(json!(12)).await;
+    assert_field(&cap.ended(SERVER, "12").await, "mcp.era", "2026");
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25"});
+    peer.request(json!(13), "ok", json!({"_meta": meta})).await;
+    peer.until_response(json!(13)).await;
+    assert_field(&cap.ended(SERVER, "13").await, "mcp.era", "legacy");
     assert!(!ok.contains_key("gen_ai.tool.name"));
 
     peer.request(json!("two"), "fail", json!({})).await;
@@ -83,7 +94,7 @@ async fn server_spans_carry_the_request_and_each_outcome() {
 
     // One `request ended` line per request (the two pings included).
     let lines = cap.end_lines(SERVER);
-    assert_eq!(lines.len(), 8, "{lines:?}");
+    assert_eq!(lines.len(), 10, "{lines:?}");
     assert!(lines.iter().all(|l| l.contains_key("duration_ms")));
     let deadline = lines
         .iter()
