@@ -102,6 +102,7 @@
 //! * rmcp's `local` feature (non-`Send` handlers) is not supported.
 
 mod client;
+mod handler;
 mod progress;
 mod request;
 
@@ -111,12 +112,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use ::rmcp::model::{ClientNotification, ClientRequest, ErrorCode, ProtocolVersion, ServerResult};
-use ::rmcp::service::{
-    NotificationContext, RequestContext, RunningService, ServerInitializeError, ServiceRole,
-};
+use ::rmcp::model::ErrorCode;
+use ::rmcp::service::{RequestContext, RunningService, ServerInitializeError};
 use ::rmcp::transport::{IntoTransport, Transport};
-use ::rmcp::{ErrorData, RoleServer, Service};
+use ::rmcp::{ErrorData, RoleServer, ServerHandler};
 use tower::{ServiceBuilder, ServiceExt as _};
 use tower_service::Service as TowerService;
 
@@ -134,9 +133,13 @@ use crate::{
 const RMCP_CANCELLED: &str =
     "rmcp cancelled the request (the peer's notifications/cancelled, a disconnect, or the session ending)";
 
-/// An rmcp server (`ServerHandler` or any `Service<RoleServer>`) whose
-/// requests are dropped when cancelled, under this crate's timeout and
-/// progress policies. See the [module docs](self).
+/// The header that marks a 2025-era Streamable HTTP session, whose POST
+/// streams may close without cancelling their requests.
+const SESSION_ID_HEADER: &str = "mcp-session-id";
+
+/// An rmcp `ServerHandler` whose requests are dropped when cancelled, under
+/// this crate's timeout and progress policies; itself a `ServerHandler`, so
+/// every rmcp transport serves it. See the [module docs](self).
 pub struct Cancellable<H> {
     handler: Arc<H>,
     timeout: Option<TimeoutLayer>,
@@ -214,7 +217,7 @@ impl<H> Cancellable<H> {
         transport: T,
     ) -> Result<RunningService<RoleServer, Self>, ServerInitializeError>
     where
-        H: Service<RoleServer>,
+        H: ServerHandler,
         T: IntoTransport<RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
@@ -223,106 +226,116 @@ impl<H> Cancellable<H> {
     }
 }
 
-impl<H: Service<RoleServer>> Cancellable<H> {
-    /// Runs one request through the layers to the handler.
-    fn call(
+impl<H: ServerHandler> Cancellable<H> {
+    /// Runs one call of the handler (`run`, given the handler and the
+    /// context whose `ct` is the request's cancellation token) through the
+    /// layers, raced against rmcp's `ct` and, over 2026-era HTTP, the
+    /// disconnect of the request's HTTP exchange.
+    fn race<T, F, Fut>(
         &self,
-        req: RmcpRequest,
-    ) -> impl Future<Output = Result<ServerResult, BoxError>> + Send + 'static {
+        method: &str,
+        context: RequestContext<RoleServer>,
+        run: F,
+    ) -> impl Future<Output = Result<T, ErrorData>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<H>, RequestContext<RoleServer>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ErrorData>> + Send + 'static,
+    {
+        let rmcp_ct = context.ct.clone();
+        let cancellation = http_cancellation(&context).unwrap_or_default();
+        let req = RmcpRequest::new(method, context, cancellation.clone());
         let handler = Handler {
+            run: Some(run),
             handler: self.handler.clone(),
             registry: self.registry.clone(),
         };
-        ServiceBuilder::new()
+        let call = ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::new())
             .option_layer(self.timeout.clone())
             .option_layer(self.progress.clone())
             .service(handler)
-            .oneshot(req)
-    }
-}
-
-impl<H: Service<RoleServer>> Service<RoleServer> for Cancellable<H> {
-    async fn handle_request(
-        &self,
-        request: ClientRequest,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ServerResult, ErrorData> {
-        let rmcp_ct = context.ct.clone();
-        let cancellation = Cancellation::new();
-        let call = self.call(RmcpRequest::new(request, context, cancellation.clone()));
-        // rmcp's token → the request's cancellation, which the
-        // CancelOnDisconnect layer races the handler against.
-        let forward = async {
-            rmcp_ct.cancelled().await;
-            cancellation.cancel(CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)));
-            std::future::pending::<()>().await
-        };
-        let out = tokio::select! {
-            biased;
-            out = call => out,
-            () = forward => unreachable!("pending never resolves"),
-        };
-        out.map_err(|e| error_data(&*e))
-    }
-
-    async fn handle_notification(
-        &self,
-        notification: ClientNotification,
-        context: NotificationContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        if let ClientNotification::CancelledNotification(n) = &notification {
-            // rmcp has fired the request's ct already; this is for the log.
-            tracing::info!(
-                request_id = ?n.params.request_id,
-                reason = ?n.params.reason,
-                "peer cancelled a request"
-            );
+            .oneshot(req);
+        async move {
+            // rmcp's token → the request's cancellation, which the
+            // CancelOnDisconnect layer races the handler against.
+            let forward = async {
+                rmcp_ct.cancelled().await;
+                cancellation.cancel(CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)));
+                std::future::pending::<()>().await
+            };
+            tokio::pin!(call, forward);
+            let out = std::future::poll_fn(|cx| {
+                if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                    return Poll::Ready(out);
+                }
+                // Never ready: it parks until rmcp fires `ct`, cancels, and
+                // waits on; the call above then ends with `Cancelled`.
+                let _ = forward.as_mut().poll(cx);
+                Poll::Pending
+            })
+            .await;
+            out.map_err(|e| error_data(&*e))
         }
-        self.handler
-            .handle_notification(notification, context)
-            .await
-    }
-
-    fn get_info(&self) -> <RoleServer as ServiceRole>::Info {
-        self.handler.get_info()
-    }
-
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        self.handler.supported_protocol_versions()
     }
 }
 
-/// The innermost service: registers the request's progress tap and calls
-/// the handler.
-struct Handler<H> {
+/// The [`Cancellation`] a [`CancelOnDisconnectLayer::http`] mounted around
+/// rmcp's `StreamableHttpService` put in the HTTP request, which rmcp hands
+/// to the handler in `context.extensions` (its `http::request::Parts`).
+/// Only for a 2026-era (session-less) request: a 2025-era session's POST
+/// stream may close without cancelling its requests.
+fn http_cancellation(context: &RequestContext<RoleServer>) -> Option<Cancellation> {
+    let parts = context.extensions.get::<http::request::Parts>()?;
+    if parts.headers.contains_key(SESSION_ID_HEADER) {
+        return None;
+    }
+    parts
+        .extensions
+        .get::<Cancellation>()
+        .filter(|c| !c.is_finished())
+        .cloned()
+}
+
+/// The innermost service: registers the request's progress tap and makes
+/// the one call of the handler.
+struct Handler<H, F> {
+    run: Option<F>,
     handler: Arc<H>,
     registry: ProgressRegistry,
 }
 
-impl<H: Service<RoleServer>> TowerService<RmcpRequest> for Handler<H> {
-    type Response = ServerResult;
+impl<H, F, Fut, T> TowerService<RmcpRequest> for Handler<H, F>
+where
+    H: Send + Sync + 'static,
+    F: FnOnce(Arc<H>, RequestContext<RoleServer>) -> Fut,
+    Fut: Future<Output = Result<T, ErrorData>> + Send + 'static,
+    T: Send + 'static,
+{
+    type Response = T;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<ServerResult, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: RmcpRequest) -> Self::Future {
-        let handler = self.handler.clone();
+        let Some(run) = self.run.take() else {
+            return Box::pin(std::future::ready(Err(
+                "the handler's call was made already".into()
+            )));
+        };
         // Only a token the client sent can come back in the handler's
         // progress notifications.
         let registration = match (req.progress_token(), req.progress_tap()) {
             (Some(_), Some(tap)) => Some(self.registry.register(tap.clone())),
             _ => None,
         };
+        let call = run(self.handler.clone(), req.context);
         Box::pin(async move {
             let _registration = registration;
-            handler
-                .handle_request(req.request, req.context)
-                .await
-                .map_err(|e| Box::new(e) as BoxError)
+            call.await.map_err(|e| Box::new(e) as BoxError)
         })
     }
 }
