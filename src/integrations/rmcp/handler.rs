@@ -13,6 +13,7 @@ use std::future::Future;
 
 // `SetLevelRequestParams` is deprecated by rmcp (SEP-2577) but still the
 // handler's to answer.
+use ::rmcp::model::ConstString as _;
 #[allow(deprecated)]
 use ::rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CancelTaskMethod,
@@ -30,7 +31,6 @@ use ::rmcp::model::{
     SetLevelRequestParams, SubscribeRequestMethod, SubscribeRequestParams, SubscriptionFilter,
     Tool, UnsubscribeRequestMethod, UnsubscribeRequestParams, UpdateTaskMethod, UpdateTaskParams,
 };
-use ::rmcp::model::ConstString as _;
 use ::rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext};
 use ::rmcp::{ErrorData, RoleServer, ServerHandler};
 
@@ -94,9 +94,19 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         })
     }
 
-    raced!(complete, CompleteRequestParams, CompleteResult, CompleteRequestMethod);
+    raced!(
+        complete,
+        CompleteRequestParams,
+        CompleteResult,
+        CompleteRequestMethod
+    );
     raced!(set_level, SetLevelRequestParams, (), SetLevelRequestMethod);
-    raced!(get_prompt, GetPromptRequestParams, GetPromptResponse, GetPromptRequestMethod);
+    raced!(
+        get_prompt,
+        GetPromptRequestParams,
+        GetPromptResponse,
+        GetPromptRequestMethod
+    );
     raced!(
         list_prompts,
         Option<PaginatedRequestParams>,
@@ -138,9 +148,24 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         self.handler.listen(context)
     }
 
-    raced!(subscribe, SubscribeRequestParams, (), SubscribeRequestMethod);
-    raced!(unsubscribe, UnsubscribeRequestParams, (), UnsubscribeRequestMethod);
-    raced!(call_tool, CallToolRequestParams, CallToolResponse, CallToolRequestMethod);
+    raced!(
+        subscribe,
+        SubscribeRequestParams,
+        (),
+        SubscribeRequestMethod
+    );
+    raced!(
+        unsubscribe,
+        UnsubscribeRequestParams,
+        (),
+        UnsubscribeRequestMethod
+    );
+    raced!(
+        call_tool,
+        CallToolRequestParams,
+        CallToolResponse,
+        CallToolRequestMethod
+    );
     raced!(
         list_tools,
         Option<PaginatedRequestParams>,
@@ -220,7 +245,12 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         ListSkillsResult,
         ListSkillsRequestMethod
     );
-    raced!(get_skill, GetSkillRequestParams, GetSkillResult, GetSkillRequestMethod);
+    raced!(
+        get_skill,
+        GetSkillRequestParams,
+        GetSkillResult,
+        GetSkillRequestMethod
+    );
     raced!(
         read_resource_directory,
         ReadResourceDirectoryRequestParams,

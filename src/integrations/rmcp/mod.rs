@@ -121,11 +121,11 @@ use tower_service::Service as TowerService;
 
 pub use self::client::{RmcpClient, RouteProgress};
 pub use self::progress::ObserveProgress;
-use self::progress::ProgressRegistry;
 pub use self::request::RmcpRequest;
+use super::progress::ProgressRegistry;
 use crate::{
-    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed,
-    ProgressResetLayer, RequestView, TimeoutLayer,
+    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
+    TimeoutLayer,
 };
 
 /// The reason given when rmcp fires a request's `ct`: rmcp does not say
@@ -243,7 +243,10 @@ impl<H: ServerHandler> Cancellable<H> {
         Fut: Future<Output = Result<T, ErrorData>> + Send + 'static,
     {
         let rmcp_ct = context.ct.clone();
-        let cancellation = http_cancellation(&context).unwrap_or_default();
+        // Its own, not the HTTP exchange's: a deadline cancels this one, and
+        // must not cancel the exchange that carries its error response.
+        let exchange = http_cancellation(&context);
+        let cancellation = Cancellation::new();
         let req = RmcpRequest::new(method, context, cancellation.clone());
         let handler = Handler {
             run: Some(run),
@@ -257,11 +260,21 @@ impl<H: ServerHandler> Cancellable<H> {
             .service(handler)
             .oneshot(req);
         async move {
-            // rmcp's token → the request's cancellation, which the
-            // CancelOnDisconnect layer races the handler against.
+            // rmcp's token, and the HTTP exchange's disconnect, → the
+            // request's cancellation, which the CancelOnDisconnect layer
+            // races the handler against.
             let forward = async {
-                rmcp_ct.cancelled().await;
-                cancellation.cancel(CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)));
+                let reason = match &exchange {
+                    Some(exchange) => tokio::select! {
+                        reason = exchange.cancelled() => reason,
+                        () = rmcp_ct.cancelled() => CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)),
+                    },
+                    None => {
+                        rmcp_ct.cancelled().await;
+                        CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED))
+                    }
+                };
+                cancellation.cancel(reason);
                 std::future::pending::<()>().await
             };
             tokio::pin!(call, forward);
@@ -269,7 +282,7 @@ impl<H: ServerHandler> Cancellable<H> {
                 if let Poll::Ready(out) = call.as_mut().poll(cx) {
                     return Poll::Ready(out);
                 }
-                // Never ready: it parks until rmcp fires `ct`, cancels, and
+                // Never ready: it parks until a cause fires, cancels, and
                 // waits on; the call above then ends with `Cancelled`.
                 let _ = forward.as_mut().poll(cx);
                 Poll::Pending
@@ -280,9 +293,11 @@ impl<H: ServerHandler> Cancellable<H> {
     }
 }
 
-/// The [`Cancellation`] a [`CancelOnDisconnectLayer::http`] mounted around
-/// rmcp's `StreamableHttpService` put in the HTTP request, which rmcp hands
-/// to the handler in `context.extensions` (its `http::request::Parts`).
+/// The [`Cancellation`] of the HTTP exchange, put in the HTTP request by a
+/// [`CancelOnDisconnectLayer::http`] mounted around rmcp's
+/// `StreamableHttpService`, which hands the request's `http::request::Parts`
+/// to the handler in `context.extensions`; it fires when the client drops
+/// the exchange before its response ended.
 /// Only for a 2026-era (session-less) request: a 2025-era session's POST
 /// stream may close without cancelling its requests.
 fn http_cancellation(context: &RequestContext<RoleServer>) -> Option<Cancellation> {
@@ -323,7 +338,7 @@ where
     fn call(&mut self, req: RmcpRequest) -> Self::Future {
         let Some(run) = self.run.take() else {
             return Box::pin(std::future::ready(Err(
-                "the handler's call was made already".into()
+                "the handler's call was made already".into(),
             )));
         };
         // Only a token the client sent can come back in the handler's
@@ -340,19 +355,13 @@ where
     }
 }
 
-/// The rmcp error for a failed call: the handler's own as it is, a limit's
-/// with its data, anything else as an internal error saying what it was.
+/// The rmcp error for a failed call: the handler's own as it is, a layer's
+/// as [`error_object`](super::error_object) has it.
 fn error_data(error: &(dyn std::error::Error + 'static)) -> ErrorData {
     if let Some(e) = error.downcast_ref::<ErrorData>() {
         return e.clone();
     }
-    if let Some(e) = error.downcast_ref::<Elapsed>() {
-        let e = e.to_error_object();
-        let code = i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0);
-        return ErrorData::new(ErrorCode(code), e.message, e.data);
-    }
-    if let Some(c) = error.downcast_ref::<Cancelled>() {
-        return ErrorData::internal_error(format!("request cancelled: {}", c.reason()), None);
-    }
-    ErrorData::internal_error(error.to_string(), None)
+    let e = super::error_object(error);
+    let code = i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0);
+    ErrorData::new(ErrorCode(code), e.message, e.data)
 }
