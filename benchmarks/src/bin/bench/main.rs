@@ -203,7 +203,9 @@ async fn figure4(smoke: bool, t: &mut Tables) {
         vec![
             (stdio::OURS, 500, 10.0),
             (stdio::RMCP, 10, 1.0),
+            (stdio::RMCP_CANCEL, 200, 10.0),
             (stdio::TOWER_MCP, 10, 1.0),
+            (stdio::TOWER_MCP_CANCEL, 200, 10.0),
         ]
     };
     let mut ours_p = (Duration::ZERO, Duration::ZERO);
@@ -286,7 +288,13 @@ async fn figure5(smoke: bool, t: &mut Tables) {
     let peers: Vec<Peer> = if smoke {
         vec![Peer::Ours]
     } else {
-        vec![Peer::Ours, Peer::Rmcp, Peer::TowerMcp]
+        vec![
+            Peer::Ours,
+            Peer::Rmcp,
+            Peer::RmcpCancel,
+            Peer::TowerMcp,
+            Peer::TowerMcpCancel,
+        ]
     };
     let addrs = http::start_servers(&peers);
     let mut events = tower_mcp_cancel_benchmarks::capture_events();
@@ -301,6 +309,8 @@ async fn figure5(smoke: bool, t: &mut Tables) {
         let (samples, secs) = match (peer, smoke) {
             (Peer::Ours, true) => (10, 10.0),
             (Peer::Ours, false) => (200, 10.0),
+            // Wrapped peers drop the handler: as many samples as ours.
+            (Peer::RmcpCancel | Peer::TowerMcpCancel, _) => (200, 10.0),
             _ => (10, 1.0),
         };
         let wait_for = Duration::from_secs_f64(secs + 2.0);
