@@ -664,7 +664,23 @@ fn main() {
     if a.only.contains(&5) {
         rt.block_on(figure5(a.smoke, &mut tables));
     }
-    tables.insert("run", machine());
+    let mut run = machine();
+    if a.criterion.is_none() || a.lateness.is_none() || a.only != [3, 4, 5, 6] {
+        // A partial run: say which tables it rewrote.
+        let mut names: Vec<String> = a.only.iter().map(u32::to_string).collect();
+        if a.criterion.is_some() {
+            names.splice(0..0, ["1".to_owned(), "2".to_owned()]);
+        }
+        if a.lateness.is_some() {
+            names.push("7".to_owned());
+        }
+        run.pop();
+        run.push_str(&format!(
+            " Figures {} only; the other tables are from earlier runs.\n",
+            names.join(", ")
+        ));
+    }
+    tables.insert("run", run);
     for (name, body) in &tables {
         println!("== {name}\n{body}");
     }
