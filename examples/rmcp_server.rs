@@ -241,9 +241,9 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
     use tower_mcp_cancel::BoxError;
 
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let mut config = StreamableHttpServerConfig::default();
-    config.legacy_session_mode = false;
-    config.json_response = true;
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
     config.cancellation_token = shutdown.child_token();
     let mcp = ServiceBuilder::new()
         // Only a cancelled exchange fails, and no one is left to read it.

@@ -4,7 +4,8 @@
 //! [`RmcpClient`], so the same layers drive an rmcp client (see there).
 //!
 //! Keep your `ServerHandler` (macros and all) and your transport; wrap the
-//! handler in a [`Cancellable`] and serve that:
+//! handler in a [`Cancellable`] — itself a `ServerHandler` — and serve that
+//! (over Streamable HTTP, see [below](#over-streamable-http)):
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -57,24 +58,24 @@
 //!
 //! # What it does
 //!
-//! rmcp spawns one task per request and calls the service's
-//! `handle_request` in it with a `RequestContext` whose `ct` it fires for
-//! the peer's `notifications/cancelled`, a Streamable HTTP client that went
-//! away (2026-era stateless requests), and the session ending. It never
-//! drops the handler's future: a handler that does not watch `ct` runs to
-//! its end. [`Cancellable`] implements rmcp's `Service<RoleServer>` by
-//! forwarding to the handler, and inside that call — the only place the
-//! handler's future can be dropped, since rmcp's task is detached and a
-//! `Peer` cannot be built outside rmcp — it runs the handler under
-//! [`CancelOnDisconnectLayer`] and the
-//! [`TimeoutLayer`] and
-//! [`ProgressResetLayer`] you configured, over a
-//! per-request [`Cancellation`]:
+//! rmcp spawns one task per request and calls the handler in it with a
+//! `RequestContext` whose `ct` it fires for the peer's
+//! `notifications/cancelled`, a Streamable HTTP client that went away
+//! (stateless requests), and the session ending. It never drops the
+//! handler's future: a handler that does not watch `ct` runs to its end.
+//! [`Cancellable`] implements `ServerHandler` by forwarding every method to
+//! the handler; each request method's call — the only place the handler's
+//! future can be dropped, since rmcp's task is detached and a `Peer` cannot
+//! be built outside rmcp — runs under [`CancelOnDisconnectLayer`] and the
+//! [`TimeoutLayer`] and [`ProgressResetLayer`] you configured, over a
+//! per-request [`Cancellation`]. rmcp's own dispatch (protocol checks,
+//! result shaping) stays in front of it; `initialize` and
+//! `subscriptions/listen` are forwarded unraced.
 //!
 //! | what happens | the handler's future | the handler's `ct` | the peer hears |
 //! | --- | --- | --- | --- |
 //! | the peer's `notifications/cancelled` | dropped | fires | nothing (rmcp discards the answer of a cancelled id) |
-//! | the HTTP client disconnects (stateless 2026 requests) | dropped | fires | nothing (the stream is gone) |
+//! | the HTTP client disconnects (2026-era, session-less requests) | dropped | fires | nothing (the stream is gone) |
 //! | a deadline of the [`TimeoutLayer`] | dropped | fires | a `-32603` error with `data.limit` |
 //! | the progress idle limit or hard maximum | dropped | fires | a `-32603` error with `data.limit` |
 //! | the session ends (stdin closed, `RunningService::cancel`) | dropped once rmcp fires `ct` | fires | what rmcp's drain sends, see below |
@@ -89,16 +90,50 @@
 //! the transport, so that is where [`ObserveProgress`] sees it. A request
 //! without a progress token keeps its idle limit, unreset.
 //!
+//! # Over Streamable HTTP
+//!
+//! rmcp's `StreamableHttpService` (rmcp feature
+//! `transport-streamable-http-server`) serves a [`Cancellable`] like any
+//! handler. Mount it behind [`CancelOnDisconnectLayer::http`]: the layer
+//! puts the exchange's [`Cancellation`] in the HTTP request, rmcp hands the
+//! request's `http::request::Parts` to the handler in `context.extensions`,
+//! and the wrapper races the handler against it, so a client that drops the
+//! exchange drops the handler at once with the reason "client
+//! disconnected" (rmcp's own `ct` would also reach it, later and without a
+//! reason). Requests of a 2025-era session (an `Mcp-Session-Id` header),
+//! whose streams may close without cancelling, are left to rmcp's `ct`.
+//!
+//! ```ignore
+//! let handler = Cancellable::new(tools).timeout(TimeoutLayer::new(Duration::from_secs(60)));
+//! let config = StreamableHttpServerConfig::default()
+//!     .with_legacy_session_mode(false)
+//!     .with_json_response(true);
+//! let mcp = ServiceBuilder::new()
+//!     .layer(CancelOnDisconnectLayer::http())
+//!     .service(StreamableHttpService::new(
+//!         move || Ok(handler.clone()),
+//!         Arc::new(NeverSessionManager::default()),
+//!         config,
+//!     ));
+//! ```
+//!
+//! (`examples/rmcp_server.rs --listen` serves it in axum.)
+//!
 //! # What it does not cover
 //!
-//! * rmcp's `StreamableHttpService` takes a `ServerHandler`, not a
-//!   `Service<RoleServer>`, and builds its transports itself: it cannot
-//!   serve a [`Cancellable`], and [`ObserveProgress`] cannot reach its
-//!   transports.
+//! * Over `StreamableHttpService`, progress does not restart the idle
+//!   limit: rmcp builds its per-request transports itself, and
+//!   [`ObserveProgress`] cannot wrap them. The idle limit then acts as a
+//!   deadline. (Upstream: a hook on the server's outgoing messages, or a
+//!   transport factory in `StreamableHttpServerConfig`, would let it.)
 //! * When a session ends (stdin closed, `RunningService::cancel`), rmcp
 //!   first waits up to 5 s (2 s) for handlers to answer and only then fires
 //!   `ct`; an answer made in that window — including the error of a handler
 //!   dropped on `RunningService::cancel` — is written.
+//! * A `ServerHandler` method rmcp adds later falls back to rmcp's default
+//!   until this wrapper forwards it; an rmcp `Service<RoleServer>` that is
+//!   not a `ServerHandler` cannot be wrapped (rmcp's transports for it do
+//!   not include `StreamableHttpService`).
 //! * rmcp's `local` feature (non-`Send` handlers) is not supported.
 
 mod client;
