@@ -166,9 +166,19 @@ fn observe_progress(router: McpRouter, registry: &ProgressRegistry) -> McpRouter
     };
     let (tx, mut rx) = tower_mcp::notification_channel(out.max_capacity());
     let registry = registry.clone();
-    // Ends when the router's senders are all gone.
+    // Ends when the router's senders are all gone, or the transport's
+    // receiver is (tower-mcp's stateless HTTP makes one per request):
+    // then its own receiver goes too, and tower-mcp's registries, which
+    // keep senders until they find them closed, let go of ours.
     runtime.spawn(async move {
-        while let Some(notification) = rx.recv().await {
+        loop {
+            let notification = tokio::select! {
+                n = rx.recv() => n,
+                () = out.closed() => None,
+            };
+            let Some(notification) = notification else {
+                break;
+            };
             if let ServerNotification::Progress(p) = &notification {
                 if let Some(token) = request::progress_token(&p.progress_token) {
                     registry.record(&token, p.progress, p.total, p.message.as_deref());
