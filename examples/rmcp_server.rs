@@ -226,10 +226,12 @@ fn listen_addr(args: &[String]) -> Option<std::net::SocketAddr> {
 }
 
 /// Serves `handler` with rmcp's `StreamableHttpService` at `/mcp`, the
-/// route wrapped in [`CancelOnDisconnectLayer::http`]; until Ctrl-C.
+/// route wrapped in [`CancelOnDisconnectLayer::http`] and, for a
+/// [`Cancellable`], in its progress observer; until Ctrl-C.
 async fn serve_http<H: rmcp::ServerHandler + Clone>(
     addr: std::net::SocketAddr,
     handler: H,
+    observe: Option<tower_mcp_cancel::integrations::rmcp::ObserveHttpLayer>,
 ) -> Result<(), String> {
     use axum::error_handling::HandleErrorLayer;
     use http::StatusCode;
@@ -245,18 +247,24 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
         .with_legacy_session_mode(false)
         .with_json_response(true);
     config.cancellation_token = shutdown.child_token();
-    let mcp = ServiceBuilder::new()
-        // Only a cancelled exchange fails, and no one is left to read it.
-        .layer(HandleErrorLayer::new(|e: BoxError| async move {
-            (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"))
-        }))
-        .layer(CancelOnDisconnectLayer::http())
-        .service(StreamableHttpService::new(
-            move || Ok(handler.clone()),
-            std::sync::Arc::new(NeverSessionManager::default()),
-            config,
-        ));
-    let app = axum::Router::new().route_service("/mcp", mcp);
+    // Only a cancelled exchange fails, and no one is left to read it.
+    async fn unavailable(e: BoxError) -> (StatusCode, String) {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"))
+    }
+    let mcp = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        std::sync::Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let stack = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(unavailable))
+        .layer(CancelOnDisconnectLayer::http());
+    let app = match observe {
+        Some(observe) => {
+            axum::Router::new().route_service("/mcp", stack.layer(observe).service(mcp))
+        }
+        None => axum::Router::new().route_service("/mcp", stack.service(mcp)),
+    };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
@@ -284,7 +292,7 @@ async fn main() {
 
     let result = if args.iter().any(|a| a == "--plain") {
         if let Some(addr) = listen {
-            serve_http(addr, tools).await
+            serve_http(addr, tools, None).await
         } else {
             match tools.serve(rmcp::transport::stdio()).await {
                 Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
@@ -300,7 +308,8 @@ async fn main() {
         }
         if let Some(addr) = listen {
             // One expression: the same wrapped handler, rmcp's HTTP service.
-            serve_http(addr, server).await
+            let observe = server.observe_http();
+            serve_http(addr, server, Some(observe)).await
         } else {
             match server.serve(rmcp::transport::stdio()).await {
                 Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),

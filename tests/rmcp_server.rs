@@ -313,18 +313,20 @@ mod http {
 
     use super::*;
 
-    /// Serves `Cancellable(Tools)` (under `timeout`) on a free port; the
+    /// Serves `wrap(Tools)` on a free port, its progress observed; the
     /// client, and the handler's events.
     async fn start(
-        timeout: TimeoutLayer,
+        wrap: impl FnOnce(Tools) -> Cancellable<Tools>,
     ) -> (HttpClient, mpsc::UnboundedReceiver<(&'static str, Value)>) {
         let (tx, events) = mpsc::unbounded_channel();
-        let handler = Cancellable::new(Tools(tx)).timeout(timeout);
+        let handler = wrap(Tools(tx));
+        let observe = handler.observe_http();
         let config = StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_json_response(true);
         let mcp = ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::http())
+            .layer(observe)
             .service(StreamableHttpService::new(
                 move || Ok(handler.clone()),
                 Arc::new(NeverSessionManager::default()),
@@ -361,10 +363,12 @@ mod http {
 
     #[tokio::test]
     async fn a_server_deadline_drops_the_handler_and_answers_with_an_error() {
-        let (client, mut events) = start(
-            TimeoutLayer::new(Duration::from_secs(60))
-                .method("tools/call", Duration::from_millis(200)),
-        )
+        let (client, mut events) = start(|t| {
+            Cancellable::new(t).timeout(
+                TimeoutLayer::new(Duration::from_secs(60))
+                    .method("tools/call", Duration::from_millis(200)),
+            )
+        })
         .await;
         let err = client
             .oneshot(call(7, "spawned", json!({})))
@@ -381,7 +385,7 @@ mod http {
 
     #[tokio::test]
     async fn a_client_that_goes_away_drops_the_handler() {
-        let (client, mut events) = start(TimeoutLayer::new(Duration::from_secs(60))).await;
+        let (client, mut events) = start(Cancellable::new).await;
         // The client's deadline drops its call: on 2026-era HTTP that closes
         // the exchange, the only cancel there is.
         let svc = TimeoutLayer::new(Duration::from_millis(200)).layer(client);
@@ -391,5 +395,34 @@ mod http {
             Limit::Timeout
         );
         event(&mut events, "DROPPED", 7).await;
+    }
+
+    #[tokio::test]
+    async fn progress_in_the_response_body_keeps_a_request_alive_and_silence_ends_it() {
+        let (client, mut events) = start(|t| {
+            Cancellable::new(t).progress(
+                ProgressResetLayer::new(Duration::from_millis(400)).max(Duration::from_secs(30)),
+            )
+        })
+        .await;
+        // 10 steps of 100 ms with a progress token: 1 s in all, idle never 400 ms.
+        let args = json!({"steps": 10, "interval_ms": 100});
+        let req = McpRequest::new(7, "tools/call").with_params(
+            json!({"name": "slow", "arguments": args, "_meta": {"progressToken": "p7"}}),
+        );
+        let ok = client.clone().oneshot(req).await;
+        assert!(ok.is_ok(), "{ok:?}");
+        event(&mut events, "DONE", 7).await;
+        // The same without a token: nothing resets the idle limit.
+        let err = client.oneshot(call(8, "slow", args)).await.unwrap_err();
+        let err = err
+            .downcast_ref::<ErrorObject>()
+            .expect("an error response");
+        assert_eq!(
+            err.data.as_ref().unwrap()["limit"],
+            "idle timeout",
+            "{err:?}"
+        );
+        event(&mut events, "DROPPED", 8).await;
     }
 }

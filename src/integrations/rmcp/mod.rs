@@ -110,6 +110,7 @@
 //!     .with_json_response(true);
 //! let mcp = ServiceBuilder::new()
 //!     .layer(CancelOnDisconnectLayer::http())
+//!     .layer(handler.observe_http()) // progress restarts the idle limit
 //!     .service(StreamableHttpService::new(
 //!         move || Ok(handler.clone()),
 //!         Arc::new(NeverSessionManager::default()),
@@ -121,11 +122,13 @@
 //!
 //! # What it does not cover
 //!
-//! * Over `StreamableHttpService`, progress does not restart the idle
-//!   limit: rmcp builds its per-request transports itself, and
-//!   [`ObserveProgress`] cannot wrap them. The idle limit then acts as a
-//!   deadline. (Upstream: a hook on the server's outgoing messages, or a
-//!   transport factory in `StreamableHttpServerConfig`, would let it.)
+//! * Over `StreamableHttpService`, progress restarts the idle limit only
+//!   through the layer of [`Cancellable::observe_http`] (feature `http`),
+//!   which reads it back out of the response bodies: rmcp builds its
+//!   per-request transports itself, and [`ObserveProgress`] cannot wrap
+//!   them. (Upstream: a hook on the server's outgoing messages, or a
+//!   transport factory in `StreamableHttpServerConfig`, would make this
+//!   direct.)
 //! * When a session ends (stdin closed, `RunningService::cancel`), rmcp
 //!   first waits up to 5 s (2 s) for handlers to answer and only then fires
 //!   `ct`; an answer made in that window — including the error of a handler
@@ -138,6 +141,8 @@
 
 mod client;
 mod handler;
+#[cfg(feature = "http")]
+mod http_progress;
 mod progress;
 mod request;
 
@@ -155,6 +160,8 @@ use tower::{ServiceBuilder, ServiceExt as _};
 use tower_service::Service as TowerService;
 
 pub use self::client::{RmcpClient, RouteProgress};
+#[cfg(feature = "http")]
+pub use self::http_progress::{ObserveBody, ObserveFuture, ObserveHttp, ObserveHttpLayer};
 pub use self::progress::ObserveProgress;
 pub use self::request::RmcpRequest;
 use super::progress::ProgressRegistry;
@@ -242,6 +249,15 @@ impl<H> Cancellable<H> {
         E: std::error::Error + Send + Sync + 'static,
     {
         ObserveProgress::new(transport.into_transport(), self.registry.clone())
+    }
+
+    /// A layer for rmcp's `StreamableHttpService` that feeds the progress
+    /// the handler sends in its response bodies to its requests' idle
+    /// limits (rmcp builds its HTTP transports itself, so
+    /// [`observe`](Self::observe) cannot wrap them). Feature `http`.
+    #[cfg(feature = "http")]
+    pub fn observe_http(&self) -> ObserveHttpLayer {
+        ObserveHttpLayer::new(self.registry.clone())
     }
 
     /// Serves over `transport` (anything rmcp's `serve` takes: `stdio()`, a
