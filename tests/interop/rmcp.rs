@@ -3,7 +3,8 @@
 //! the TypeScript and Python SDK clients over stdio and Streamable HTTP —
 //! an explicit cancel and a client timeout each drop the uncooperative
 //! `slow` handler's future (a `DROPPED` event within [`DROP_BOUND`] of the
-//! cancel, before the client closes), which rmcp alone never does; and an
+//! cancel, before the client closes), which rmcp alone never does; the
+//! handler's progress reaches a TS client that resets its timeout on it; an
 //! rmcp client (`RmcpClient`) under `TimeoutLayer` + `ProgressResetLayer`
 //! calling our example stdio server, whose cancels on the wire are checked
 //! against the spec.
@@ -25,7 +26,11 @@ macro_rules! rmcp_server_cells {
                 Some(s) => std::fs::read_to_string(&s.stderr).unwrap(),
                 None => run.stderr.clone(),
             };
-            check_cancelled(&run, &server_stderr, !$http);
+            match $scenario {
+                "timeout" | "cancel" => check_cancelled(&run, &server_stderr, !$http),
+                "progress_reset" => check_progress(&run),
+                other => unreachable!("{other}"),
+            }
         }
     )*};
 }
@@ -39,6 +44,8 @@ rmcp_server_cells! {
     rmcp_http_ts_cancel: Sdk::Ts, true, "cancel";
     rmcp_http_py_timeout: Sdk::Py, true, "timeout";
     rmcp_http_py_cancel: Sdk::Py, true, "cancel";
+    rmcp_stdio_ts_progress_reset: Sdk::Ts, false, "progress_reset";
+    rmcp_http_ts_progress_reset: Sdk::Ts, true, "progress_reset";
 }
 
 mod rmcp_client {
