@@ -6,17 +6,21 @@
 //! its token).
 //!
 //! ```sh
-//! cargo run --features rmcp,stdio --example rmcp_server -- --events
+//! cargo run --features rmcp --example rmcp_server -- --events
+//! cargo run --features rmcp --example rmcp_server -- --listen 127.0.0.1:8080 --events
 //! ```
 //!
 //! Flags: `--events` prints `STARTED <id> <ns>`, `DROPPED`, `DONE` and
 //! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
 //! the `tools/call` deadline (default 600 s, 60 s for other methods);
 //! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
-//! `--plain` serves the handler with rmcp alone, for contrast. Stdio only:
-//! rmcp's `StreamableHttpService` takes a `ServerHandler`, which
-//! [`Cancellable`] is not (see the module docs of
-//! `tower_mcp_cancel::integrations::rmcp`).
+//! `--plain` serves the handler with rmcp alone, for contrast.
+//!
+//! Stdio by default; `--listen ADDR` serves rmcp's own
+//! `StreamableHttpService` at `/mcp` instead: stateless (2026-07-28, and
+//! 2025-era clients without sessions), JSON responses unless the handler
+//! sends progress first, behind [`CancelOnDisconnectLayer::http`] so that
+//! a client closing its request's exchange drops the handler.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +31,7 @@ use rmcp::{
     schemars, tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt,
 };
 use tower_mcp_cancel::integrations::rmcp::Cancellable;
-use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, ProgressResetLayer, TimeoutLayer};
 
 /// What `--events` prints, and where.
 #[derive(Clone, Debug, Default)]
@@ -209,6 +213,71 @@ fn millis(args: &[String], flag: &str) -> Option<Duration> {
     }
 }
 
+/// The `--listen` address, if given.
+fn listen_addr(args: &[String]) -> Option<std::net::SocketAddr> {
+    let i = args.iter().position(|a| a == "--listen")?;
+    match args.get(i + 1).map(|v| v.parse()) {
+        Some(Ok(addr)) => Some(addr),
+        _ => {
+            eprintln!("--listen needs an address such as 127.0.0.1:8080");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Serves `handler` with rmcp's `StreamableHttpService` at `/mcp`, the
+/// route wrapped in [`CancelOnDisconnectLayer::http`] and, for a
+/// [`Cancellable`], in its progress observer; until Ctrl-C.
+async fn serve_http<H: rmcp::ServerHandler + Clone>(
+    addr: std::net::SocketAddr,
+    handler: H,
+    observe: Option<tower_mcp_cancel::integrations::rmcp::ObserveHttpLayer>,
+) -> Result<(), String> {
+    use axum::error_handling::HandleErrorLayer;
+    use http::StatusCode;
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    use tower::ServiceBuilder;
+    use tower_mcp_cancel::BoxError;
+
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    config.cancellation_token = shutdown.child_token();
+    // Only a cancelled exchange fails, and no one is left to read it.
+    async fn unavailable(e: BoxError) -> (StatusCode, String) {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"))
+    }
+    let mcp = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        std::sync::Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let stack = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(unavailable))
+        .layer(CancelOnDisconnectLayer::http());
+    let app = match observe {
+        Some(observe) => {
+            axum::Router::new().route_service("/mcp", stack.layer(observe).service(mcp))
+        }
+        None => axum::Router::new().route_service("/mcp", stack.service(mcp)),
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    tracing::info!(%addr, "MCP endpoint at http://{addr}/mcp");
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        signal.cancel();
+    });
+    tower_mcp_cancel::transport::http::serve(listener, app, shutdown).await;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -219,18 +288,17 @@ async fn main() {
         .with_env_filter(filter)
         .try_init();
     let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--listen") {
-        eprintln!(
-            "--listen is not supported: rmcp's StreamableHttpService cannot serve a Cancellable"
-        );
-        std::process::exit(2);
-    }
+    let listen = listen_addr(&args);
     let tools = Tools::new(Events(args.iter().any(|a| a == "--events")));
 
     let result = if args.iter().any(|a| a == "--plain") {
-        match tools.serve(rmcp::transport::stdio()).await {
-            Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+        if let Some(addr) = listen {
+            serve_http(addr, tools, None).await
+        } else {
+            match tools.serve(rmcp::transport::stdio()).await {
+                Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
         }
     } else {
         let call_timeout = millis(&args, "--timeout-ms").unwrap_or(Duration::from_secs(600));
@@ -239,9 +307,15 @@ async fn main() {
         if let Some(idle) = millis(&args, "--idle-ms") {
             server = server.progress(ProgressResetLayer::new(idle));
         }
-        match server.serve(rmcp::transport::stdio()).await {
-            Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+        if let Some(addr) = listen {
+            // One expression: the same wrapped handler, rmcp's HTTP service.
+            let observe = server.observe_http();
+            serve_http(addr, server, Some(observe)).await
+        } else {
+            match server.serve(rmcp::transport::stdio()).await {
+                Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
         }
     };
     let code = match result {

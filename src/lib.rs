@@ -68,7 +68,7 @@
 //! | handler side | [`notify`] | [`RequestContext`] and [`Notifier`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the opt-in 2025-era HTTP sessions; the clients (the HTTP one dual-era) |
-//! | integrations | [`integrations`] | other SDKs' servers under the same layers (feature `rmcp`) |
+//! | integrations | [`integrations`] | other SDKs' servers under the same layers (features `rmcp`, `tower-mcp`) |
 //! | tests | `test_util` (feature `test-util`) | drop probes, a handler recorder, mock stacks, `settle` |
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

@@ -139,15 +139,20 @@ struct OurHttpServer {
 }
 
 fn our_http_server(tag: &str) -> OurHttpServer {
+    our_http_server_with("http_server", tag)
+}
+
+/// [`our_http_server`] with an example other than `http_server`.
+fn our_http_server_with(example_name: &str, tag: &str) -> OurHttpServer {
     let port = free_port();
     let stderr =
         std::env::temp_dir().join(format!("tmc-interop-{tag}-{}.stderr", std::process::id()));
-    let mut child = Command::new(example("http_server"))
+    let mut child = Command::new(example(example_name))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--events"])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
-        .expect("spawn http_server");
+        .expect("spawn the HTTP example server");
     wait_listening(port, &mut child);
     OurHttpServer {
         _child: Kill(child),
@@ -166,6 +171,17 @@ struct Run {
 
 /// Runs one SDK client scenario against our stdio or HTTP server.
 fn run_client(sdk: Sdk, scenario: &str, http: Option<&str>, extra: &[&str]) -> Run {
+    run_client_with("stdio_server", sdk, scenario, http, extra)
+}
+
+/// [`run_client`] with the stdio server an example other than `stdio_server`.
+fn run_client_with(
+    stdio_server: &str,
+    sdk: Sdk,
+    scenario: &str,
+    http: Option<&str>,
+    extra: &[&str],
+) -> Run {
     install();
     let tag = format!(
         "{sdk:?}-{scenario}-{}-{}",
@@ -185,7 +201,7 @@ fn run_client(sdk: Sdk, scenario: &str, http: Option<&str>, extra: &[&str]) -> R
                 .arg(interop_dir().join("tap_stdout.py"))
                 .arg(&log)
                 .arg("--")
-                .arg(example("stdio_server"))
+                .arg(example(stdio_server))
                 .arg("--events");
         }
     }
@@ -404,6 +420,12 @@ server_cells! {
     ours_http_py_progress: Sdk::Py, true, "progress";
 }
 
+// The rmcp example server (rmcp + `integrations::rmcp`) in the same cells,
+// and an rmcp client under the layers.
+#[cfg(feature = "rmcp")]
+#[path = "interop/rmcp.rs"]
+mod rmcp;
+
 // ---------- our clients driving each SDK's server ----------
 
 mod our_clients {
@@ -482,7 +504,7 @@ mod our_clients {
     }
 
     /// Waits (bounded) until the SDK server's stderr has a line matching `pred`.
-    async fn wait_for_line(path: &Path, pred: impl Fn(&str) -> bool) -> String {
+    pub(super) async fn wait_for_line(path: &Path, pred: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(f) = std::fs::File::open(path) {
@@ -640,7 +662,7 @@ mod our_clients {
         }
     }
 
-    fn rt() -> tokio::runtime::Runtime {
+    pub(super) fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

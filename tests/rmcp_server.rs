@@ -295,3 +295,134 @@ async fn plain_rmcp_runs_a_cancelled_handler_to_its_end() {
     // rmcp fired the handler's ct, but nothing dropped its future.
     h.event("DONE", 7).await;
 }
+
+/// The same handler served by rmcp's `StreamableHttpService` (stateless,
+/// JSON responses) behind `CancelOnDisconnectLayer::http()`, called by this
+/// crate's `HttpClient` (2026-07-28).
+#[cfg(feature = "http")]
+mod http {
+    use std::sync::Arc;
+
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    use tower::ServiceBuilder;
+    use tower_mcp_cancel::transport::http::{serve, HttpClient};
+    use tower_mcp_cancel::CancelOnDisconnectLayer;
+
+    use super::*;
+
+    /// Serves `wrap(Tools)` on a free port, its progress observed; the
+    /// client, and the handler's events.
+    async fn start(
+        wrap: impl FnOnce(Tools) -> Cancellable<Tools>,
+    ) -> (HttpClient, mpsc::UnboundedReceiver<(&'static str, Value)>) {
+        let (tx, events) = mpsc::unbounded_channel();
+        let handler = wrap(Tools(tx));
+        let observe = handler.observe_http();
+        let config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true);
+        let mcp = ServiceBuilder::new()
+            .layer(CancelOnDisconnectLayer::http())
+            .layer(observe)
+            .service(StreamableHttpService::new(
+                move || Ok(handler.clone()),
+                Arc::new(NeverSessionManager::default()),
+                config,
+            ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(
+            listener,
+            mcp,
+            tokio_util::sync::CancellationToken::new(),
+        ));
+        let client = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
+        (client, events)
+    }
+
+    /// Waits for `kind` of request `id`, failing on its `DONE`.
+    async fn event(
+        events: &mut mpsc::UnboundedReceiver<(&'static str, Value)>,
+        kind: &str,
+        id: i64,
+    ) {
+        loop {
+            let (k, i) = events.recv().await.expect("server gone");
+            if k == kind && i == json!(id) {
+                return;
+            }
+            assert!(
+                !(i == json!(id) && k == "DONE"),
+                "{id}: DONE where {kind} was expected"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_deadline_drops_the_handler_and_answers_with_an_error() {
+        let (client, mut events) = start(|t| {
+            Cancellable::new(t).timeout(
+                TimeoutLayer::new(Duration::from_secs(60))
+                    .method("tools/call", Duration::from_millis(200)),
+            )
+        })
+        .await;
+        let err = client
+            .oneshot(call(7, "spawned", json!({})))
+            .await
+            .unwrap_err();
+        let err = err
+            .downcast_ref::<ErrorObject>()
+            .expect("an error response");
+        assert_eq!(err.code, ErrorObject::INTERNAL_ERROR, "{err:?}");
+        assert_eq!(err.data.as_ref().unwrap()["limit"], "timeout", "{err:?}");
+        event(&mut events, "DROPPED", 7).await;
+        event(&mut events, "TOKEN", 7).await;
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_drops_the_handler() {
+        let (client, mut events) = start(Cancellable::new).await;
+        // The client's deadline drops its call: on 2026-era HTTP that closes
+        // the exchange, the only cancel there is.
+        let svc = TimeoutLayer::new(Duration::from_millis(200)).layer(client);
+        let err = svc.oneshot(call(7, "slow", json!({}))).await.unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<Elapsed>().unwrap().limit(),
+            Limit::Timeout
+        );
+        event(&mut events, "DROPPED", 7).await;
+    }
+
+    #[tokio::test]
+    async fn progress_in_the_response_body_keeps_a_request_alive_and_silence_ends_it() {
+        let (client, mut events) = start(|t| {
+            Cancellable::new(t).progress(
+                ProgressResetLayer::new(Duration::from_millis(400)).max(Duration::from_secs(30)),
+            )
+        })
+        .await;
+        // 10 steps of 100 ms with a progress token: 1 s in all, idle never 400 ms.
+        let args = json!({"steps": 10, "interval_ms": 100});
+        let req = McpRequest::new(7, "tools/call").with_params(
+            json!({"name": "slow", "arguments": args, "_meta": {"progressToken": "p7"}}),
+        );
+        let ok = client.clone().oneshot(req).await;
+        assert!(ok.is_ok(), "{ok:?}");
+        event(&mut events, "DONE", 7).await;
+        // The same without a token: nothing resets the idle limit.
+        let err = client.oneshot(call(8, "slow", args)).await.unwrap_err();
+        let err = err
+            .downcast_ref::<ErrorObject>()
+            .expect("an error response");
+        assert_eq!(
+            err.data.as_ref().unwrap()["limit"],
+            "idle timeout",
+            "{err:?}"
+        );
+        event(&mut events, "DROPPED", 8).await;
+    }
+}

@@ -4,7 +4,8 @@
 //! [`RmcpClient`], so the same layers drive an rmcp client (see there).
 //!
 //! Keep your `ServerHandler` (macros and all) and your transport; wrap the
-//! handler in a [`Cancellable`] and serve that:
+//! handler in a [`Cancellable`] — itself a `ServerHandler` — and serve that
+//! (over Streamable HTTP, see [below](#over-streamable-http)):
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -57,24 +58,24 @@
 //!
 //! # What it does
 //!
-//! rmcp spawns one task per request and calls the service's
-//! `handle_request` in it with a `RequestContext` whose `ct` it fires for
-//! the peer's `notifications/cancelled`, a Streamable HTTP client that went
-//! away (2026-era stateless requests), and the session ending. It never
-//! drops the handler's future: a handler that does not watch `ct` runs to
-//! its end. [`Cancellable`] implements rmcp's `Service<RoleServer>` by
-//! forwarding to the handler, and inside that call — the only place the
-//! handler's future can be dropped, since rmcp's task is detached and a
-//! `Peer` cannot be built outside rmcp — it runs the handler under
-//! [`CancelOnDisconnectLayer`] and the
-//! [`TimeoutLayer`] and
-//! [`ProgressResetLayer`] you configured, over a
-//! per-request [`Cancellation`]:
+//! rmcp spawns one task per request and calls the handler in it with a
+//! `RequestContext` whose `ct` it fires for the peer's
+//! `notifications/cancelled`, a Streamable HTTP client that went away
+//! (stateless requests), and the session ending. It never drops the
+//! handler's future: a handler that does not watch `ct` runs to its end.
+//! [`Cancellable`] implements `ServerHandler` by forwarding every method to
+//! the handler; each request method's call — the only place the handler's
+//! future can be dropped, since rmcp's task is detached and a `Peer` cannot
+//! be built outside rmcp — runs under [`CancelOnDisconnectLayer`] and the
+//! [`TimeoutLayer`] and [`ProgressResetLayer`] you configured, over a
+//! per-request [`Cancellation`]. rmcp's own dispatch (protocol checks,
+//! result shaping) stays in front of it; `initialize` and
+//! `subscriptions/listen` are forwarded unraced.
 //!
 //! | what happens | the handler's future | the handler's `ct` | the peer hears |
 //! | --- | --- | --- | --- |
 //! | the peer's `notifications/cancelled` | dropped | fires | nothing (rmcp discards the answer of a cancelled id) |
-//! | the HTTP client disconnects (stateless 2026 requests) | dropped | fires | nothing (the stream is gone) |
+//! | the HTTP client disconnects (2026-era, session-less requests) | dropped | fires | nothing (the stream is gone) |
 //! | a deadline of the [`TimeoutLayer`] | dropped | fires | a `-32603` error with `data.limit` |
 //! | the progress idle limit or hard maximum | dropped | fires | a `-32603` error with `data.limit` |
 //! | the session ends (stdin closed, `RunningService::cancel`) | dropped once rmcp fires `ct` | fires | what rmcp's drain sends, see below |
@@ -89,19 +90,59 @@
 //! the transport, so that is where [`ObserveProgress`] sees it. A request
 //! without a progress token keeps its idle limit, unreset.
 //!
+//! # Over Streamable HTTP
+//!
+//! rmcp's `StreamableHttpService` (rmcp feature
+//! `transport-streamable-http-server`) serves a [`Cancellable`] like any
+//! handler. Mount it behind [`CancelOnDisconnectLayer::http`]: the layer
+//! puts the exchange's [`Cancellation`] in the HTTP request, rmcp hands the
+//! request's `http::request::Parts` to the handler in `context.extensions`,
+//! and the wrapper races the handler against it, so a client that drops the
+//! exchange drops the handler at once with the reason "client
+//! disconnected" (rmcp's own `ct` would also reach it, later and without a
+//! reason). Requests of a 2025-era session (an `Mcp-Session-Id` header),
+//! whose streams may close without cancelling, are left to rmcp's `ct`.
+//!
+//! ```ignore
+//! let handler = Cancellable::new(tools).timeout(TimeoutLayer::new(Duration::from_secs(60)));
+//! let config = StreamableHttpServerConfig::default()
+//!     .with_legacy_session_mode(false)
+//!     .with_json_response(true);
+//! let mcp = ServiceBuilder::new()
+//!     .layer(CancelOnDisconnectLayer::http())
+//!     .layer(handler.observe_http()) // progress restarts the idle limit
+//!     .service(StreamableHttpService::new(
+//!         move || Ok(handler.clone()),
+//!         Arc::new(NeverSessionManager::default()),
+//!         config,
+//!     ));
+//! ```
+//!
+//! (`examples/rmcp_server.rs --listen` serves it in axum.)
+//!
 //! # What it does not cover
 //!
-//! * rmcp's `StreamableHttpService` takes a `ServerHandler`, not a
-//!   `Service<RoleServer>`, and builds its transports itself: it cannot
-//!   serve a [`Cancellable`], and [`ObserveProgress`] cannot reach its
-//!   transports.
+//! * Over `StreamableHttpService`, progress restarts the idle limit only
+//!   through the layer of [`Cancellable::observe_http`] (feature `http`),
+//!   which reads it back out of the response bodies: rmcp builds its
+//!   per-request transports itself, and [`ObserveProgress`] cannot wrap
+//!   them. (Upstream: a hook on the server's outgoing messages, or a
+//!   transport factory in `StreamableHttpServerConfig`, would make this
+//!   direct.)
 //! * When a session ends (stdin closed, `RunningService::cancel`), rmcp
 //!   first waits up to 5 s (2 s) for handlers to answer and only then fires
 //!   `ct`; an answer made in that window — including the error of a handler
 //!   dropped on `RunningService::cancel` — is written.
+//! * A `ServerHandler` method rmcp adds later falls back to rmcp's default
+//!   until this wrapper forwards it; an rmcp `Service<RoleServer>` that is
+//!   not a `ServerHandler` cannot be wrapped (rmcp's transports for it do
+//!   not include `StreamableHttpService`).
 //! * rmcp's `local` feature (non-`Send` handlers) is not supported.
 
 mod client;
+mod handler;
+#[cfg(feature = "http")]
+mod http_progress;
 mod progress;
 mod request;
 
@@ -111,22 +152,22 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use ::rmcp::model::{ClientNotification, ClientRequest, ErrorCode, ProtocolVersion, ServerResult};
-use ::rmcp::service::{
-    NotificationContext, RequestContext, RunningService, ServerInitializeError, ServiceRole,
-};
+use ::rmcp::model::ErrorCode;
+use ::rmcp::service::{RequestContext, RunningService, ServerInitializeError};
 use ::rmcp::transport::{IntoTransport, Transport};
-use ::rmcp::{ErrorData, RoleServer, Service};
+use ::rmcp::{ErrorData, RoleServer, ServerHandler};
 use tower::{ServiceBuilder, ServiceExt as _};
 use tower_service::Service as TowerService;
 
 pub use self::client::{RmcpClient, RouteProgress};
+#[cfg(feature = "http")]
+pub use self::http_progress::{ObserveBody, ObserveFuture, ObserveHttp, ObserveHttpLayer};
 pub use self::progress::ObserveProgress;
-use self::progress::ProgressRegistry;
 pub use self::request::RmcpRequest;
+use super::progress::ProgressRegistry;
 use crate::{
-    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed,
-    ProgressResetLayer, RequestView, TimeoutLayer,
+    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
+    TimeoutLayer,
 };
 
 /// The reason given when rmcp fires a request's `ct`: rmcp does not say
@@ -134,9 +175,13 @@ use crate::{
 const RMCP_CANCELLED: &str =
     "rmcp cancelled the request (the peer's notifications/cancelled, a disconnect, or the session ending)";
 
-/// An rmcp server (`ServerHandler` or any `Service<RoleServer>`) whose
-/// requests are dropped when cancelled, under this crate's timeout and
-/// progress policies. See the [module docs](self).
+/// The header that marks a 2025-era Streamable HTTP session, whose POST
+/// streams may close without cancelling their requests.
+const SESSION_ID_HEADER: &str = "mcp-session-id";
+
+/// An rmcp `ServerHandler` whose requests are dropped when cancelled, under
+/// this crate's timeout and progress policies; itself a `ServerHandler`, so
+/// every rmcp transport serves it. See the [module docs](self).
 pub struct Cancellable<H> {
     handler: Arc<H>,
     timeout: Option<TimeoutLayer>,
@@ -206,6 +251,15 @@ impl<H> Cancellable<H> {
         ObserveProgress::new(transport.into_transport(), self.registry.clone())
     }
 
+    /// A layer for rmcp's `StreamableHttpService` that feeds the progress
+    /// the handler sends in its response bodies to its requests' idle
+    /// limits (rmcp builds its HTTP transports itself, so
+    /// [`observe`](Self::observe) cannot wrap them). Feature `http`.
+    #[cfg(feature = "http")]
+    pub fn observe_http(&self) -> ObserveHttpLayer {
+        ObserveHttpLayer::new(self.registry.clone())
+    }
+
     /// Serves over `transport` (anything rmcp's `serve` takes: `stdio()`, a
     /// reader/writer pair, ...), with progress observed. Use this rather
     /// than rmcp's `ServiceExt::serve`, which would not observe progress.
@@ -214,7 +268,7 @@ impl<H> Cancellable<H> {
         transport: T,
     ) -> Result<RunningService<RoleServer, Self>, ServerInitializeError>
     where
-        H: Service<RoleServer>,
+        H: ServerHandler,
         T: IntoTransport<RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
@@ -223,123 +277,142 @@ impl<H> Cancellable<H> {
     }
 }
 
-impl<H: Service<RoleServer>> Cancellable<H> {
-    /// Runs one request through the layers to the handler.
-    fn call(
+impl<H: ServerHandler> Cancellable<H> {
+    /// Runs one call of the handler (`run`, given the handler and the
+    /// context whose `ct` is the request's cancellation token) through the
+    /// layers, raced against rmcp's `ct` and, over 2026-era HTTP, the
+    /// disconnect of the request's HTTP exchange.
+    fn race<T, F, Fut>(
         &self,
-        req: RmcpRequest,
-    ) -> impl Future<Output = Result<ServerResult, BoxError>> + Send + 'static {
+        method: &str,
+        context: RequestContext<RoleServer>,
+        run: F,
+    ) -> impl Future<Output = Result<T, ErrorData>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<H>, RequestContext<RoleServer>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ErrorData>> + Send + 'static,
+    {
+        let rmcp_ct = context.ct.clone();
+        // Its own, not the HTTP exchange's: a deadline cancels this one, and
+        // must not cancel the exchange that carries its error response.
+        let exchange = http_cancellation(&context);
+        let cancellation = Cancellation::new();
+        let req = RmcpRequest::new(method, context, cancellation.clone());
         let handler = Handler {
+            run: Some(run),
             handler: self.handler.clone(),
             registry: self.registry.clone(),
         };
-        ServiceBuilder::new()
+        let call = ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::new())
             .option_layer(self.timeout.clone())
             .option_layer(self.progress.clone())
             .service(handler)
-            .oneshot(req)
-    }
-}
-
-impl<H: Service<RoleServer>> Service<RoleServer> for Cancellable<H> {
-    async fn handle_request(
-        &self,
-        request: ClientRequest,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ServerResult, ErrorData> {
-        let rmcp_ct = context.ct.clone();
-        let cancellation = Cancellation::new();
-        let call = self.call(RmcpRequest::new(request, context, cancellation.clone()));
-        // rmcp's token → the request's cancellation, which the
-        // CancelOnDisconnect layer races the handler against.
-        let forward = async {
-            rmcp_ct.cancelled().await;
-            cancellation.cancel(CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)));
-            std::future::pending::<()>().await
-        };
-        let out = tokio::select! {
-            biased;
-            out = call => out,
-            () = forward => unreachable!("pending never resolves"),
-        };
-        out.map_err(|e| error_data(&*e))
-    }
-
-    async fn handle_notification(
-        &self,
-        notification: ClientNotification,
-        context: NotificationContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        if let ClientNotification::CancelledNotification(n) = &notification {
-            // rmcp has fired the request's ct already; this is for the log.
-            tracing::info!(
-                request_id = ?n.params.request_id,
-                reason = ?n.params.reason,
-                "peer cancelled a request"
-            );
+            .oneshot(req);
+        async move {
+            // rmcp's token, and the HTTP exchange's disconnect, → the
+            // request's cancellation, which the CancelOnDisconnect layer
+            // races the handler against.
+            let forward = async {
+                let reason = match &exchange {
+                    Some(exchange) => tokio::select! {
+                        reason = exchange.cancelled() => reason,
+                        () = rmcp_ct.cancelled() => CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)),
+                    },
+                    None => {
+                        rmcp_ct.cancelled().await;
+                        CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED))
+                    }
+                };
+                cancellation.cancel(reason);
+                std::future::pending::<()>().await
+            };
+            tokio::pin!(call, forward);
+            let out = std::future::poll_fn(|cx| {
+                if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                    return Poll::Ready(out);
+                }
+                // Never ready: it parks until a cause fires, cancels, and
+                // waits on; the call above then ends with `Cancelled`.
+                let _ = forward.as_mut().poll(cx);
+                Poll::Pending
+            })
+            .await;
+            out.map_err(|e| error_data(&*e))
         }
-        self.handler
-            .handle_notification(notification, context)
-            .await
-    }
-
-    fn get_info(&self) -> <RoleServer as ServiceRole>::Info {
-        self.handler.get_info()
-    }
-
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        self.handler.supported_protocol_versions()
     }
 }
 
-/// The innermost service: registers the request's progress tap and calls
-/// the handler.
-struct Handler<H> {
+/// The [`Cancellation`] of the HTTP exchange, put in the HTTP request by a
+/// [`CancelOnDisconnectLayer::http`] mounted around rmcp's
+/// `StreamableHttpService`, which hands the request's `http::request::Parts`
+/// to the handler in `context.extensions`; it fires when the client drops
+/// the exchange before its response ended.
+/// Only for a 2026-era (session-less) request: a 2025-era session's POST
+/// stream may close without cancelling its requests.
+fn http_cancellation(context: &RequestContext<RoleServer>) -> Option<Cancellation> {
+    let parts = context.extensions.get::<http::request::Parts>()?;
+    if parts.headers.contains_key(SESSION_ID_HEADER) {
+        return None;
+    }
+    parts
+        .extensions
+        .get::<Cancellation>()
+        .filter(|c| !c.is_finished())
+        .cloned()
+}
+
+/// The innermost service: registers the request's progress tap and makes
+/// the one call of the handler.
+struct Handler<H, F> {
+    run: Option<F>,
     handler: Arc<H>,
     registry: ProgressRegistry,
 }
 
-impl<H: Service<RoleServer>> TowerService<RmcpRequest> for Handler<H> {
-    type Response = ServerResult;
+impl<H, F, Fut, T> TowerService<RmcpRequest> for Handler<H, F>
+where
+    H: Send + Sync + 'static,
+    F: FnOnce(Arc<H>, RequestContext<RoleServer>) -> Fut,
+    Fut: Future<Output = Result<T, ErrorData>> + Send + 'static,
+    T: Send + 'static,
+{
+    type Response = T;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<ServerResult, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: RmcpRequest) -> Self::Future {
-        let handler = self.handler.clone();
+        let Some(run) = self.run.take() else {
+            return Box::pin(std::future::ready(Err(
+                "the handler's call was made already".into(),
+            )));
+        };
         // Only a token the client sent can come back in the handler's
         // progress notifications.
         let registration = match (req.progress_token(), req.progress_tap()) {
             (Some(_), Some(tap)) => Some(self.registry.register(tap.clone())),
             _ => None,
         };
+        let call = run(self.handler.clone(), req.context);
         Box::pin(async move {
             let _registration = registration;
-            handler
-                .handle_request(req.request, req.context)
-                .await
-                .map_err(|e| Box::new(e) as BoxError)
+            call.await.map_err(|e| Box::new(e) as BoxError)
         })
     }
 }
 
-/// The rmcp error for a failed call: the handler's own as it is, a limit's
-/// with its data, anything else as an internal error saying what it was.
+/// The rmcp error for a failed call: the handler's own as it is, a layer's
+/// as [`error_object`](super::error_object) has it.
 fn error_data(error: &(dyn std::error::Error + 'static)) -> ErrorData {
     if let Some(e) = error.downcast_ref::<ErrorData>() {
         return e.clone();
     }
-    if let Some(e) = error.downcast_ref::<Elapsed>() {
-        let e = e.to_error_object();
-        let code = i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0);
-        return ErrorData::new(ErrorCode(code), e.message, e.data);
-    }
-    if let Some(c) = error.downcast_ref::<Cancelled>() {
-        return ErrorData::internal_error(format!("request cancelled: {}", c.reason()), None);
-    }
-    ErrorData::internal_error(error.to_string(), None)
+    let e = super::error_object(error);
+    let code = i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0);
+    ErrorData::new(ErrorCode(code), e.message, e.data)
 }

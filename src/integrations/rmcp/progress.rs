@@ -4,89 +4,18 @@
 //! `Peer` hands the notification to rmcp's serve loop, which writes it to
 //! the transport. Nothing on the way is open to a wrapper except the
 //! transport, so [`ObserveProgress`] wraps it and records each outgoing
-//! `notifications/progress` in the [`ProgressRegistry`], where every
+//! `notifications/progress` in the progress registry, where every
 //! request under a [`ProgressResetLayer`](crate::ProgressResetLayer) has its
 //! tap registered by its token for as long as its handler runs.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use ::rmcp::model::{JsonRpcMessage, ServerJsonRpcMessage, ServerNotification};
 use ::rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use ::rmcp::transport::Transport;
 use ::rmcp::RoleServer;
 
-use crate::jsonrpc::ProgressToken;
-use crate::ProgressTap;
-
-/// The taps of the requests in flight, by progress token. Shared by a
-/// [`Cancellable`](super::Cancellable) and its clones and by the
-/// [`ObserveProgress`] transports it serves.
-#[derive(Clone, Default)]
-pub(super) struct ProgressRegistry {
-    inner: Arc<RegistryInner>,
-}
-
-#[derive(Default)]
-struct RegistryInner {
-    taps: Mutex<HashMap<ProgressToken, (u64, ProgressTap)>>,
-    next: AtomicU64,
-}
-
-impl ProgressRegistry {
-    /// Registers `tap` under its token until the returned guard drops. A
-    /// client that reuses a token in flight gets the newer request's tap.
-    pub(super) fn register(&self, tap: ProgressTap) -> Registration {
-        let serial = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        let token = tap.token().clone();
-        self.lock().insert(token.clone(), (serial, tap));
-        Registration {
-            registry: self.clone(),
-            token,
-            serial,
-        }
-    }
-
-    /// Records a progress notification the handler sent.
-    fn record(
-        &self,
-        token: &ProgressToken,
-        progress: f64,
-        total: Option<f64>,
-        message: Option<&str>,
-    ) {
-        let tap = self.lock().get(token).map(|(_, tap)| tap.clone());
-        if let Some(tap) = tap {
-            tap.record(progress, total, message.map(str::to_owned));
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, (u64, ProgressTap)>> {
-        self.inner.taps.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Removes a tap from the [`ProgressRegistry`] when its handler ends or is
-/// dropped.
-pub(super) struct Registration {
-    registry: ProgressRegistry,
-    token: ProgressToken,
-    serial: u64,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        let mut taps = self.registry.lock();
-        if taps
-            .get(&self.token)
-            .is_some_and(|(s, _)| *s == self.serial)
-        {
-            taps.remove(&self.token);
-        }
-    }
-}
+use crate::integrations::progress::ProgressRegistry;
 
 /// An rmcp server transport that feeds the progress notifications the
 /// handler sends to the requests' progress limits. Made by

@@ -1,7 +1,7 @@
 //! One rmcp request as the layers see it: [`RmcpRequest`], a
 //! [`RequestView`] over rmcp's `ClientRequest` and `RequestContext`.
 
-use ::rmcp::model::{ClientRequest, NumberOrString};
+use ::rmcp::model::NumberOrString;
 use ::rmcp::service::RequestContext;
 use ::rmcp::RoleServer;
 use http::Extensions;
@@ -10,11 +10,12 @@ use tokio::time::Instant;
 use crate::jsonrpc::{Method, ProgressToken, RequestId};
 use crate::{Cancellation, RequestView};
 
-/// An rmcp request on its way through the layers to the handler: the
-/// request, the context rmcp built for it (whose `ct` is replaced by the
-/// [`Cancellation`]'s token), and the layers' per-request state.
+/// An rmcp request on its way through the layers to the handler: its
+/// method, the context rmcp built for it (whose `ct` is replaced by the
+/// [`Cancellation`]'s token), and the layers' per-request state. (The
+/// request's params stay with the handler's call, which the innermost
+/// service makes.)
 pub struct RmcpRequest {
-    pub(super) request: ClientRequest,
     pub(super) context: RequestContext<RoleServer>,
     method: Method,
     progress_token: Option<ProgressToken>,
@@ -33,20 +34,19 @@ impl std::fmt::Debug for RmcpRequest {
 }
 
 impl RmcpRequest {
-    /// Wraps rmcp's request; the handler's `context.ct` becomes
-    /// `cancellation`'s token, so it fires for every way the request ends
-    /// early (work the handler spawned still stops through it).
+    /// Wraps one call of the handler's `method`; the handler's `context.ct`
+    /// becomes `cancellation`'s token, so it fires for every way the
+    /// request ends early (work the handler spawned still stops through it).
     pub(super) fn new(
-        request: ClientRequest,
+        method: &str,
         mut context: RequestContext<RoleServer>,
         cancellation: Cancellation,
     ) -> Self {
         context.ct = cancellation.token();
         let progress_token = context.meta.get_progress_token().map(|t| convert(&t.0));
         Self {
-            method: Method::new(request.method()),
+            method: Method::new(method),
             progress_token,
-            request,
             context,
             extensions: Extensions::new(),
             cancellation,
@@ -54,9 +54,9 @@ impl RmcpRequest {
         }
     }
 
-    /// The rmcp request.
-    pub fn request(&self) -> &ClientRequest {
-        &self.request
+    /// The MCP method (`tools/call`, ...).
+    pub fn method(&self) -> &str {
+        &self.method
     }
 
     /// The context rmcp built for the request (its `ct` is the

@@ -5,7 +5,6 @@
 //! of the disconnect is ours: HTTP/1.1 drops the connection (socket closed),
 //! HTTP/2 drops the response (the stream is reset, the connection stays).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -24,7 +23,9 @@ use tower_mcp_cancel_benchmarks::{mono_ns, Event, Kind};
 pub enum Peer {
     Ours,
     Rmcp,
+    RmcpCancel,
     TowerMcp,
+    TowerMcpCancel,
 }
 
 impl Peer {
@@ -32,7 +33,9 @@ impl Peer {
         match self {
             Peer::Ours => "tower-mcp-cancel (full stack)",
             Peer::Rmcp => "rmcp 3.11 (stateless)",
+            Peer::RmcpCancel => "rmcp 3.11 + tower-mcp-cancel (stateless)",
             Peer::TowerMcp => "tower-mcp 0.25 (stateless)",
+            Peer::TowerMcpCancel => "tower-mcp 0.25 + tower-mcp-cancel (stateless)",
         }
     }
 }
@@ -50,11 +53,12 @@ pub enum When {
 /// knowledge) on the current runtime.
 async fn serve<S, B>(svc: S) -> SocketAddr
 where
-    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
+    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     B: http_body::Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -101,7 +105,7 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                         (a, a)
                     }
                     #[cfg(not(feature = "peers"))]
-                    Peer::Rmcp | Peer::TowerMcp => {
+                    Peer::Rmcp | Peer::RmcpCancel | Peer::TowerMcp | Peer::TowerMcpCancel => {
                         panic!("built without the `peers` feature: only --smoke runs")
                     }
                     #[cfg(feature = "peers")]
@@ -123,6 +127,44 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                             )
                         };
                         (serve(mk(true)).await, serve(mk(false)).await)
+                    }
+                    #[cfg(feature = "peers")]
+                    Peer::RmcpCancel => {
+                        use rmcp::transport::streamable_http_server::{
+                            session::local::LocalSessionManager, StreamableHttpServerConfig,
+                            StreamableHttpService,
+                        };
+                        use std::sync::Arc;
+                        use tower_mcp_cancel::integrations::rmcp::Cancellable;
+                        use tower_mcp_cancel::CancelOnDisconnectLayer;
+                        let mk = |json: bool| {
+                            let config = StreamableHttpServerConfig::default()
+                                .with_legacy_session_mode(false)
+                                .with_json_response(json)
+                                .with_sse_keep_alive(None);
+                            let handler =
+                                Cancellable::new(tower_mcp_cancel_benchmarks::peer_rmcp::Tools);
+                            tower::ServiceBuilder::new()
+                                .layer(CancelOnDisconnectLayer::http())
+                                .service(StreamableHttpService::new(
+                                    move || Ok(handler.clone()),
+                                    Arc::new(LocalSessionManager::default()),
+                                    config,
+                                ))
+                        };
+                        (serve(mk(true)).await, serve(mk(false)).await)
+                    }
+                    #[cfg(feature = "peers")]
+                    Peer::TowerMcpCancel => {
+                        use tower_mcp_cancel::integrations::tower_mcp::RouterLayer;
+                        let router = tower_mcp::HttpTransport::new(
+                            tower_mcp_cancel_benchmarks::peer_tower_mcp::router(),
+                        )
+                        .stateless(tower_mcp::stateless::StatelessConfig::new())
+                        .layer(RouterLayer::new())
+                        .into_router_at("/mcp");
+                        let a = serve(router).await;
+                        (a, a)
                     }
                     #[cfg(feature = "peers")]
                     Peer::TowerMcp => {

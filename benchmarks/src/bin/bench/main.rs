@@ -203,7 +203,9 @@ async fn figure4(smoke: bool, t: &mut Tables) {
         vec![
             (stdio::OURS, 500, 10.0),
             (stdio::RMCP, 10, 1.0),
+            (stdio::RMCP_CANCEL, 200, 10.0),
             (stdio::TOWER_MCP, 10, 1.0),
+            (stdio::TOWER_MCP_CANCEL, 200, 10.0),
         ]
     };
     let mut ours_p = (Duration::ZERO, Duration::ZERO);
@@ -286,7 +288,13 @@ async fn figure5(smoke: bool, t: &mut Tables) {
     let peers: Vec<Peer> = if smoke {
         vec![Peer::Ours]
     } else {
-        vec![Peer::Ours, Peer::Rmcp, Peer::TowerMcp]
+        vec![
+            Peer::Ours,
+            Peer::Rmcp,
+            Peer::RmcpCancel,
+            Peer::TowerMcp,
+            Peer::TowerMcpCancel,
+        ]
     };
     let addrs = http::start_servers(&peers);
     let mut events = tower_mcp_cancel_benchmarks::capture_events();
@@ -301,6 +309,8 @@ async fn figure5(smoke: bool, t: &mut Tables) {
         let (samples, secs) = match (peer, smoke) {
             (Peer::Ours, true) => (10, 10.0),
             (Peer::Ours, false) => (200, 10.0),
+            // Wrapped peers drop the handler: as many samples as ours.
+            (Peer::RmcpCancel | Peer::TowerMcpCancel, _) => (200, 10.0),
             _ => (10, 1.0),
         };
         let wait_for = Duration::from_secs_f64(secs + 2.0);
@@ -662,7 +672,23 @@ fn main() {
     if a.only.contains(&5) {
         rt.block_on(figure5(a.smoke, &mut tables));
     }
-    tables.insert("run", machine());
+    let mut run = machine();
+    if a.criterion.is_none() || a.lateness.is_none() || a.only != [3, 4, 5, 6] {
+        // A partial run: say which tables it rewrote.
+        let mut names: Vec<String> = a.only.iter().map(u32::to_string).collect();
+        if a.criterion.is_some() {
+            names.splice(0..0, ["1".to_owned(), "2".to_owned()]);
+        }
+        if a.lateness.is_some() {
+            names.push("7".to_owned());
+        }
+        run.pop();
+        run.push_str(&format!(
+            " Figures {} only; the other tables are from earlier runs.\n",
+            names.join(", ")
+        ));
+    }
+    tables.insert("run", run);
     for (name, body) in &tables {
         println!("== {name}\n{body}");
     }

@@ -31,6 +31,14 @@ pub const TOWER_MCP: Server = Server {
     name: "tower-mcp 0.25",
     bin: "tower_mcp_stdio",
 };
+pub const RMCP_CANCEL: Server = Server {
+    name: "rmcp 3.11 + tower-mcp-cancel",
+    bin: "rmcp_cancel_stdio",
+};
+pub const TOWER_MCP_CANCEL: Server = Server {
+    name: "tower-mcp 0.25 + tower-mcp-cancel",
+    bin: "tower_mcp_cancel_stdio",
+};
 
 fn bin_path(bin: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

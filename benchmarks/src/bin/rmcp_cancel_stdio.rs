@@ -1,0 +1,21 @@
+//! The rmcp stdio server for figure 4 wrapped in this crate's integration:
+//! the same `ServerHandler` as `rmcp_stdio`, served through
+//! `integrations::rmcp::Cancellable` (no deadline: only the cancel).
+
+use tower_mcp_cancel::integrations::rmcp::Cancellable;
+
+#[tokio::main]
+async fn main() {
+    let running = match Cancellable::new(tower_mcp_cancel_benchmarks::peer_rmcp::Tools)
+        .serve(rmcp::transport::stdio())
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rmcp server failed to start: {e}");
+            std::process::exit(1);
+        }
+    };
+    let _ = running.waiting().await;
+    std::process::exit(0);
+}

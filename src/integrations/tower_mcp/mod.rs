@@ -1,0 +1,330 @@
+//! Drop-cancellation, timeouts and progress-reset for servers written with
+//! [tower-mcp](https://docs.rs/tower-mcp) (0.25), behind the `tower-mcp`
+//! feature.
+//!
+//! tower-mcp's `McpRouter` is a tower service and its transports take a
+//! `.layer(...)`: give them a [`RouterLayer`] configured with this crate's
+//! [`TimeoutLayer`] and [`ProgressResetLayer`]:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
+//! use tower_mcp_cancel::integrations::tower_mcp::RouterLayer;
+//! use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let nap = ToolBuilder::new("nap")
+//!         .description("Sleeps; never looks at its cancellation token")
+//!         .handler(|_: serde_json::Value| async move {
+//!             tokio::time::sleep(Duration::from_secs(3600)).await;
+//!             Ok(CallToolResult::text("rested"))
+//!         })
+//!         .build();
+//!     let router = McpRouter::new().server_info("sleeper", "1").tool(nap);
+//!     StdioTransport::new(router)
+//!         .layer(
+//!             RouterLayer::new()
+//!                 .timeout(TimeoutLayer::new(Duration::from_secs(60)))
+//!                 .progress(ProgressResetLayer::new(Duration::from_secs(30))),
+//!         )
+//!         .run()
+//!         .await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # What it does
+//!
+//! tower-mcp fires a request's cancellation token (`ctx.cancellation_token()`)
+//! for the peer's `notifications/cancelled` and does not answer the
+//! request, but a handler that never looks at the token runs to its end.
+//! [`RouterLayer`] runs every request through [`CancelOnDisconnectLayer`],
+//! the [`TimeoutLayer`] and the [`ProgressResetLayer`] you configured, over
+//! a per-request [`Cancellation`], bridged both ways to a tower-mcp
+//! `CancellationToken` it puts in the request's extensions (tower-mcp adopts
+//! it as the handler's `ctx.cancellation_token()` and as the token its
+//! in-flight registry fires for the peer's cancel):
+//!
+//! | what happens | the handler's future | its token | the peer hears |
+//! | --- | --- | --- | --- |
+//! | the peer's `notifications/cancelled` | dropped | fires | nothing (tower-mcp does not answer a request the peer cancelled) |
+//! | a deadline of the [`TimeoutLayer`] | dropped | fires | a `-32603` error with `data.limit` |
+//! | the progress idle limit or hard maximum | dropped | fires | a `-32603` error with `data.limit` |
+//! | a transport's own token (tower-mcp's HTTP transport on a disconnect) | dropped | fires | nothing, or an error no one reads |
+//!
+//! Each is logged with the request id, method and reason. Dropping the
+//! router's future also removes the request from tower-mcp's in-flight
+//! registry (tower-mcp 0.25 untracks a dispatch on drop).
+//!
+//! Progress a tool reports with `ctx.report_progress(..)` restarts its
+//! request's idle limit: the layer puts itself between the router and the
+//! transport's notification channel and sees each progress notification
+//! on its way out (so it needs a tokio runtime when `.layer(...)` is
+//! called; without one, progress is not seen and the idle limit is not
+//! reset). Only `tools/call` progress tokens are read.
+//!
+//! # What it does not cover
+//!
+//! * Giving the router a token of its own replaces the child of the
+//!   connection's token that tower-mcp's stdio transport would have given
+//!   it: when that transport stops and cancels everything in flight, a
+//!   handler under this layer is dropped by tower-mcp's abort after its
+//!   drain timeout, not by the cancel. (tower-mcp keeps that connection
+//!   token crate-private.)
+//! * The reason text of the peer's `notifications/cancelled` does not reach
+//!   the layer (tower-mcp only fires the token), so it is logged as
+//!   "tower-mcp cancelled the request".
+
+mod request;
+
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tower::util::BoxCloneSyncService;
+use tower::{ServiceBuilder, ServiceExt as _};
+use tower_layer::Layer;
+use tower_mcp::context::CancellationToken;
+use tower_mcp::{JsonRpcError, McpRouter, RouterRequest, RouterResponse, ServerNotification};
+use tower_service::Service;
+
+use self::request::progress_token_of;
+use super::progress::ProgressRegistry;
+use crate::{
+    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
+    TimeoutLayer,
+};
+
+/// The reason given when tower-mcp fires the request's token: it does so
+/// for the peer's `notifications/cancelled` and does not say more.
+const ROUTER_CANCELLED: &str =
+    "tower-mcp cancelled the request (the peer's notifications/cancelled)";
+
+/// The reason given when a token a tower-mcp transport put in the request
+/// fires (its HTTP transport does on a client disconnect).
+const TRANSPORT_CANCELLED: &str = "tower-mcp's transport cancelled the request";
+
+/// Applies this crate's cancellation, timeouts and progress-reset to
+/// tower-mcp's `McpRouter`; give it to a tower-mcp transport's `.layer(...)`.
+/// See the [module docs](self).
+#[derive(Clone, Debug, Default)]
+pub struct RouterLayer {
+    timeout: Option<TimeoutLayer>,
+    progress: Option<ProgressResetLayer>,
+}
+
+impl RouterLayer {
+    /// Cancels drop the handler's future; no deadline yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts every request under `layer`'s deadlines.
+    pub fn timeout(mut self, layer: TimeoutLayer) -> Self {
+        self.timeout = Some(layer);
+        self
+    }
+
+    /// Puts every request under `layer`'s idle limit and hard maximum.
+    pub fn progress(mut self, layer: ProgressResetLayer) -> Self {
+        self.progress = Some(layer);
+        self
+    }
+}
+
+impl Layer<McpRouter> for RouterLayer {
+    type Service = RouterService;
+
+    fn layer(&self, router: McpRouter) -> RouterService {
+        let registry = ProgressRegistry::default();
+        let router = observe_progress(router, &registry);
+        let inner = ServiceBuilder::new()
+            .layer(CancelOnDisconnectLayer::new())
+            .option_layer(self.timeout.clone())
+            .option_layer(self.progress.clone())
+            .service(Router { router, registry });
+        RouterService {
+            inner: BoxCloneSyncService::new(inner),
+        }
+    }
+}
+
+/// Sits between `router` and its transport's notification channel,
+/// recording each progress notification in `registry` on its way out.
+fn observe_progress(router: McpRouter, registry: &ProgressRegistry) -> McpRouter {
+    let Some(out) = router.notification_sender().cloned() else {
+        // No transport attached yet: nothing to observe, nothing to send.
+        return router;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!("RouterLayer applied outside a tokio runtime: handler progress will not reset idle limits");
+        return router;
+    };
+    let (tx, mut rx) = tower_mcp::notification_channel(out.max_capacity());
+    let registry = registry.clone();
+    // Ends when the router's senders are all gone, or the transport's
+    // receiver is (tower-mcp's stateless HTTP makes one per request):
+    // then its own receiver goes too, and tower-mcp's registries, which
+    // keep senders until they find them closed, let go of ours.
+    runtime.spawn(async move {
+        loop {
+            let notification = tokio::select! {
+                n = rx.recv() => n,
+                () = out.closed() => None,
+            };
+            let Some(notification) = notification else {
+                break;
+            };
+            if let ServerNotification::Progress(p) = &notification {
+                if let Some(token) = request::progress_token(&p.progress_token) {
+                    registry.record(&token, p.progress, p.total, p.message.as_deref());
+                }
+            }
+            if out.send(notification).await.is_err() {
+                break;
+            }
+        }
+    });
+    router.with_notification_sender(tx)
+}
+
+/// A tower-mcp `McpRouter` under this crate's layers: a
+/// `Service<RouterRequest>` as tower-mcp's transports take it. Made by
+/// [`RouterLayer`].
+#[derive(Clone)]
+pub struct RouterService {
+    inner: BoxCloneSyncService<RouterRequest, RouterResponse, BoxError>,
+}
+
+impl std::fmt::Debug for RouterService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouterService").finish_non_exhaustive()
+    }
+}
+
+impl Service<RouterRequest> for RouterService {
+    type Response = RouterResponse;
+    /// Errors are in the response, as tower-mcp's own services have them.
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<RouterResponse, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Readiness is awaited in the call, on the clone that serves it.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: RouterRequest) -> Self::Future {
+        let id = req.id.clone();
+        if let Some(token) = progress_token_of(&req.inner) {
+            req.extensions.insert(token);
+        }
+        let cancellation = Cancellation::new();
+        // tower-mcp adopts a token of its own type found in the extensions
+        // as the handler's (`ctx.cancellation_token()`) and the one its
+        // in-flight registry fires. A token a transport put there
+        // (tower-mcp's HTTP transport, for a disconnect) still cancels.
+        let transport = req.extensions.get::<CancellationToken>().cloned();
+        let token = CancellationToken::new();
+        req.extensions.insert(token.clone());
+        req.set_cancellation(cancellation.clone());
+        let mut bridge = Bridge {
+            token: token.clone(),
+            completed: false,
+        };
+        let fresh = self.inner.clone();
+        let call = std::mem::replace(&mut self.inner, fresh).oneshot(req);
+        Box::pin(async move {
+            // The router firing its token (the peer's cancel) or the
+            // transport's → the cancellation, which the CancelOnDisconnect
+            // layer races the router's future against.
+            let forward = async {
+                let reason = match &transport {
+                    Some(t) => tokio::select! {
+                        () = t.cancelled() => TRANSPORT_CANCELLED,
+                        () = token.cancelled() => ROUTER_CANCELLED,
+                    },
+                    None => {
+                        token.cancelled().await;
+                        ROUTER_CANCELLED
+                    }
+                };
+                // A no-op when a layer cancelled first (its reason stays).
+                cancellation.cancel(CancelReason::Other(Cow::Borrowed(reason)));
+                std::future::pending::<()>().await
+            };
+            tokio::pin!(call, forward);
+            let out = std::future::poll_fn(|cx| {
+                if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                    return Poll::Ready(out);
+                }
+                let _ = forward.as_mut().poll(cx);
+                Poll::Pending
+            })
+            .await;
+            bridge.completed = out.is_ok() && !cancellation.is_cancelled();
+            drop(bridge);
+            Ok(out.unwrap_or_else(|e| {
+                let e = super::error_object(&*e);
+                RouterResponse {
+                    id,
+                    inner: Err(JsonRpcError {
+                        code: i32::try_from(e.code).unwrap_or(-32603),
+                        message: e.message,
+                        data: e.data,
+                    }),
+                }
+            }))
+        })
+    }
+}
+
+/// Fires the handler's token when its request ends without an answer of
+/// its own (a layer's limit, a cancel, the call dropped): the way back from
+/// this crate's [`Cancellation`] to tower-mcp's token, for the work the
+/// handler spawned.
+struct Bridge {
+    token: CancellationToken,
+    completed: bool,
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        if !self.completed {
+            self.token.cancel();
+        }
+    }
+}
+
+/// The innermost service: registers the request's progress tap and calls
+/// the router.
+#[derive(Clone)]
+struct Router {
+    router: McpRouter,
+    registry: ProgressRegistry,
+}
+
+impl Service<RouterRequest> for Router {
+    type Response = RouterResponse;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<RouterResponse, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.router.poll_ready(cx).map_err(BoxError::from)
+    }
+
+    fn call(&mut self, req: RouterRequest) -> Self::Future {
+        let registration = match (req.progress_token(), req.progress_tap()) {
+            (Some(_), Some(tap)) => Some(self.registry.register(tap.clone())),
+            _ => None,
+        };
+        let call = self.router.call(req);
+        Box::pin(async move {
+            let _registration = registration;
+            call.await.map_err(BoxError::from)
+        })
+    }
+}

@@ -1,0 +1,274 @@
+//! A tower-mcp server (`McpRouter` with `ToolBuilder` tools, served by its
+//! `StdioTransport`) under `integrations::tower_mcp::RouterLayer`, driven
+//! in-process over pipes by this crate's `StdioClient`: an explicit cancel,
+//! a server deadline and the progress idle limit each drop the
+//! uncooperative handler's future; nothing is written for a cancelled id;
+//! plain tower-mcp, for contrast, runs the handler to its end. Every line
+//! the server writes is recorded by a relay between the two.
+#![cfg(all(feature = "tower-mcp", feature = "stdio"))]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+use tower_mcp::extract::{Context, Json};
+use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
+use tower_mcp_cancel::integrations::tower_mcp::RouterLayer;
+use tower_mcp_cancel::jsonrpc::ErrorObject;
+use tower_mcp_cancel::transport::stdio::StdioClient;
+use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
+
+type Events = mpsc::UnboundedSender<(&'static str, Value)>;
+
+/// Sends `DROPPED` unless finished.
+struct Probe(Events, Value, bool);
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let kind = if self.2 { "DONE" } else { "DROPPED" };
+        let _ = self.0.send((kind, self.1.clone()));
+    }
+}
+
+/// `slow {steps, interval_ms}` (never checks its token, reports progress
+/// when asked) and `spawned` (a spawned task that stops on the token).
+fn router(events: Events) -> McpRouter {
+    let slow = ToolBuilder::new("slow")
+        .description("sleeps; never checks its token")
+        .extractor_handler(
+            events.clone(),
+            |tower_mcp::extract::State(events): tower_mcp::extract::State<Events>,
+             ctx: Context,
+             Json(args): Json<Value>| async move {
+                let id = serde_json::to_value(ctx.request_id()).unwrap();
+                let _ = events.send(("STARTED", id.clone()));
+                let mut probe = Probe(events, id, false);
+                let steps = args["steps"].as_u64().unwrap_or(1000);
+                let interval = Duration::from_millis(args["interval_ms"].as_u64().unwrap_or(1000));
+                for i in 1..=steps {
+                    tokio::time::sleep(interval).await;
+                    ctx.report_progress(i as f64, Some(steps as f64), None)
+                        .await;
+                }
+                probe.2 = true;
+                Ok(CallToolResult::text("done"))
+            },
+        )
+        .build();
+    let spawned = ToolBuilder::new("spawned")
+        .description("works in a spawned task that stops on its token")
+        .extractor_handler(
+            events,
+            |tower_mcp::extract::State(events): tower_mcp::extract::State<Events>,
+             ctx: Context,
+             Json(_args): Json<Value>| async move {
+                let id = serde_json::to_value(ctx.request_id()).unwrap();
+                let _ = events.send(("STARTED", id.clone()));
+                let mut probe = Probe(events.clone(), id.clone(), false);
+                let token = ctx.cancellation_token();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    let _ = events.send(("TOKEN", id));
+                });
+                std::future::pending::<()>().await;
+                probe.2 = true;
+                Ok(CallToolResult::text("done"))
+            },
+        )
+        .build();
+    McpRouter::new()
+        .server_info("tower-mcp-test", "0")
+        .tool(slow)
+        .tool(spawned)
+}
+
+struct Harness {
+    client: StdioClient,
+    events: mpsc::UnboundedReceiver<(&'static str, Value)>,
+    /// Every line the server wrote, in order.
+    written: Arc<Mutex<Vec<Value>>>,
+    relay: tokio::task::JoinHandle<()>,
+}
+
+/// Serves the router over pipes (under `layer`, if any), relays its output
+/// to a `StdioClient` recording every line, and does the legacy handshake.
+async fn start(layer: Option<RouterLayer>) -> Harness {
+    let (tx, events) = mpsc::unbounded_channel();
+    let (client_w, server_r) = tokio::io::duplex(64 * 1024);
+    let (server_w, relay_r) = tokio::io::duplex(64 * 1024);
+    let (mut relay_w, client_r) = tokio::io::duplex(64 * 1024);
+    let transport = StdioTransport::new(router(tx));
+    match layer {
+        Some(layer) => {
+            let mut transport = transport.layer(layer);
+            tokio::spawn(async move { transport.run_with_streams(server_r, server_w).await });
+        }
+        None => {
+            let mut transport = transport;
+            tokio::spawn(async move { transport.run_with_streams(server_r, server_w).await });
+        }
+    }
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let log = written.clone();
+    let relay = tokio::spawn(async move {
+        let mut lines = BufReader::new(relay_r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            log.lock()
+                .unwrap()
+                .push(serde_json::from_str(&line).unwrap());
+            if relay_w
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let client = StdioClient::new(client_r, client_w);
+    let init = McpRequest::new(0, "initialize").with_params(json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    }));
+    client.clone().oneshot(init).await.unwrap();
+    client
+        .notify("notifications/initialized", &json!({}))
+        .unwrap();
+    Harness {
+        client,
+        events,
+        written,
+        relay,
+    }
+}
+
+fn call(id: i64, tool: &str, args: Value) -> McpRequest {
+    McpRequest::new(id, "tools/call").with_params(json!({"name": tool, "arguments": args}))
+}
+
+impl Harness {
+    /// Waits for the event `kind` of request `id`.
+    async fn event(&mut self, kind: &str, id: i64) {
+        loop {
+            let (k, i) = self.events.recv().await.expect("server gone");
+            if k == kind && i == json!(id) {
+                return;
+            }
+            assert!(
+                !(i == json!(id) && (k == "DONE" || k == "DROPPED")),
+                "{id}: {k} where {kind} was expected"
+            );
+        }
+    }
+
+    /// Waits for `DROPPED` and `TOKEN` of request `id`, in either order:
+    /// tower-mcp fires the token for the peer's cancel itself, so a task
+    /// watching it may see it before the layer drops the handler.
+    async fn dropped_and_token(&mut self, id: i64) {
+        let mut seen = (false, false);
+        while seen != (true, true) {
+            let (k, i) = self.events.recv().await.expect("server gone");
+            if i != json!(id) {
+                continue;
+            }
+            match k {
+                "DROPPED" => seen.0 = true,
+                "TOKEN" => seen.1 = true,
+                "DONE" => panic!("{id}: DONE where DROPPED was expected"),
+                _ => {}
+            }
+        }
+    }
+
+    /// Closes the client, waits until the server's output ends, and checks
+    /// that it wrote nothing for `id`.
+    async fn assert_nothing_written_for(self, id: i64) {
+        self.client.shutdown().await.unwrap();
+        self.relay.await.unwrap();
+        let written = self.written.lock().unwrap();
+        assert!(
+            !written.iter().any(|v| v["id"] == json!(id)),
+            "the server wrote for the cancelled id {id}: {written:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_explicit_cancel_drops_the_handler_fires_its_token_and_nothing_is_written_for_it() {
+    let mut h = start(Some(RouterLayer::new())).await;
+    let pending = tokio::spawn(h.client.clone().oneshot(call(7, "spawned", json!({}))));
+    h.event("STARTED", 7).await;
+    // Dropping the call's future is the client's cancel: it writes
+    // notifications/cancelled.
+    pending.abort();
+    h.dropped_and_token(7).await;
+    let ping = h.client.clone().oneshot(McpRequest::new(8, "ping")).await;
+    assert!(ping.is_ok(), "{ping:?}");
+    h.assert_nothing_written_for(7).await;
+}
+
+#[tokio::test]
+async fn a_server_deadline_drops_the_handler_and_answers_with_an_error() {
+    let layer = RouterLayer::new().timeout(
+        TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", Duration::from_millis(200)),
+    );
+    let mut h = start(Some(layer)).await;
+    let err = h
+        .client
+        .clone()
+        .oneshot(call(7, "spawned", json!({})))
+        .await
+        .unwrap_err();
+    let err = err
+        .downcast_ref::<ErrorObject>()
+        .expect("an error response");
+    assert_eq!(err.code, ErrorObject::INTERNAL_ERROR, "{err:?}");
+    assert_eq!(err.data.as_ref().unwrap()["limit"], "timeout", "{err:?}");
+    h.event("DROPPED", 7).await;
+    h.event("TOKEN", 7).await;
+}
+
+#[tokio::test]
+async fn progress_keeps_a_request_alive_and_silence_ends_it() {
+    let layer = RouterLayer::new()
+        .progress(ProgressResetLayer::new(Duration::from_millis(400)).max(Duration::from_secs(30)));
+    let mut h = start(Some(layer)).await;
+    // 10 steps of 100 ms with a progress token: 1 s in all, idle never 400 ms.
+    let args = json!({"steps": 10, "interval_ms": 100});
+    let req = McpRequest::new(7, "tools/call")
+        .with_params(json!({"name": "slow", "arguments": args, "_meta": {"progressToken": "p7"}}));
+    let ok = h.client.clone().oneshot(req).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    h.event("DONE", 7).await;
+    // The same without a token: nothing resets the idle limit.
+    let err = h
+        .client
+        .clone()
+        .oneshot(call(8, "slow", args))
+        .await
+        .unwrap_err();
+    let err = err
+        .downcast_ref::<ErrorObject>()
+        .expect("an error response");
+    assert_eq!(
+        err.data.as_ref().unwrap()["limit"],
+        "idle timeout",
+        "{err:?}"
+    );
+    h.event("DROPPED", 8).await;
+}
+
+#[tokio::test]
+async fn plain_tower_mcp_runs_a_cancelled_handler_to_its_end() {
+    let mut h = start(None).await;
+    let args = json!({"steps": 3, "interval_ms": 100});
+    let pending = tokio::spawn(h.client.clone().oneshot(call(7, "slow", args)));
+    h.event("STARTED", 7).await;
+    pending.abort();
+    // tower-mcp fired the handler's token, but nothing dropped its future.
+    h.event("DONE", 7).await;
+}
