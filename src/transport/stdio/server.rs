@@ -2,7 +2,8 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
@@ -162,6 +163,7 @@ impl StdioServer {
             max_in_flight: self.max_in_flight,
             tx,
             draining: AtomicBool::new(false),
+            inline: Inline::default(),
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
@@ -261,12 +263,46 @@ where
     StdioServer::new().serve(service, reader, writer).await
 }
 
-/// Serves `service` over this process's stdin and stdout.
+/// Serves `service` over this process's stdin and stdout with the default
+/// configuration (see [`StdioServer::serve_stdio`]).
 pub async fn serve_stdio<S>(service: S) -> io::Result<()>
 where
     S: McpService,
 {
-    serve(service, tokio::io::stdin(), tokio::io::stdout()).await
+    StdioServer::new().serve_stdio(service).await
+}
+
+impl StdioServer {
+    /// Serves `service` over this process's stdin and stdout, as
+    /// [`serve`](Self::serve) does over any pair.
+    ///
+    /// On Unix, a stdin or stdout that is a pipe or a Unix socket (what an
+    /// MCP host gives its server) is read and written non-blocking through
+    /// the runtime's reactor, not on tokio's blocking thread pool as
+    /// `tokio::io::stdin()`/`stdout()` are: no thread hand-off per read and
+    /// per write. While the server runs, those descriptors are in
+    /// non-blocking mode (a property shared by the whole process: write
+    /// nothing else to stdout meanwhile, it would corrupt the protocol
+    /// anyway); blocking mode is restored when it ends. A terminal or a
+    /// file keeps tokio's handles.
+    pub async fn serve_stdio<S>(self, service: S) -> io::Result<()>
+    where
+        S: McpService,
+    {
+        #[cfg(unix)]
+        {
+            let mut restore = super::std_io::NonBlocking::default();
+            let (stdin, stdout) = super::std_io::open(&mut restore);
+            let served = self.serve(service, stdin, stdout).await;
+            drop(restore);
+            served
+        }
+        #[cfg(not(unix))]
+        {
+            self.serve(service, tokio::io::stdin(), tokio::io::stdout())
+                .await
+        }
+    }
 }
 
 struct Connection {
@@ -275,6 +311,7 @@ struct Connection {
     tx: mpsc::Sender<Outgoing>,
     /// Shutting down: new requests are refused.
     draining: AtomicBool,
+    inline: Inline,
 }
 
 /// How a drain goes: its grace, what ends it early (a shutdown after the
@@ -483,7 +520,55 @@ impl Connection {
             Transport::Stdio,
             None,
         );
+        let mut call = Box::pin(call);
+        if self.inline.allowed() {
+            // Most requests are ready at their first poll: finishing them
+            // here spares a task and two thread hand-offs (reader → task →
+            // writer). The waker is a no-op: a request still pending is
+            // spawned, and its task polls it again at once.
+            let started = std::time::Instant::now();
+            let first = call
+                .as_mut()
+                .poll(&mut Context::from_waker(std::task::Waker::noop()));
+            self.inline.took(started.elapsed());
+            if let Poll::Ready(ending) = first {
+                end_request(ending, scope, guard, &self.tx).await;
+                return;
+            }
+        }
         tasks.spawn(finish_request(call, scope, guard, self.tx.clone()));
+    }
+}
+
+/// Whether the reader polls a new request once itself before spawning it.
+///
+/// A handler that computes for long before its first `.await` would hold
+/// up the reader (and keep the other workers idle): after a first poll
+/// longer than [`Inline::SLOW`], the next [`Inline::BACK_OFF`] requests are
+/// spawned at once, to run in parallel.
+#[derive(Default)]
+struct Inline {
+    /// Requests still to spawn without a first poll here.
+    skip: AtomicU32,
+}
+
+impl Inline {
+    const SLOW: Duration = Duration::from_micros(20);
+    const BACK_OFF: u32 = 64;
+
+    fn allowed(&self) -> bool {
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip == 0 {
+            return true;
+        }
+        self.skip.store(skip - 1, Ordering::Relaxed);
+        false
+    }
+
+    fn took(&self, first_poll: Duration) {
+        if first_poll > Self::SLOW {
+            self.skip.store(Self::BACK_OFF, Ordering::Relaxed);
+        }
     }
 }
 
@@ -498,7 +583,17 @@ async fn finish_request(
     guard: InFlightGuard,
     tx: mpsc::Sender<Outgoing>,
 ) {
-    let last = match call.await {
+    end_request(call.await, scope, guard, &tx).await;
+}
+
+/// Writes a request's [`Ending`] (see [`finish_request`]).
+async fn end_request(
+    ending: Ending,
+    scope: Scope,
+    guard: InFlightGuard,
+    tx: &mpsc::Sender<Outgoing>,
+) {
+    let last = match ending {
         Ending::Respond { bytes, .. } => Some(bytes),
         Ending::TearDown(reason) => jsonrpc::encode_notification(
             jsonrpc::CANCELLED,
