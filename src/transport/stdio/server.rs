@@ -164,6 +164,7 @@ impl StdioServer {
             tx,
             draining: AtomicBool::new(false),
             inline: Inline::default(),
+            batch: Default::default(),
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
@@ -192,7 +193,13 @@ impl StdioServer {
                     Ok(Some(Frame::Line(line))) => conn.on_line(&line, &mut service, &mut tasks).await,
                 },
             }
+            // Answers of requests that ended here wait for the writer until
+            // the reader would wait for input.
+            if !lines.line_buffered() {
+                conn.flush_batch().await;
+            }
         };
+        conn.flush_batch().await;
 
         let reason = match &end {
             End::Shutdown => CancelReason::Shutdown,
@@ -312,6 +319,7 @@ struct Connection {
     /// Shutting down: new requests are refused.
     draining: AtomicBool,
     inline: Inline,
+    batch: std::sync::Mutex<Batch>,
 }
 
 /// How a drain goes: its grace, what ends it early (a shutdown after the
@@ -335,6 +343,30 @@ impl Connection {
     /// regardless of its request's state).
     async fn send(&self, bytes: Vec<u8>) {
         let _ = self.tx.send(Outgoing::unscoped(bytes)).await;
+    }
+
+    fn lock_batch(&self) -> std::sync::MutexGuard<'_, Batch> {
+        // Only the reader locks it, never across an await.
+        self.batch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues the [`Batch`] of answers, then releases their registry
+    /// entries.
+    async fn flush_batch(&self) {
+        let (bytes, guards) = {
+            let mut batch = self.lock_batch();
+            if batch.guards.is_empty() {
+                return;
+            }
+            (
+                std::mem::take(&mut batch.bytes),
+                std::mem::take(&mut batch.guards),
+            )
+        };
+        if !bytes.is_empty() {
+            let _ = self.tx.send(Outgoing::lines(bytes)).await;
+        }
+        drop(guards);
     }
 
     /// The drain: listen streams get their graceful result, the others may
@@ -394,7 +426,8 @@ impl Connection {
                 DrainStep::GraceOver => return None,
                 DrainStep::TaskEnded => {}
                 DrainStep::Frame(Ok(Some(Frame::Line(line)))) => {
-                    self.on_line(&line, service, tasks).await
+                    self.on_line(&line, service, tasks).await;
+                    self.flush_batch().await;
                 }
                 // An oversize line during the drain is skipped unanswered.
                 DrainStep::Frame(Ok(Some(Frame::TooLong { .. }))) => {}
@@ -532,7 +565,20 @@ impl Connection {
                 .poll(&mut Context::from_waker(std::task::Waker::noop()));
             self.inline.took(started.elapsed());
             if let Poll::Ready(ending) = first {
-                end_request(ending, scope, guard, &self.tx).await;
+                let last = last_message(ending, &guard);
+                scope.end();
+                let full = {
+                    let mut batch = self.lock_batch();
+                    if let Some(bytes) = last {
+                        batch.bytes.extend_from_slice(&bytes);
+                        batch.bytes.push(b'\n');
+                    }
+                    batch.guards.push(guard);
+                    batch.is_full()
+                };
+                if full {
+                    self.flush_batch().await;
+                }
                 return;
             }
         }
@@ -593,7 +639,16 @@ async fn end_request(
     guard: InFlightGuard,
     tx: &mpsc::Sender<Outgoing>,
 ) {
-    let last = match ending {
+    match last_message(ending, &guard) {
+        Some(bytes) => scope.end_with(tx.reserve().await.ok(), Some(bytes)),
+        None => scope.end(),
+    }
+    drop(guard);
+}
+
+/// What a request's [`Ending`] writes, if anything.
+fn last_message(ending: Ending, guard: &InFlightGuard) -> Option<Vec<u8>> {
+    match ending {
         Ending::Respond { bytes, .. } => Some(bytes),
         Ending::TearDown(reason) => jsonrpc::encode_notification(
             jsonrpc::CANCELLED,
@@ -604,10 +659,28 @@ async fn end_request(
         )
         .ok(),
         Ending::Silent(_) => None,
-    };
-    match last {
-        Some(bytes) => scope.end_with(tx.reserve().await.ok(), Some(bytes)),
-        None => scope.end(),
     }
-    drop(guard);
+}
+
+/// The answers of requests that ended in the reader, queued as one message
+/// when the reader has no complete line left to read (or the batch is
+/// full): one wake of the writer and one write for many answers.
+///
+/// Each answer's request scope is closed when its answer joins the batch,
+/// so nothing of the request can be queued after it; its registry entry is
+/// held until the batch is queued, so that its id cannot be reused before.
+#[derive(Default)]
+struct Batch {
+    /// The answers, each followed by a newline.
+    bytes: Vec<u8>,
+    guards: Vec<InFlightGuard>,
+}
+
+impl Batch {
+    const MAX_ANSWERS: usize = 64;
+    const MAX_BYTES: usize = 64 * 1024;
+
+    fn is_full(&self) -> bool {
+        self.guards.len() >= Self::MAX_ANSWERS || self.bytes.len() >= Self::MAX_BYTES
+    }
 }
