@@ -355,7 +355,7 @@ impl Connection {
     async fn flush_batch(&self) {
         let (bytes, guards) = {
             let mut batch = self.lock_batch();
-            if batch.guards.is_empty() {
+            if batch.guards.is_empty() && batch.bytes.is_empty() {
                 return;
             }
             (
@@ -682,5 +682,23 @@ impl Batch {
 
     fn is_full(&self) -> bool {
         self.guards.len() >= Self::MAX_ANSWERS || self.bytes.len() >= Self::MAX_BYTES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_first_poll_spawns_the_next_requests_at_once() {
+        let inline = Inline::default();
+        assert!(inline.allowed());
+        inline.took(Inline::SLOW / 2);
+        assert!(inline.allowed());
+        inline.took(Inline::SLOW * 2);
+        for i in 0..Inline::BACK_OFF {
+            assert!(!inline.allowed(), "request {i} after the slow one");
+        }
+        assert!(inline.allowed(), "polled in the reader again");
     }
 }
