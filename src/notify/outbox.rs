@@ -25,6 +25,7 @@ pub(crate) struct Outgoing {
     scope: Option<Scope>,
     /// `bytes` are several final messages, each with its newline (a stdio
     /// batch), instead of one message without it.
+    #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
     lines: bool,
 }
 
