@@ -17,6 +17,8 @@
 //!   runtime's workers must still pay (requests/second is the figure there).
 //! * `floor`: a Rust loop that parses each JSON line and answers it (this
 //!   binary, `serve-floor`): the least a stdio server can cost.
+//! * `spin:PATH`: another build of this binary (e.g. before a change),
+//!   serving its `ours-spin` stack.
 //! * any other word: the path of a server binary, driven with `echo`.
 
 use std::io::{BufRead, Write};
@@ -134,7 +136,11 @@ fn target(word: &str) -> Target {
         "ours" => (dir.join("ours_stdio").display().to_string(), vec![]),
         "ours-spin" => (me.display().to_string(), vec!["serve-spin".to_owned()]),
         "floor" => (me.display().to_string(), vec!["serve-floor".to_owned()]),
-        path => (path.to_owned(), vec![]),
+        other => match other.strip_prefix("spin:") {
+            // Another build of this binary, serving its `spin` stack.
+            Some(path) => (path.to_owned(), vec!["serve-spin".to_owned()]),
+            None => (other.to_owned(), vec![]),
+        },
     };
     Target {
         name: word.to_owned(),
@@ -247,6 +253,10 @@ impl Conn {
     }
 }
 
+fn is_spin(name: &str) -> bool {
+    name == "ours-spin" || name.starts_with("spin:")
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -287,20 +297,15 @@ async fn drive(args: Vec<String>) {
     let mut conns = Vec::new();
     for t in &targets {
         let mut c = Conn::open(t).await;
-        let tool = if t.name == "ours-spin" {
-            "spin"
-        } else {
-            "echo"
-        };
-        let warm = if tool == "spin" { n / 10 } else { n / 10 };
-        c.run(tool, 1, warm.max(1000), window).await;
+        let tool = if is_spin(&t.name) { "spin" } else { "echo" };
+        c.run(tool, 1, (n / 10).max(1000), window).await;
         conns.push(c);
     }
     let mut cpu = vec![Vec::new(); targets.len()];
     let mut rate = vec![Vec::new(); targets.len()];
     for r in 0..rounds {
         for (i, c) in conns.iter_mut().enumerate() {
-            let tool = if targets[i].name == "ours-spin" {
+            let tool = if is_spin(&targets[i].name) {
                 "spin"
             } else {
                 "echo"
