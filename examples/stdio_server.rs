@@ -29,9 +29,9 @@ async fn main() {
     let server = tower_mcp_cancel::transport::stdio::StdioServer::new()
         .shutdown(shutdown)
         .drain_grace(common::drain_grace());
-    let served = server
-        .serve(service, tokio::io::stdin(), tokio::io::stdout())
-        .await;
+    // Non-blocking stdin/stdout through the reactor when they are pipes or
+    // sockets (what an MCP host gives its server).
+    let served = server.serve_stdio(service).await;
     let code = match served {
         Ok(()) => 0,
         Err(e) => {
@@ -39,6 +39,7 @@ async fn main() {
             1
         }
     };
-    // stdin's reader thread may still be blocked in a read: do not wait for it.
+    // On a terminal, stdin's reader thread may still be blocked in a read:
+    // do not wait for it.
     std::process::exit(code);
 }

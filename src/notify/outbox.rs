@@ -23,12 +23,36 @@ pub(crate) struct Outgoing {
     /// The request this message belongs to; `None` for a request's final
     /// message and for messages that belong to no request.
     scope: Option<Scope>,
+    /// `bytes` are several final messages, each with its newline (a stdio
+    /// batch), instead of one message without it.
+    #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
+    lines: bool,
 }
 
 impl Outgoing {
     /// A message that belongs to no request (or is a request's final one).
     pub(crate) fn unscoped(bytes: Vec<u8>) -> Self {
-        Self { bytes, scope: None }
+        Self {
+            bytes,
+            scope: None,
+            lines: false,
+        }
+    }
+
+    /// Final messages of requests, each followed by a newline (stdio).
+    #[cfg(feature = "stdio")]
+    pub(crate) fn lines(bytes: Vec<u8>) -> Self {
+        Self {
+            bytes,
+            scope: None,
+            lines: true,
+        }
+    }
+
+    /// Whether this is [`lines`](Self::lines) rather than one message.
+    #[cfg(feature = "stdio")]
+    pub(crate) fn is_lines(&self) -> bool {
+        self.lines
     }
 
     /// The encoded message, if it must still be written: `None` when its
@@ -99,6 +123,7 @@ impl Scope {
         permit.send(Outgoing {
             bytes,
             scope: Some(self.clone()),
+            lines: false,
         });
         true
     }

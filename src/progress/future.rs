@@ -14,7 +14,6 @@ use crate::cancel::Cancellation;
 use crate::error::{BoxError, CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, RequestId};
 
-use super::limits::ProgressLimits;
 use super::tap::ProgressTap;
 
 /// Closes the tap when the request ends, however it ends.
@@ -28,51 +27,34 @@ impl Drop for CloseOnDrop {
 
 pin_project! {
     /// Response future of [`ProgressReset`](super::ProgressReset).
+    ///
+    /// Small on purpose (it is moved with every layer around it): the
+    /// request's limits, id, method and cancellation live in the tap's
+    /// allocation ([`TapRequest`](super::tap::TapRequest)), and both
+    /// deadlines are computed from them only once the inner future waits.
     pub struct ResponseFuture<F> {
         #[pin]
         inner: Option<F>,
         // One timer for both limits: it is set to whichever comes first, the
-        // idle deadline (moved by progress) or the hard maximum.
-        // Made when the inner future first returns `Pending` (a request ready
-        // at once never touches the timer wheel); both deadlines are fixed
-        // from `call`. `None`: no such limit (disabled, or past what an
-        // `Instant` holds, e.g. `Duration::MAX`).
+        // idle deadline (moved by progress) or the hard maximum. Made when
+        // the inner future first returns `Pending` (a request ready at once
+        // never touches the timer wheel).
         timer: Option<Pin<Box<Sleep>>>,
         tap: CloseOnDrop,
         seen: u64,
-        idle_deadline: Option<Instant>,
-        max_deadline: Option<Instant>,
-        limits: ProgressLimits,
-        id: Option<RequestId>,
-        method: Option<Method>,
-        cancellation: Option<Cancellation>,
     }
 }
 
 impl<F> ResponseFuture<F> {
+    /// `tap` carries the request's [`TapRequest`](super::tap::TapRequest)
+    /// (without one, no limit applies).
     #[inline]
-    pub(crate) fn new(
-        inner: F,
-        now: Instant,
-        tap: ProgressTap,
-        limits: ProgressLimits,
-        id: Option<RequestId>,
-        method: Option<Method>,
-        cancellation: Option<Cancellation>,
-    ) -> Self {
-        let idle_deadline = now.checked_add(limits.idle);
-        let max_deadline = limits.max.and_then(|m| now.checked_add(m));
+    pub(crate) fn new(inner: F, tap: ProgressTap) -> Self {
         Self {
             inner: Some(inner),
             timer: None,
             tap: CloseOnDrop(tap),
             seen: 0,
-            idle_deadline,
-            max_deadline,
-            limits,
-            id,
-            method,
-            cancellation,
         }
     }
 }
@@ -99,36 +81,41 @@ where
         }
         let tap = &this.tap.0;
         tap.register(cx);
+        let Some(request) = tap.request() else {
+            return Poll::Pending;
+        };
         let epoch = tap.epoch();
-        if epoch != *this.seen {
-            *this.seen = epoch;
-            let at = tap.last_at().unwrap_or_else(Instant::now);
-            *this.idle_deadline = at.checked_add(this.limits.idle);
-            let next = earlier(*this.idle_deadline, *this.max_deadline);
-            if let (Some(timer), Some(next)) = (this.timer.as_mut(), next) {
-                timer.as_mut().reset(next);
-            }
-        }
-        let Some(first) = earlier(*this.idle_deadline, *this.max_deadline) else {
+        // Progress since the last poll moved the idle deadline.
+        let moved = std::mem::replace(this.seen, epoch) != epoch;
+        let (mut idle, mut max) = request.deadlines(tap.last_at());
+        let Some(first) = earlier(idle, max) else {
             // No limit at all: only the tap (for observers) is left to do.
             return Poll::Pending;
         };
-        let timer = this
-            .timer
-            .get_or_insert_with(|| Box::pin(sleep_until(first)));
+        let timer = match this.timer {
+            Some(timer) => {
+                if moved {
+                    timer.as_mut().reset(first);
+                }
+                timer
+            }
+            None => this.timer.insert(Box::pin(sleep_until(first))),
+        };
         loop {
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             let now = Instant::now();
-            let elapsed = if this.max_deadline.is_some_and(|m| now >= m) {
-                Elapsed::new(Limit::Max, this.limits.max.unwrap_or_default())
-            } else if this.idle_deadline.is_some_and(|i| now >= i) {
-                Elapsed::new(Limit::Idle, this.limits.idle)
+            let limits = &request.limits;
+            let elapsed = if max.is_some_and(|m| now >= m) {
+                Elapsed::new(Limit::Max, limits.max.unwrap_or_default())
+            } else if idle.is_some_and(|i| now >= i) {
+                Elapsed::new(Limit::Idle, limits.idle)
             } else {
                 // Woken for a deadline that has since moved (progress moves
                 // the idle one later, never to `None` once it was `Some`).
-                let Some(next) = earlier(*this.idle_deadline, *this.max_deadline) else {
+                (idle, max) = request.deadlines(tap.last_at());
+                let Some(next) = earlier(idle, max) else {
                     return Poll::Pending;
                 };
                 timer.as_mut().reset(next);
@@ -138,9 +125,9 @@ where
             expire(
                 &reason,
                 tap,
-                this.id.as_ref(),
-                this.method.as_ref(),
-                this.cancellation.as_ref(),
+                request.id.as_ref(),
+                request.method.as_ref(),
+                request.cancellation.as_ref(),
             );
             with_drop_reason(&reason, || this.inner.set(None));
             return Poll::Ready(Err(Box::new(elapsed)));

@@ -13,6 +13,7 @@ use crate::request::{ExtensionMap, RequestView};
 
 use super::future::ResponseFuture;
 use super::limits::{ProgressLimits, ProgressPolicy};
+use super::tap::TapRequest;
 use super::{ProgressObserver, ProgressTap};
 
 /// Applies [`ProgressReset`] to a service. See the [module docs](crate::progress).
@@ -207,19 +208,15 @@ where
             }
         };
         let observer = req.extensions().get::<ProgressObserver>().cloned();
-        let tap = ProgressTap::new(token, observer);
-        req.set_progress_tap(tap.clone());
-        let cancellation = req.cancellation().cloned();
-        let id = req.request_id();
-        let started = req.started_at();
-        ResponseFuture::new(
-            self.inner.call(req),
-            started,
-            tap,
+        let request = TapRequest {
+            started: req.started_at(),
             limits,
-            id,
+            id: req.request_id(),
             method,
-            cancellation,
-        )
+            cancellation: req.cancellation().cloned(),
+        };
+        let tap = ProgressTap::with_request(token, observer, Some(request));
+        req.set_progress_tap(tap.clone());
+        ResponseFuture::new(self.inner.call(req), tap)
     }
 }

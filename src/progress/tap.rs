@@ -76,6 +76,36 @@ struct TapInner {
     waker: AtomicWaker,
     observer: Option<ProgressObserver>,
     watch: OnceLock<watch::Sender<Option<Progress>>>,
+    /// Set by the layer: what its response future needs only once the
+    /// request waits, kept in this allocation so that the future is small.
+    request: Option<TapRequest>,
+}
+
+/// The request a [`ProgressResetLayer`](super::ProgressResetLayer) tap
+/// belongs to: its limits from `started`, and what an expiry logs and
+/// cancels.
+pub(crate) struct TapRequest {
+    pub(crate) started: Instant,
+    pub(crate) limits: super::limits::ProgressLimits,
+    pub(crate) id: Option<crate::jsonrpc::RequestId>,
+    pub(crate) method: Option<crate::jsonrpc::Method>,
+    pub(crate) cancellation: Option<crate::cancel::Cancellation>,
+}
+
+impl TapRequest {
+    /// The idle deadline (from the last report, else from the start) and
+    /// the hard maximum; `None`: no such limit (disabled, or past what an
+    /// `Instant` holds, e.g. `Duration::MAX`).
+    pub(crate) fn deadlines(
+        &self,
+        last_report: Option<Instant>,
+    ) -> (Option<Instant>, Option<Instant>) {
+        let idle = last_report
+            .unwrap_or(self.started)
+            .checked_add(self.limits.idle);
+        let max = self.limits.max.and_then(|m| self.started.checked_add(m));
+        (idle, max)
+    }
 }
 
 struct TapState {
@@ -87,6 +117,15 @@ struct TapState {
 impl ProgressTap {
     /// A tap for the request with progress token `token`.
     pub fn new(token: ProgressToken, observer: Option<ProgressObserver>) -> Self {
+        Self::with_request(token, observer, None)
+    }
+
+    /// A tap that also carries its request's [`TapRequest`] (the layer's).
+    pub(crate) fn with_request(
+        token: ProgressToken,
+        observer: Option<ProgressObserver>,
+        request: Option<TapRequest>,
+    ) -> Self {
         Self {
             inner: Arc::new(TapInner {
                 token,
@@ -99,6 +138,7 @@ impl ProgressTap {
                 waker: AtomicWaker::new(),
                 observer,
                 watch: OnceLock::new(),
+                request,
             }),
         }
     }
@@ -194,6 +234,11 @@ impl ProgressTap {
 
     pub(crate) fn register(&self, cx: &mut Context<'_>) {
         self.inner.waker.register(cx.waker());
+    }
+
+    /// The request this tap belongs to, when the layer made it.
+    pub(crate) fn request(&self) -> Option<&TapRequest> {
+        self.inner.request.as_ref()
     }
 
     pub(crate) fn epoch(&self) -> u64 {

@@ -709,3 +709,41 @@ async fn raw_params_from_a_client_are_sent_on_one_line() {
     client.shutdown().await.unwrap();
     served.await.unwrap().unwrap();
 }
+
+/// Requests read in one go and answered at their first poll: their answers
+/// are queued together, and until then their ids stay in flight, so a
+/// premature reuse of an id is refused without it instead of getting a
+/// second answer with that id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_queued_together_keep_their_ids_until_queued() {
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let svc = service_fn(|req: McpRequest| async move {
+        Ok::<_, BoxError>(json!({ "method": req.method() }))
+    });
+    let served = tokio::spawn(StdioServer::new().serve(svc, r, w));
+    let mut batch = Vec::new();
+    for id in [1, 1, 2] {
+        if !batch.is_empty() {
+            batch.push(b'\n');
+        }
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+        batch.extend_from_slice(line.to_string().as_bytes());
+    }
+    peer.send_raw(&batch).await; // one write: the reader gets all three at once
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(peer.recv().await.unwrap());
+    }
+    let answered = |id: i64| got.iter().filter(|v| v["id"] == id).count();
+    assert_eq!(answered(1), 1, "one answer for id 1: {got:?}");
+    assert_eq!(answered(2), 1, "{got:?}");
+    let refused: Vec<_> = got.iter().filter(|v| v.get("id").is_none()).collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "the reused id refused without it: {got:?}"
+    );
+    assert_eq!(refused[0]["error"]["code"], ErrorObject::INVALID_REQUEST);
+    assert!(peer.close().await.is_empty());
+    served.await.unwrap().unwrap();
+}

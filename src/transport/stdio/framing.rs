@@ -12,6 +12,12 @@ pub(crate) async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) ->
     w.write_all(b"\n").await
 }
 
+/// Writes messages that are already lines, each with its newline.
+pub(crate) async fn write_lines<W: AsyncWrite + Unpin>(w: &mut W, lines: &[u8]) -> io::Result<()> {
+    debug_assert!(lines.ends_with(b"\n"), "lines end with a newline");
+    w.write_all(lines).await
+}
+
 /// One frame read off the stream.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
@@ -81,6 +87,14 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 return Ok(Some(Frame::Line(finish(std::mem::take(&mut self.buf)))));
             }
         }
+    }
+}
+
+impl<R: tokio::io::AsyncRead> LineReader<tokio::io::BufReader<R>> {
+    /// Whether a complete line is buffered, so that [`next`](Self::next)
+    /// returns without waiting for input.
+    pub(crate) fn line_buffered(&self) -> bool {
+        self.inner.buffer().contains(&b'\n')
     }
 }
 

@@ -118,6 +118,8 @@
 mod client;
 pub(crate) mod framing;
 mod server;
+#[cfg(unix)]
+mod std_io;
 mod writer;
 
 pub use client::{

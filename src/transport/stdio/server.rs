@@ -2,7 +2,8 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
@@ -162,6 +163,8 @@ impl StdioServer {
             max_in_flight: self.max_in_flight,
             tx,
             draining: AtomicBool::new(false),
+            inline: Inline::default(),
+            batch: Default::default(),
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
@@ -190,7 +193,13 @@ impl StdioServer {
                     Ok(Some(Frame::Line(line))) => conn.on_line(&line, &mut service, &mut tasks).await,
                 },
             }
+            // Answers of requests that ended here wait for the writer until
+            // the reader would wait for input.
+            if !lines.line_buffered() {
+                conn.flush_batch().await;
+            }
         };
+        conn.flush_batch().await;
 
         let reason = match &end {
             End::Shutdown => CancelReason::Shutdown,
@@ -261,12 +270,46 @@ where
     StdioServer::new().serve(service, reader, writer).await
 }
 
-/// Serves `service` over this process's stdin and stdout.
+/// Serves `service` over this process's stdin and stdout with the default
+/// configuration (see [`StdioServer::serve_stdio`]).
 pub async fn serve_stdio<S>(service: S) -> io::Result<()>
 where
     S: McpService,
 {
-    serve(service, tokio::io::stdin(), tokio::io::stdout()).await
+    StdioServer::new().serve_stdio(service).await
+}
+
+impl StdioServer {
+    /// Serves `service` over this process's stdin and stdout, as
+    /// [`serve`](Self::serve) does over any pair.
+    ///
+    /// On Unix, a stdin or stdout that is a pipe or a Unix socket (what an
+    /// MCP host gives its server) is read and written non-blocking through
+    /// the runtime's reactor, not on tokio's blocking thread pool as
+    /// `tokio::io::stdin()`/`stdout()` are: no thread hand-off per read and
+    /// per write. While the server runs, those descriptors are in
+    /// non-blocking mode (a property shared by the whole process: write
+    /// nothing else to stdout meanwhile, it would corrupt the protocol
+    /// anyway); blocking mode is restored when it ends. A terminal or a
+    /// file keeps tokio's handles.
+    pub async fn serve_stdio<S>(self, service: S) -> io::Result<()>
+    where
+        S: McpService,
+    {
+        #[cfg(unix)]
+        {
+            let mut restore = super::std_io::NonBlocking::default();
+            let (stdin, stdout) = super::std_io::open(&mut restore);
+            let served = self.serve(service, stdin, stdout).await;
+            drop(restore);
+            served
+        }
+        #[cfg(not(unix))]
+        {
+            self.serve(service, tokio::io::stdin(), tokio::io::stdout())
+                .await
+        }
+    }
 }
 
 struct Connection {
@@ -275,6 +318,8 @@ struct Connection {
     tx: mpsc::Sender<Outgoing>,
     /// Shutting down: new requests are refused.
     draining: AtomicBool,
+    inline: Inline,
+    batch: std::sync::Mutex<Batch>,
 }
 
 /// How a drain goes: its grace, what ends it early (a shutdown after the
@@ -298,6 +343,30 @@ impl Connection {
     /// regardless of its request's state).
     async fn send(&self, bytes: Vec<u8>) {
         let _ = self.tx.send(Outgoing::unscoped(bytes)).await;
+    }
+
+    fn lock_batch(&self) -> std::sync::MutexGuard<'_, Batch> {
+        // Only the reader locks it, never across an await.
+        self.batch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues the [`Batch`] of answers, then releases their registry
+    /// entries.
+    async fn flush_batch(&self) {
+        let (bytes, guards) = {
+            let mut batch = self.lock_batch();
+            if batch.guards.is_empty() && batch.bytes.is_empty() {
+                return;
+            }
+            (
+                std::mem::take(&mut batch.bytes),
+                std::mem::take(&mut batch.guards),
+            )
+        };
+        if !bytes.is_empty() {
+            let _ = self.tx.send(Outgoing::lines(bytes)).await;
+        }
+        drop(guards);
     }
 
     /// The drain: listen streams get their graceful result, the others may
@@ -357,7 +426,8 @@ impl Connection {
                 DrainStep::GraceOver => return None,
                 DrainStep::TaskEnded => {}
                 DrainStep::Frame(Ok(Some(Frame::Line(line)))) => {
-                    self.on_line(&line, service, tasks).await
+                    self.on_line(&line, service, tasks).await;
+                    self.flush_batch().await;
                 }
                 // An oversize line during the drain is skipped unanswered.
                 DrainStep::Frame(Ok(Some(Frame::TooLong { .. }))) => {}
@@ -483,7 +553,68 @@ impl Connection {
             Transport::Stdio,
             None,
         );
+        let mut call = Box::pin(call);
+        if self.inline.allowed() {
+            // Most requests are ready at their first poll: finishing them
+            // here spares a task and two thread hand-offs (reader → task →
+            // writer). The waker is a no-op: a request still pending is
+            // spawned, and its task polls it again at once.
+            let started = std::time::Instant::now();
+            let first = call
+                .as_mut()
+                .poll(&mut Context::from_waker(std::task::Waker::noop()));
+            self.inline.took(started.elapsed());
+            if let Poll::Ready(ending) = first {
+                let last = last_message(ending, &guard);
+                scope.end();
+                let full = {
+                    let mut batch = self.lock_batch();
+                    if let Some(bytes) = last {
+                        batch.bytes.extend_from_slice(&bytes);
+                        batch.bytes.push(b'\n');
+                    }
+                    batch.guards.push(guard);
+                    batch.is_full()
+                };
+                if full {
+                    self.flush_batch().await;
+                }
+                return;
+            }
+        }
         tasks.spawn(finish_request(call, scope, guard, self.tx.clone()));
+    }
+}
+
+/// Whether the reader polls a new request once itself before spawning it.
+///
+/// A handler that computes for long before its first `.await` would hold
+/// up the reader (and keep the other workers idle): after a first poll
+/// longer than [`Inline::SLOW`], the next [`Inline::BACK_OFF`] requests are
+/// spawned at once, to run in parallel.
+#[derive(Default)]
+struct Inline {
+    /// Requests still to spawn without a first poll here.
+    skip: AtomicU32,
+}
+
+impl Inline {
+    const SLOW: Duration = Duration::from_micros(20);
+    const BACK_OFF: u32 = 64;
+
+    fn allowed(&self) -> bool {
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip == 0 {
+            return true;
+        }
+        self.skip.store(skip - 1, Ordering::Relaxed);
+        false
+    }
+
+    fn took(&self, first_poll: Duration) {
+        if first_poll > Self::SLOW {
+            self.skip.store(Self::BACK_OFF, Ordering::Relaxed);
+        }
     }
 }
 
@@ -498,7 +629,26 @@ async fn finish_request(
     guard: InFlightGuard,
     tx: mpsc::Sender<Outgoing>,
 ) {
-    let last = match call.await {
+    end_request(call.await, scope, guard, &tx).await;
+}
+
+/// Writes a request's [`Ending`] (see [`finish_request`]).
+async fn end_request(
+    ending: Ending,
+    scope: Scope,
+    guard: InFlightGuard,
+    tx: &mpsc::Sender<Outgoing>,
+) {
+    match last_message(ending, &guard) {
+        Some(bytes) => scope.end_with(tx.reserve().await.ok(), Some(bytes)),
+        None => scope.end(),
+    }
+    drop(guard);
+}
+
+/// What a request's [`Ending`] writes, if anything.
+fn last_message(ending: Ending, guard: &InFlightGuard) -> Option<Vec<u8>> {
+    match ending {
         Ending::Respond { bytes, .. } => Some(bytes),
         Ending::TearDown(reason) => jsonrpc::encode_notification(
             jsonrpc::CANCELLED,
@@ -509,10 +659,46 @@ async fn finish_request(
         )
         .ok(),
         Ending::Silent(_) => None,
-    };
-    match last {
-        Some(bytes) => scope.end_with(tx.reserve().await.ok(), Some(bytes)),
-        None => scope.end(),
     }
-    drop(guard);
+}
+
+/// The answers of requests that ended in the reader, queued as one message
+/// when the reader has no complete line left to read (or the batch is
+/// full): one wake of the writer and one write for many answers.
+///
+/// Each answer's request scope is closed when its answer joins the batch,
+/// so nothing of the request can be queued after it; its registry entry is
+/// held until the batch is queued, so that its id cannot be reused before.
+#[derive(Default)]
+struct Batch {
+    /// The answers, each followed by a newline.
+    bytes: Vec<u8>,
+    guards: Vec<InFlightGuard>,
+}
+
+impl Batch {
+    const MAX_ANSWERS: usize = 64;
+    const MAX_BYTES: usize = 64 * 1024;
+
+    fn is_full(&self) -> bool {
+        self.guards.len() >= Self::MAX_ANSWERS || self.bytes.len() >= Self::MAX_BYTES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_first_poll_spawns_the_next_requests_at_once() {
+        let inline = Inline::default();
+        assert!(inline.allowed());
+        inline.took(Inline::SLOW / 2);
+        assert!(inline.allowed());
+        inline.took(Inline::SLOW * 2);
+        for i in 0..Inline::BACK_OFF {
+            assert!(!inline.allowed(), "request {i} after the slow one");
+        }
+        assert!(inline.allowed(), "polled in the reader again");
+    }
 }

@@ -8,7 +8,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::framing::write_line;
+use super::framing::{write_line, write_lines};
 use crate::notify::outbox::Outgoing;
 
 /// Drains the queue into `writer`, one line per message, flushing when the
@@ -43,7 +43,9 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
 }
 
 async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Result<()> {
+    let lines = msg.is_lines();
     match msg.into_live_bytes() {
+        Some(bytes) if lines => write_lines(w, &bytes).await,
         Some(bytes) => write_line(w, &bytes).await,
         None => {
             tracing::trace!("message for a cancelled request dropped unsent");
