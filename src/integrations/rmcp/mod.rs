@@ -412,7 +412,7 @@ fn error_data(error: &(dyn std::error::Error + 'static)) -> ErrorData {
     if let Some(e) = error.downcast_ref::<ErrorData>() {
         return e.clone();
     }
-    let e = super::error_object(error);
+    let e = crate::jsonrpc::ErrorObject::of_error(error);
     let code = i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0);
     ErrorData::new(ErrorCode(code), e.message, e.data)
 }

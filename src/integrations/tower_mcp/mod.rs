@@ -268,7 +268,7 @@ impl Service<RouterRequest> for RouterService {
             bridge.completed = out.is_ok() && !cancellation.is_cancelled();
             drop(bridge);
             Ok(out.unwrap_or_else(|e| {
-                let e = super::error_object(&*e);
+                let e = crate::jsonrpc::ErrorObject::of_error(&*e);
                 RouterResponse {
                     id,
                     inner: Err(JsonRpcError {

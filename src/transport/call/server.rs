@@ -28,7 +28,7 @@ use tracing::Instrument;
 use crate::cancel::future::ResponseFuture;
 use crate::cancel::guard::DisconnectGuard;
 use crate::cancel::Passthrough;
-use crate::error::{BoxError, Cancelled, Elapsed};
+use crate::error::{BoxError, Cancelled};
 use crate::jsonrpc::{self, ErrorObject, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::notify::Notifier;
@@ -226,7 +226,7 @@ fn ending<T: Serialize>(
             if e.is::<Panicked>() {
                 tracing::error!(request_id = %id, "handler panicked");
             }
-            let err = error_object(&*e);
+            let err = ErrorObject::of_error(&*e);
             let code = err.code;
             let ending = respond::<()>(id, Err(err));
             // What the peer is told: an error with this code (a `Cancelled`
@@ -258,23 +258,6 @@ fn respond<T: Serialize>(id: &RequestId, outcome: Result<T, ErrorObject>) -> End
 
 fn internal(message: String) -> ErrorObject {
     ErrorObject::new(ErrorObject::INTERNAL_ERROR, message)
-}
-
-/// The JSON-RPC error for a failed call: an [`ErrorObject`] as it is, an
-/// [`Elapsed`] with its limit, a [`Cancelled`] nobody asked for (the
-/// handler's own, or a layer inside the stack) as an internal error that
-/// says so, anything else as an internal error carrying its message.
-fn error_object(error: &(dyn std::error::Error + 'static)) -> ErrorObject {
-    if let Some(e) = error.downcast_ref::<ErrorObject>() {
-        return e.clone();
-    }
-    if let Some(e) = error.downcast_ref::<Elapsed>() {
-        return e.to_error_object();
-    }
-    if let Some(c) = error.downcast_ref::<Cancelled>() {
-        return internal(format!("request cancelled by the server: {}", c.reason()));
-    }
-    internal(error.to_string())
 }
 
 /// The result a server sends when a `subscriptions/listen` stream ends:
