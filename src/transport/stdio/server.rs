@@ -467,28 +467,11 @@ impl Connection {
     }
 
     fn on_notification(&self, n: RawNotification) {
-        if n.method != jsonrpc::CANCELLED {
-            tracing::debug!(method = ?n.method, "notification from the client ignored");
+        let Some((id, reason)) = n.cancel_request() else {
             return;
-        }
-        let params = n
-            .params
-            .as_deref()
-            .map(|p| serde_json::from_str::<CancelledParams>(p.get()));
-        let params = match params {
-            Some(Ok(p)) => p,
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "malformed notifications/cancelled ignored");
-                return;
-            }
-            None => {
-                tracing::debug!("notifications/cancelled without params ignored");
-                return;
-            }
         };
-        let reason = CancelReason::peer(params.reason.as_deref());
-        if self.in_flight.cancel(&params.request_id, reason.clone()) == CancelOutcome::Cancelled {
-            tracing::debug!(request_id = %params.request_id, %reason, "request cancelled by the client");
+        if self.in_flight.cancel(&id, reason.clone()) == CancelOutcome::Cancelled {
+            tracing::debug!(request_id = %id, %reason, "request cancelled by the client");
         }
     }
 

@@ -7,12 +7,11 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::store::{CreateError, Session, Sessions};
-use crate::jsonrpc::{self, CancelledParams, ErrorObject, RawNotification, RequestId};
+use crate::jsonrpc::{self, ErrorObject, RawNotification, RequestId};
 use crate::transport::http::body::ResponseBody;
 use crate::transport::http::headers::MCP_SESSION_ID_HEADER;
 use crate::transport::http::response;
 use crate::transport::http::validation::Rejection;
-use crate::CancelReason;
 
 /// The session id a request carries; a header that is not visible ASCII
 /// names no session the server could have minted.
@@ -78,29 +77,10 @@ pub(crate) fn notification(
         return Ok(());
     };
     let session = sessions.get(id?).ok_or_else(not_found)?;
-    if n.method != jsonrpc::CANCELLED {
-        tracing::debug!(method = ?n.method, "notification of a legacy session accepted");
-        return Ok(());
+    if let Some((request_id, reason)) = n.cancel_request() {
+        let outcome = session.cancel(&request_id, reason.clone());
+        tracing::info!(%request_id, %reason, ?outcome, "notifications/cancelled from a legacy session");
     }
-    let params = n
-        .params
-        .as_deref()
-        .map(|p| serde_json::from_str::<CancelledParams>(p.get()));
-    let params = match params {
-        Some(Ok(p)) => p,
-        Some(Err(e)) => {
-            tracing::debug!(error = %e, "malformed notifications/cancelled ignored");
-            return Ok(());
-        }
-        None => {
-            tracing::debug!("notifications/cancelled without params ignored");
-            return Ok(());
-        }
-    };
-    // The reason is the client's text: sanitized by `CancelReason::peer`.
-    let reason = CancelReason::peer(params.reason.as_deref());
-    let outcome = session.cancel(&params.request_id, reason.clone());
-    tracing::info!(request_id = %params.request_id, %reason, ?outcome, "notifications/cancelled from a legacy session");
     Ok(())
 }
 
