@@ -268,7 +268,11 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    tracing::info!(%addr, "MCP endpoint at http://{addr}/mcp");
+    // The address actually bound (`--listen 127.0.0.1:0` picks a port), on
+    // stdout as `http_server` prints it.
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(%bound, "MCP endpoint at http://{bound}/mcp");
+    println!("listening on http://{bound}/mcp");
     let signal = shutdown.clone();
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
