@@ -67,49 +67,36 @@ impl Record {
             None => sanitize::for_log(method),
         };
         let protocol = transport.protocol_name();
+        // The span name and `otel.kind` must be literals: one field list,
+        // two spans.
+        macro_rules! request_span {
+            ($name:literal, $kind:literal) => {
+                tracing::info_span!(
+                    target: TARGET,
+                    $name,
+                    otel.name = otel_name(),
+                    otel.kind = $kind,
+                    otel.status_code = Empty,
+                    mcp.method.name = sanitize::for_log(method),
+                    jsonrpc.request.id = id(),
+                    gen_ai.tool.name = tool(),
+                    gen_ai.prompt.name = prompt(),
+                    gen_ai.operation.name = operation,
+                    rpc.system.name = "jsonrpc",
+                    network.transport = transport.network_transport(),
+                    network.protocol.name = protocol,
+                    mcp.transport = transport.as_str(),
+                    mcp.era = era(),
+                    mcp.request.outcome = Empty,
+                    mcp.cancel.reason = Empty,
+                    error.type = Empty,
+                    rpc.response.status_code = Empty,
+                )
+            };
+        }
         let span = match side {
-            Side::Server => tracing::info_span!(
-                target: TARGET,
-                "mcp.server.request",
-                otel.name = otel_name(),
-                otel.kind = "server",
-                otel.status_code = Empty,
-                mcp.method.name = sanitize::for_log(method),
-                jsonrpc.request.id = id(),
-                gen_ai.tool.name = tool(),
-                gen_ai.prompt.name = prompt(),
-                gen_ai.operation.name = operation,
-                rpc.system.name = "jsonrpc",
-                network.transport = transport.network_transport(),
-                network.protocol.name = protocol,
-                mcp.transport = transport.as_str(),
-                mcp.era = era(),
-                mcp.request.outcome = Empty,
-                mcp.cancel.reason = Empty,
-                error.type = Empty,
-                rpc.response.status_code = Empty,
-            ),
-            Side::Client => tracing::info_span!(
-                target: TARGET,
-                "mcp.client.request",
-                otel.name = otel_name(),
-                otel.kind = "client",
-                otel.status_code = Empty,
-                mcp.method.name = sanitize::for_log(method),
-                jsonrpc.request.id = id(),
-                gen_ai.tool.name = tool(),
-                gen_ai.prompt.name = prompt(),
-                gen_ai.operation.name = operation,
-                rpc.system.name = "jsonrpc",
-                network.transport = transport.network_transport(),
-                network.protocol.name = protocol,
-                mcp.transport = transport.as_str(),
-                mcp.era = era(),
-                mcp.request.outcome = Empty,
-                mcp.cancel.reason = Empty,
-                error.type = Empty,
-                rpc.response.status_code = Empty,
-            ),
+            Side::Server => request_span!("mcp.server.request", "server"),
+            Side::Client => request_span!("mcp.client.request", "client"),
         };
         #[cfg(feature = "metrics")]
         super::metrics::started(side, transport);

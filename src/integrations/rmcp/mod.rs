@@ -314,8 +314,8 @@ impl<H: ServerHandler> Cancellable<H> {
             // rmcp's token, and the HTTP exchange's disconnect, → the
             // request's cancellation, which the CancelOnDisconnect layer
             // races the handler against.
-            let forward = async {
-                let reason = match &exchange {
+            let cause = async {
+                match &exchange {
                     Some(exchange) => tokio::select! {
                         reason = exchange.cancelled() => reason,
                         () = rmcp_ct.cancelled() => CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)),
@@ -324,21 +324,9 @@ impl<H: ServerHandler> Cancellable<H> {
                         rmcp_ct.cancelled().await;
                         CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED))
                     }
-                };
-                cancellation.cancel(reason);
-                std::future::pending::<()>().await
-            };
-            tokio::pin!(call, forward);
-            let out = std::future::poll_fn(|cx| {
-                if let Poll::Ready(out) = call.as_mut().poll(cx) {
-                    return Poll::Ready(out);
                 }
-                // Never ready: it parks until a cause fires, cancels, and
-                // waits on; the call above then ends with `Cancelled`.
-                let _ = forward.as_mut().poll(cx);
-                Poll::Pending
-            })
-            .await;
+            };
+            let out = super::run_cancellable(call, cause, &cancellation).await;
             out.map_err(|e| error_data(&*e))
         }
     }

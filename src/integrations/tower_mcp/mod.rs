@@ -241,7 +241,7 @@ impl Service<RouterRequest> for RouterService {
             // The router firing its token (the peer's cancel) or the
             // transport's → the cancellation, which the CancelOnDisconnect
             // layer races the router's future against.
-            let forward = async {
+            let cause = async {
                 let reason = match &transport {
                     Some(t) => tokio::select! {
                         () = t.cancelled() => TRANSPORT_CANCELLED,
@@ -252,19 +252,9 @@ impl Service<RouterRequest> for RouterService {
                         ROUTER_CANCELLED
                     }
                 };
-                // A no-op when a layer cancelled first (its reason stays).
-                cancellation.cancel(CancelReason::Other(Cow::Borrowed(reason)));
-                std::future::pending::<()>().await
+                CancelReason::Other(Cow::Borrowed(reason))
             };
-            tokio::pin!(call, forward);
-            let out = std::future::poll_fn(|cx| {
-                if let Poll::Ready(out) = call.as_mut().poll(cx) {
-                    return Poll::Ready(out);
-                }
-                let _ = forward.as_mut().poll(cx);
-                Poll::Pending
-            })
-            .await;
+            let out = super::run_cancellable(call, cause, &cancellation).await;
             bridge.completed = out.is_ok() && !cancellation.is_cancelled();
             drop(bridge);
             Ok(out.unwrap_or_else(|e| {
