@@ -26,6 +26,24 @@ fn to_line<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_json::Erro
     Ok(bytes)
 }
 
+/// The `notifications/cancelled` line for request `id`, with `reason`: the
+/// one encoding of a cancel, for both clients and a server's listen
+/// teardown. Fails only as [`encode_notification`] does (never, for an id
+/// and a string).
+#[cfg(any(feature = "stdio", feature = "http"))]
+pub(crate) fn encode_cancelled(
+    id: &RequestId,
+    reason: String,
+) -> Result<Vec<u8>, serde_json::Error> {
+    encode_notification(
+        super::CANCELLED,
+        &super::CancelledParams {
+            request_id: id.clone(),
+            reason: Some(reason),
+        },
+    )
+}
+
 /// Serializes a notification line (without the trailing newline). Fails
 /// only when `params` cannot be serialized.
 pub fn encode_notification<P: Serialize + ?Sized>(

@@ -25,6 +25,8 @@ mod message;
 mod method;
 mod params;
 
+#[cfg(any(feature = "stdio", feature = "http"))]
+pub(crate) use encode::encode_cancelled;
 pub use encode::{encode_notification, encode_request, encode_response};
 pub use error::ErrorObject;
 pub use id::{ProgressToken, RequestId};

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::framing::{Frame, LineReader};
 use super::writer::write_loop;
 use crate::cancel::{CancelOutcome, InFlightGuard};
-use crate::jsonrpc::{self, CancelledParams, ErrorObject, Message, RawNotification, RawRequest};
+use crate::jsonrpc::{self, ErrorObject, Message, RawNotification, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::observe::Transport;
 use crate::transport::call::server::{self as call, encode_error_without_id, Ending, McpService};
@@ -475,6 +475,18 @@ impl Connection {
         }
     }
 
+    /// Refuses request `id` with `err`: answered with its id, unless that
+    /// id is in flight, where an answer carrying it would look like the
+    /// running request's answer; then without one.
+    async fn refuse(&self, id: &RequestId, err: &ErrorObject) {
+        let bytes = if self.in_flight.contains(id) {
+            encode_error_without_id(err)
+        } else {
+            jsonrpc::encode_response::<()>(Some(id), Err(err))
+        };
+        self.send(bytes).await;
+    }
+
     async fn on_request<S>(&self, raw: RawRequest, service: &mut S, tasks: &mut JoinSet<()>)
     where
         S: McpService,
@@ -486,16 +498,10 @@ impl Connection {
                 ErrorObject::INTERNAL_ERROR,
                 "Internal error: server shutting down; request not accepted",
             );
-            let bytes = if self.in_flight.contains(&id) {
-                encode_error_without_id(&err)
-            } else {
-                jsonrpc::encode_response::<()>(Some(&id), Err(&err))
-            };
-            self.send(bytes).await;
+            self.refuse(&id, &err).await;
             return;
         }
-        // A request whose id is in flight is refused without that id: an
-        // answer carrying it would look like the running request's answer.
+        // At the bound; a duplicate id gets its own answer below.
         if self.in_flight.len() >= self.max_in_flight && !self.in_flight.contains(&id) {
             tracing::debug!(request_id = %id, max = self.max_in_flight, "request refused: too many in flight");
             let err = ErrorObject::new(
@@ -505,8 +511,7 @@ impl Connection {
                     self.max_in_flight
                 ),
             );
-            self.send(jsonrpc::encode_response::<()>(Some(&id), Err(&err)))
-                .await;
+            self.refuse(&id, &err).await;
             return;
         }
         let guard = match self
@@ -633,14 +638,7 @@ async fn end_request(
 fn last_message(ending: Ending, guard: &InFlightGuard) -> Option<Vec<u8>> {
     match ending {
         Ending::Respond { bytes, .. } => Some(bytes),
-        Ending::TearDown(reason) => jsonrpc::encode_notification(
-            jsonrpc::CANCELLED,
-            &CancelledParams {
-                request_id: guard.id().clone(),
-                reason: Some(reason),
-            },
-        )
-        .ok(),
+        Ending::TearDown(reason) => jsonrpc::encode_cancelled(guard.id(), reason).ok(),
         Ending::Silent(_) => None,
     }
 }

@@ -24,9 +24,7 @@ use super::request::{send, CLIENT_CAPABILITIES_META, CLIENT_INFO_META};
 use super::response::read_response;
 use super::{HttpClientError, Inner};
 use crate::error::BoxError;
-use crate::jsonrpc::{
-    self, CancelledParams, ErrorObject, Message, RequestId, PROTOCOL_VERSION_META,
-};
+use crate::jsonrpc::{self, ErrorObject, Message, RequestId, PROTOCOL_VERSION_META};
 use crate::protocol::LEGACY_VERSIONS;
 use crate::transport::call::client::Route;
 use crate::transport::http::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
@@ -329,11 +327,7 @@ pub(super) fn spawn_cancel(
         tracing::warn!(request_id = %id, max = MAX_PENDING_CANCELS, "too many cancellations under way; notifications/cancelled not sent");
         return;
     };
-    let params = CancelledParams {
-        request_id: id.clone(),
-        reason: Some(reason.to_string()),
-    };
-    let req = jsonrpc::encode_notification(jsonrpc::CANCELLED, &params)
+    let req = jsonrpc::encode_cancelled(id, reason.to_string())
         .map_err(|e| e.to_string())
         .and_then(|body| {
             let mut req = legacy

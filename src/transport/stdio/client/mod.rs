@@ -22,7 +22,7 @@ use tower::Service;
 use tracing::Instrument;
 
 use crate::error::BoxError;
-use crate::jsonrpc::{self, CancelledParams, ErrorObject, RequestId};
+use crate::jsonrpc::{self, ErrorObject, RequestId};
 use crate::observe::Transport;
 use crate::transport::call::client::{
     outcome, Abandon, CallGuard, Outbound, Pending, ResponseFuture,
@@ -315,13 +315,7 @@ impl Abandon for Cancel {
     }
 
     fn cancel(&mut self, id: &RequestId, reason: CancelReason) {
-        let line = jsonrpc::encode_notification(
-            jsonrpc::CANCELLED,
-            &CancelledParams {
-                request_id: id.clone(),
-                reason: Some(reason.to_string()),
-            },
-        );
+        let line = jsonrpc::encode_cancelled(id, reason.to_string());
         // An id and a string: the encoding cannot fail.
         let Ok(line) = line else { return };
         if self.shared.ctl.send(Control::Line(line)).is_err() {

@@ -12,10 +12,10 @@ use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
 use super::Shared;
-use crate::jsonrpc::{self, CancelledParams, Message, RawNotification, RawResponse};
+use crate::jsonrpc::{self, Message, RawNotification, RawResponse};
 use crate::transport::call::client::route_progress;
 use crate::transport::stdio::framing::{write_line, Frame, LineReader};
-use crate::{CancelReason, Cancelled};
+use crate::Cancelled;
 
 pub(super) enum Control {
     /// A notification line (a cancellation, or one the caller sends):
@@ -148,33 +148,27 @@ fn on_response(shared: &Shared, r: RawResponse) {
 /// The server's `notifications/cancelled`: ends a `subscriptions/listen`
 /// (the one request the spec lets a server cancel), and nothing else.
 fn on_cancelled(shared: &Shared, n: &RawNotification) {
-    let Some(params) = n
-        .params
-        .as_deref()
-        .and_then(|p| serde_json::from_str::<CancelledParams>(p.get()).ok())
-    else {
-        tracing::debug!("malformed notifications/cancelled ignored");
+    let Some((id, reason)) = n.cancel_request() else {
         return;
     };
     let taken = {
         let mut st = shared.lock();
-        match st.pending.get(&params.request_id).map(|p| p.listen) {
-            Some(true) => Ok(st.pending.take(&params.request_id)),
+        match st.pending.get(&id).map(|p| p.listen) {
+            Some(true) => Ok(st.pending.take(&id)),
             Some(false) => Err(()),
             None => Ok(None),
         }
     };
-    let reason = CancelReason::peer(params.reason.as_deref());
     match taken {
         Ok(Some(p)) => {
-            tracing::debug!(request_id = %params.request_id, %reason, "server ended the request (subscription torn down)");
+            tracing::debug!(request_id = %id, %reason, "server ended the request (subscription torn down)");
             let _ = p.tx.send(Err(Box::new(Cancelled::new(reason))));
         }
         Err(()) => {
-            tracing::warn!(request_id = %params.request_id, %reason, "server sent notifications/cancelled for a request that is not a subscriptions/listen; ignored (the call goes on)");
+            tracing::warn!(request_id = %id, %reason, "server sent notifications/cancelled for a request that is not a subscriptions/listen; ignored (the call goes on)");
         }
         Ok(None) => {
-            tracing::debug!(request_id = %params.request_id, "notifications/cancelled for no request in flight ignored")
+            tracing::debug!(request_id = %id, "notifications/cancelled for no request in flight ignored")
         }
     }
 }
