@@ -51,10 +51,7 @@ pub struct McpRequest {
     id: Option<RequestId>,
     method: Option<Method>,
     params: Option<Box<RawValue>>,
-    progress_token: Option<ProgressToken>,
-    /// Set when the progress token was assigned after decoding, so `params`
-    /// must be rewritten before the request goes on the wire.
-    token_pending: bool,
+    progress_token: TokenSlot,
     // The two per-request values every stack sets are kept out of the
     // extension map: inserting into it allocates a map and a box per value,
     // which was most of the layers' per-call cost.
@@ -98,8 +95,10 @@ impl McpRequest {
 
     /// Sets raw `params`; a progress token in `_meta.progressToken` is picked up.
     pub fn set_raw_params(&mut self, params: Option<Box<RawValue>>) {
-        self.progress_token = params.as_deref().and_then(jsonrpc::peek_progress_token);
-        self.token_pending = false;
+        self.progress_token = match params.as_deref().and_then(jsonrpc::peek_progress_token) {
+            Some(t) => TokenSlot::InParams(t),
+            None => TokenSlot::None,
+        };
         self.params = params;
     }
 
@@ -134,8 +133,8 @@ impl McpRequest {
     /// The params as they must be written on the wire: with `_meta.progressToken`
     /// merged in when a token was assigned after the params were set.
     pub fn wire_params(&self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
-        match (&self.progress_token, self.token_pending) {
-            (Some(token), true) => {
+        match &self.progress_token {
+            TokenSlot::Assigned(token) => {
                 jsonrpc::params_with_progress_token(self.params.as_deref(), token).map(Some)
             }
             _ => Ok(self.params.clone()),
@@ -144,7 +143,7 @@ impl McpRequest {
 
     /// The progress token.
     pub fn progress_token(&self) -> Option<&ProgressToken> {
-        self.progress_token.as_ref()
+        self.progress_token.get()
     }
 
     /// The request's [`Cancellation`]: set by
@@ -197,14 +196,37 @@ impl McpRequest {
     }
 }
 
+/// A request's progress token, and whether its params already carry it.
+#[derive(Debug, Default)]
+enum TokenSlot {
+    #[default]
+    None,
+    /// Read from the params.
+    InParams(ProgressToken),
+    /// Set by a layer: `wire_params` adds it to the params (one enum rather
+    /// than a token and a flag keeps `McpRequest`, moved by every layer's
+    /// `call`, at 128 bytes).
+    Assigned(ProgressToken),
+}
+
+impl TokenSlot {
+    fn get(&self) -> Option<&ProgressToken> {
+        match self {
+            TokenSlot::None => None,
+            TokenSlot::InParams(t) | TokenSlot::Assigned(t) => Some(t),
+        }
+    }
+}
+
 impl From<RawRequest> for McpRequest {
     fn from(r: RawRequest) -> Self {
         Self {
             id: Some(r.id),
             method: Some(r.method),
             params: r.params,
-            progress_token: r.progress_token,
-            token_pending: false,
+            progress_token: r
+                .progress_token
+                .map_or(TokenSlot::None, TokenSlot::InParams),
             cancellation: None,
             tap: None,
             started: None,
@@ -310,11 +332,10 @@ impl RequestView for McpRequest {
         self.method.clone()
     }
     fn progress_token(&self) -> Option<&ProgressToken> {
-        self.progress_token.as_ref()
+        self.progress_token.get()
     }
     fn set_progress_token(&mut self, token: ProgressToken) -> bool {
-        self.progress_token = Some(token);
-        self.token_pending = true;
+        self.progress_token = TokenSlot::Assigned(token);
         true
     }
     fn extensions(&self) -> &Extensions {

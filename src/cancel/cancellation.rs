@@ -7,6 +7,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::sync::{Arc, AtomicU8, AtomicWaker, OnceLock, Ordering};
 use crate::error::CancelReason;
+use crate::jsonrpc::{Method, RequestId};
+use crate::progress::tap::ProgressState;
 
 /// One request's cancellation: a one-shot state (active → cancelled with a
 /// reason, or active → completed), and a [`CancellationToken`] that fires on
@@ -24,6 +26,9 @@ use crate::error::CancelReason;
 ///   request whose handler never asks for it pays nothing for it; a token
 ///   asked for once the cancel is visible is already cancelled.
 /// * Dropping a `Cancellation` does nothing: it neither cancels nor completes.
+/// * Its allocation also holds the request's progress state: the
+///   [`ProgressTap`](crate::ProgressTap) that `ProgressResetLayer` makes
+///   lives there, so a request pays one allocation for both.
 ///
 /// ```
 /// use tower_mcp_cancel::{Cancellation, CancelReason};
@@ -50,6 +55,12 @@ struct Inner {
     reason: OnceLock<CancelReason>,
     token: OnceLock<CancellationToken>,
     waker: AtomicWaker,
+    /// The request's id and method, for the layers' log events (read only
+    /// when one is written, so the futures need not carry copies).
+    id: Option<RequestId>,
+    method: Option<Method>,
+    /// The request's progress tap, once one is made here.
+    progress: ProgressState,
 }
 
 const ACTIVE: u8 = 0;
@@ -66,14 +77,38 @@ impl Default for Cancellation {
 impl Cancellation {
     /// A new, active cancellation.
     pub fn new() -> Self {
+        Self::for_request(None, None)
+    }
+
+    /// A new, active cancellation of the request `id` / `method` (which the
+    /// layers' log events then name).
+    pub(crate) fn for_request(id: Option<RequestId>, method: Option<Method>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 state: AtomicU8::new(ACTIVE),
                 reason: OnceLock::new(),
                 token: OnceLock::new(),
                 waker: AtomicWaker::new(),
+                id,
+                method,
+                progress: ProgressState::new(),
             }),
         }
+    }
+
+    /// The id of the request, when it was made for one.
+    pub(crate) fn request_id(&self) -> Option<&RequestId> {
+        self.inner.id.as_ref()
+    }
+
+    /// The method of the request, when it was made for one.
+    pub(crate) fn method(&self) -> Option<&Method> {
+        self.inner.method.as_ref()
+    }
+
+    /// The request's progress state (see the type's docs).
+    pub(crate) fn progress(&self) -> &ProgressState {
+        &self.inner.progress
     }
 
     /// Cancels with `reason`: fires the token and wakes the layer racing this

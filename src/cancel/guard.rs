@@ -7,7 +7,6 @@
 use crate::cancel::drop_reason::current_drop_reason;
 use crate::cancel::Cancellation;
 use crate::error::CancelReason;
-use crate::jsonrpc::{Method, RequestId};
 
 /// Fires a request's [`Cancellation`] with
 /// [`CancelReason::ClientDisconnected`] if dropped while armed; completes it
@@ -20,18 +19,14 @@ use crate::jsonrpc::{Method, RequestId};
 /// when they end it, and a disconnect is logged with its id and method.
 pub struct DisconnectGuard {
     cancellation: Cancellation,
-    id: Option<RequestId>,
-    method: Option<Method>,
     armed: bool,
 }
 
 impl DisconnectGuard {
     /// An armed guard for a request.
-    pub fn new(cancellation: Cancellation, id: Option<RequestId>, method: Option<Method>) -> Self {
+    pub fn new(cancellation: Cancellation) -> Self {
         Self {
             cancellation,
-            id,
-            method,
             armed: true,
         }
     }
@@ -62,8 +57,8 @@ impl DisconnectGuard {
 
     pub(crate) fn log_cancelled(&self, reason: &CancelReason, what: &'static str) {
         tracing::debug!(
-            request_id = self.id.as_ref().map(tracing::field::display),
-            method = self.method.as_deref().unwrap_or(""),
+            request_id = self.cancellation.request_id().map(tracing::field::display),
+            method = self.cancellation.method().map_or("", |m| m.as_str()),
             %reason,
             "{what}"
         );
@@ -85,8 +80,7 @@ impl Drop for DisconnectGuard {
 impl std::fmt::Debug for DisconnectGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DisconnectGuard")
-            .field("id", &self.id)
-            .field("method", &self.method)
+            .field("cancellation", &self.cancellation)
             .field("armed", &self.armed)
             .finish()
     }

@@ -86,7 +86,8 @@ impl InFlight {
         id: RequestId,
         method: Option<Method>,
     ) -> Result<InFlightGuard, DuplicateId> {
-        self.register_with(id, method, Cancellation::new())
+        let cancellation = Cancellation::for_request(Some(id.clone()), method.clone());
+        self.register_with(id, method, cancellation)
     }
 
     /// Registers a request with a [`Cancellation`] it already has (one an

@@ -82,12 +82,12 @@ where
         let cancellation = match req.cancellation() {
             Some(c) => c.clone(),
             None => {
-                let c = Cancellation::new();
+                let c = Cancellation::for_request(req.request_id(), req.mcp_method());
                 req.set_cancellation(c.clone());
                 c
             }
         };
-        let guard = DisconnectGuard::new(cancellation, req.request_id(), req.mcp_method());
+        let guard = DisconnectGuard::new(cancellation);
         ResponseFuture::new(self.inner.call(req), guard)
     }
 }

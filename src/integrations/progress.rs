@@ -28,7 +28,7 @@ impl ProgressRegistry {
     /// client that reuses a token in flight gets the newer request's tap.
     pub(crate) fn register(&self, tap: ProgressTap) -> Registration {
         let serial = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        let token = tap.token().clone();
+        let token = tap.token();
         self.lock().insert(token.clone(), (serial, tap));
         Registration {
             registry: self.clone(),

@@ -10,18 +10,19 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::with_drop_reason;
-use crate::cancel::Cancellation;
 use crate::error::{BoxError, CancelReason, Elapsed, Limit};
-use crate::jsonrpc::{Method, RequestId};
 
 use super::tap::ProgressTap;
 
-/// Closes the tap when the request ends, however it ends.
-struct CloseOnDrop(ProgressTap);
+/// Closes the tap when the request ends, however it ends; emptied when the
+/// future closes it on completion, so that it is closed once.
+struct CloseOnDrop(Option<ProgressTap>);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
-        self.0.close();
+        if let Some(tap) = &self.0 {
+            tap.close();
+        }
     }
 }
 
@@ -29,8 +30,8 @@ pin_project! {
     /// Response future of [`ProgressReset`](super::ProgressReset).
     ///
     /// Small on purpose (it is moved with every layer around it): the
-    /// request's limits, id, method and cancellation live in the tap's
-    /// allocation ([`TapRequest`](super::tap::TapRequest)), and both
+    /// request's limits live with its tap, in its `Cancellation`
+    /// ([`TapRequest`](super::tap::TapRequest)), and both
     /// deadlines are computed from them only once the inner future waits.
     pub struct ResponseFuture<F> {
         #[pin]
@@ -53,7 +54,7 @@ impl<F> ResponseFuture<F> {
         Self {
             inner: Some(inner),
             timer: None,
-            tap: CloseOnDrop(tap),
+            tap: CloseOnDrop(Some(tap)),
             seen: 0,
         }
     }
@@ -76,18 +77,24 @@ where
         // The response wins a tie with either limit.
         if let Poll::Ready(out) = inner.poll(cx) {
             this.inner.set(None);
-            this.tap.0.close();
+            if let Some(tap) = this.tap.0.take() {
+                tap.close();
+            }
             return Poll::Ready(out.map_err(Into::into));
         }
-        let tap = &this.tap.0;
+        let tap = this
+            .tap
+            .0
+            .as_ref()
+            .expect("the tap is present until completion");
         tap.register(cx);
-        let Some(request) = tap.request() else {
+        // Read before the deadlines: a report in between is seen again.
+        let epoch = tap.epoch();
+        let Some((limits, mut idle, mut max)) = tap.deadlines() else {
             return Poll::Pending;
         };
-        let epoch = tap.epoch();
         // Progress since the last poll moved the idle deadline.
         let moved = std::mem::replace(this.seen, epoch) != epoch;
-        let (mut idle, mut max) = request.deadlines(tap.last_at());
         let Some(first) = earlier(idle, max) else {
             // No limit at all: only the tap (for observers) is left to do.
             return Poll::Pending;
@@ -106,7 +113,6 @@ where
                 return Poll::Pending;
             }
             let now = Instant::now();
-            let limits = &request.limits;
             let elapsed = if max.is_some_and(|m| now >= m) {
                 Elapsed::new(Limit::Max, limits.max.unwrap_or_default())
             } else if idle.is_some_and(|i| now >= i) {
@@ -114,7 +120,7 @@ where
             } else {
                 // Woken for a deadline that has since moved (progress moves
                 // the idle one later, never to `None` once it was `Some`).
-                (idle, max) = request.deadlines(tap.last_at());
+                (_, idle, max) = tap.deadlines().expect("a tap with limits keeps them");
                 let Some(next) = earlier(idle, max) else {
                     return Poll::Pending;
                 };
@@ -122,13 +128,7 @@ where
                 continue;
             };
             let reason = CancelReason::Timeout(elapsed);
-            expire(
-                &reason,
-                tap,
-                request.id.as_ref(),
-                request.method.as_ref(),
-                request.cancellation.as_ref(),
-            );
+            expire(&reason, tap);
             with_drop_reason(&reason, || this.inner.set(None));
             return Poll::Ready(Err(Box::new(elapsed)));
         }
@@ -147,22 +147,15 @@ fn earlier(idle: Option<Instant>, max: Option<Instant>) -> Option<Instant> {
 /// The cold path of an expiry: log, close the tap, fire the token.
 #[cold]
 #[inline(never)]
-fn expire(
-    reason: &CancelReason,
-    tap: &ProgressTap,
-    id: Option<&RequestId>,
-    method: Option<&Method>,
-    cancellation: Option<&Cancellation>,
-) {
+fn expire(reason: &CancelReason, tap: &ProgressTap) {
+    let (id, method) = tap.label();
     tracing::debug!(
         request_id = id.map(tracing::field::display),
-        method = method.map(|m| m.as_str()).unwrap_or(""),
+        method = method.map_or("", |m| m.as_str()),
         %reason,
         last_progress = tap.last(),
         "request timed out; inner future dropped"
     );
     tap.close();
-    if let Some(c) = cancellation {
-        c.cancel(reason.clone());
-    }
+    tap.cancel(reason);
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::cancel::Cancellation;
 use crate::error::BoxError;
 use crate::jsonrpc::ProgressToken;
 use crate::request::{ExtensionMap, RequestView};
@@ -211,11 +212,20 @@ where
         let request = TapRequest {
             started: req.started_at(),
             limits,
-            id: req.request_id(),
-            method,
-            cancellation: req.cancellation().cloned(),
+            also: None,
         };
-        let tap = ProgressTap::with_request(token, observer, Some(request));
+        // The tap lives in the request's `Cancellation`; a request without
+        // one gets one here, as under `CancelOnDisconnectLayer`, so that the
+        // handler's token fires when a limit does.
+        let tap = match req.cancellation() {
+            Some(c) => ProgressTap::for_request(c, token, observer, request),
+            None => {
+                let c = Cancellation::for_request(req.request_id(), method);
+                let tap = ProgressTap::for_request(&c, token, observer, request);
+                req.set_cancellation(c);
+                tap
+            }
+        };
         req.set_progress_tap(tap.clone());
         ResponseFuture::new(self.inner.call(req), tap)
     }

@@ -47,7 +47,7 @@
 pub mod future;
 mod layer;
 mod limits;
-mod tap;
+pub(crate) mod tap;
 
 pub use layer::{ProgressReset, ProgressResetLayer};
 pub use limits::{ProgressLimits, ProgressPolicy};

@@ -1,13 +1,15 @@
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Context;
 
 use futures_util::task::AtomicWaker;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::jsonrpc::{ProgressParams, ProgressToken};
+use crate::cancel::Cancellation;
+use crate::error::CancelReason;
+use crate::jsonrpc::{Method, ProgressParams, ProgressToken, RequestId};
 
 /// One progress report.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,43 +65,63 @@ impl fmt::Debug for ProgressObserver {
 /// the idle clock restarts on each
 /// accepted report. Clones share the tap. After the request ends the tap is
 /// closed and records nothing more.
+///
+/// The tap lives in its request's [`Cancellation`] (the layer's tap is
+/// therefore no allocation of its own); a tap made with
+/// [`new`](Self::new) has a `Cancellation` to itself.
 #[derive(Clone)]
 pub struct ProgressTap {
-    inner: Arc<TapInner>,
+    home: Cancellation,
 }
 
-struct TapInner {
-    token: ProgressToken,
+/// The progress half of a request's shared state, kept in its
+/// [`Cancellation`] ([`Cancellation::progress`]) so that a request pays one
+/// allocation for both. Empty until a tap is made there.
+pub(crate) struct ProgressState {
     state: Mutex<TapState>,
+    /// Set when the request ends: reports after it are refused. An atomic
+    /// rather than a field under the lock, so that closing (once per
+    /// request) is one store; a report racing the close is ordered by the
+    /// lock's acquire either way, and what it forwards was never ordered
+    /// by the lock (observers run after it is released).
+    closed: AtomicBool,
     /// Bumped on each accepted report; the layer compares it to what it saw.
     epoch: AtomicU64,
     waker: AtomicWaker,
-    observer: Option<ProgressObserver>,
     watch: OnceLock<watch::Sender<Option<Progress>>>,
-    /// Set by the layer: what its response future needs only once the
-    /// request waits, kept in this allocation so that the future is small.
+}
+
+struct TapState {
+    /// Set once, when the tap is made; a second tap for the same request
+    /// gets a `Cancellation` of its own (see `ProgressTap::for_request`).
+    tap: Option<TapConfig>,
+    last: Option<f64>,
+    last_at: Option<Instant>,
+}
+
+struct TapConfig {
+    token: ProgressToken,
+    observer: Option<ProgressObserver>,
+    /// Set by the layer: its limits, read by its response future only once
+    /// the request waits.
     request: Option<TapRequest>,
 }
 
 /// The request a [`ProgressResetLayer`](super::ProgressResetLayer) tap
-/// belongs to: its limits from `started`, and what an expiry logs and
-/// cancels.
+/// belongs to: its limits from `started`.
 pub(crate) struct TapRequest {
     pub(crate) started: Instant,
     pub(crate) limits: super::limits::ProgressLimits,
-    pub(crate) id: Option<crate::jsonrpc::RequestId>,
-    pub(crate) method: Option<crate::jsonrpc::Method>,
-    pub(crate) cancellation: Option<crate::cancel::Cancellation>,
+    /// The request's own cancellation when the tap could not live in it
+    /// (it already held another layer's tap): an expiry fires it too.
+    pub(crate) also: Option<Cancellation>,
 }
 
 impl TapRequest {
     /// The idle deadline (from the last report, else from the start) and
     /// the hard maximum; `None`: no such limit (disabled, or past what an
     /// `Instant` holds, e.g. `Duration::MAX`).
-    pub(crate) fn deadlines(
-        &self,
-        last_report: Option<Instant>,
-    ) -> (Option<Instant>, Option<Instant>) {
+    fn deadlines(&self, last_report: Option<Instant>) -> (Option<Instant>, Option<Instant>) {
         let idle = last_report
             .unwrap_or(self.started)
             .checked_add(self.limits.idle);
@@ -108,44 +130,99 @@ impl TapRequest {
     }
 }
 
-struct TapState {
-    last: Option<f64>,
-    last_at: Option<Instant>,
-    closed: bool,
+impl ProgressState {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Mutex::new(TapState {
+                tap: None,
+                last: None,
+                last_at: None,
+            }),
+            closed: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            waker: AtomicWaker::new(),
+            watch: OnceLock::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TapState> {
+        // Every update is a few plain stores: a panic elsewhere cannot leave
+        // the state half-written.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the tap here, unless one already is (then `config` comes back).
+    fn claim(&self, config: TapConfig) -> Result<(), TapConfig> {
+        let mut st = self.lock();
+        if st.tap.is_some() {
+            return Err(config);
+        }
+        st.tap = Some(config);
+        Ok(())
+    }
 }
 
 impl ProgressTap {
     /// A tap for the request with progress token `token`.
     pub fn new(token: ProgressToken, observer: Option<ProgressObserver>) -> Self {
-        Self::with_request(token, observer, None)
+        let config = TapConfig {
+            token,
+            observer,
+            request: None,
+        };
+        Self::in_new_home(Cancellation::new(), config)
     }
 
-    /// A tap that also carries its request's [`TapRequest`] (the layer's).
-    pub(crate) fn with_request(
+    /// The layer's tap for a request, made in `cancellation` (the request's)
+    /// unless it already holds a tap.
+    pub(crate) fn for_request(
+        cancellation: &Cancellation,
         token: ProgressToken,
         observer: Option<ProgressObserver>,
-        request: Option<TapRequest>,
+        request: TapRequest,
     ) -> Self {
-        Self {
-            inner: Arc::new(TapInner {
-                token,
-                state: Mutex::new(TapState {
-                    last: None,
-                    last_at: None,
-                    closed: false,
-                }),
-                epoch: AtomicU64::new(0),
-                waker: AtomicWaker::new(),
-                observer,
-                watch: OnceLock::new(),
-                request,
-            }),
+        let config = TapConfig {
+            token,
+            observer,
+            request: Some(request),
+        };
+        match cancellation.progress().claim(config) {
+            Ok(()) => Self {
+                home: cancellation.clone(),
+            },
+            Err(mut config) => {
+                if let Some(r) = &mut config.request {
+                    r.also = Some(cancellation.clone());
+                }
+                let home = Cancellation::for_request(
+                    cancellation.request_id().cloned(),
+                    cancellation.method().cloned(),
+                );
+                Self::in_new_home(home, config)
+            }
         }
     }
 
+    fn in_new_home(home: Cancellation, config: TapConfig) -> Self {
+        // A new `Cancellation` holds no tap yet: the claim cannot fail.
+        let _ = home.progress().claim(config);
+        Self { home }
+    }
+
+    fn state(&self) -> &ProgressState {
+        self.home.progress()
+    }
+
     /// The request's progress token.
-    pub fn token(&self) -> &ProgressToken {
-        &self.inner.token
+    pub fn token(&self) -> ProgressToken {
+        self.with_config(|c| c.token.clone())
+    }
+
+    fn with_config<T>(&self, f: impl FnOnce(&TapConfig) -> T) -> T {
+        let st = self.state().lock();
+        f(st.tap
+            .as_ref()
+            .expect("a tap's config is set when it is made"))
     }
 
     /// Records a progress report. Only a value strictly greater than the last
@@ -156,15 +233,21 @@ impl ProgressTap {
         total: Option<f64>,
         message: Option<String>,
     ) -> RecordOutcome {
-        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.closed {
-            tracing::debug!(progress_token = %self.inner.token, progress, "progress after completion ignored");
+        let state = self.state();
+        let mut st = state.lock();
+        let token = || st.tap.as_ref().map(|c| c.token.to_string());
+        if state.closed.load(Ordering::Acquire) {
+            tracing::debug!(
+                progress_token = token(),
+                progress,
+                "progress after completion ignored"
+            );
             return RecordOutcome::Closed;
         }
         let increases = progress.is_finite() && st.last.is_none_or(|last| progress > last);
         if !increases {
             tracing::debug!(
-                progress_token = %self.inner.token,
+                progress_token = token(),
                 progress,
                 last = st.last,
                 "progress that does not increase ignored"
@@ -173,18 +256,19 @@ impl ProgressTap {
         }
         st.last = Some(progress);
         st.last_at = Some(Instant::now());
+        let observer = st.tap.as_ref().and_then(|c| c.observer.clone());
         drop(st);
-        self.inner.epoch.fetch_add(1, Ordering::AcqRel);
-        self.inner.waker.wake();
+        state.epoch.fetch_add(1, Ordering::AcqRel);
+        state.waker.wake();
         let p = Progress {
             progress,
             total,
             message,
         };
-        if let Some(obs) = &self.inner.observer {
+        if let Some(obs) = observer {
             (obs.0)(&p);
         }
-        if let Some(tx) = self.inner.watch.get() {
+        if let Some(tx) = state.watch.get() {
             tx.send_replace(Some(p));
         }
         RecordOutcome::Accepted
@@ -198,17 +282,13 @@ impl ProgressTap {
 
     /// The last accepted progress value.
     pub fn last(&self) -> Option<f64> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .last
+        self.state().lock().last
     }
 
     /// Subscribes to the latest accepted report (for a progress bar, or a
     /// handler watching its own progress).
     pub fn subscribe(&self) -> watch::Receiver<Option<Progress>> {
-        self.inner
+        self.state()
             .watch
             .get_or_init(|| watch::channel(None).0)
             .subscribe()
@@ -216,48 +296,56 @@ impl ProgressTap {
 
     /// Closes the tap: the request ended, later reports are ignored.
     pub fn close(&self) {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .closed = true;
+        self.state().closed.store(true, Ordering::Release);
     }
 
     /// Whether the tap is closed.
     pub fn is_closed(&self) -> bool {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .closed
+        self.state().closed.load(Ordering::Acquire)
     }
 
     pub(crate) fn register(&self, cx: &mut Context<'_>) {
-        self.inner.waker.register(cx.waker());
-    }
-
-    /// The request this tap belongs to, when the layer made it.
-    pub(crate) fn request(&self) -> Option<&TapRequest> {
-        self.inner.request.as_ref()
+        self.state().waker.register(cx.waker());
     }
 
     pub(crate) fn epoch(&self) -> u64 {
-        self.inner.epoch.load(Ordering::Acquire)
+        self.state().epoch.load(Ordering::Acquire)
     }
 
-    pub(crate) fn last_at(&self) -> Option<Instant> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .last_at
+    /// The layer's limits and its idle and maximum deadlines as of now;
+    /// `None` for a tap the layer did not make.
+    pub(crate) fn deadlines(
+        &self,
+    ) -> Option<(
+        super::limits::ProgressLimits,
+        Option<Instant>,
+        Option<Instant>,
+    )> {
+        let st = self.state().lock();
+        let request = st.tap.as_ref()?.request.as_ref()?;
+        let (idle, max) = request.deadlines(st.last_at);
+        Some((request.limits, idle, max))
+    }
+
+    /// Fires the cancellation(s) of the tap's request with `reason`.
+    pub(crate) fn cancel(&self, reason: &CancelReason) {
+        let also = self.with_config(|c| c.request.as_ref().and_then(|r| r.also.clone()));
+        self.home.cancel(reason.clone());
+        if let Some(c) = also {
+            c.cancel(reason.clone());
+        }
+    }
+
+    /// The id and method of the tap's request, for log events.
+    pub(crate) fn label(&self) -> (Option<&RequestId>, Option<&Method>) {
+        (self.home.request_id(), self.home.method())
     }
 }
 
 impl fmt::Debug for ProgressTap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProgressTap")
-            .field("token", &self.inner.token)
+            .field("token", &self.token())
             .field("last", &self.last())
             .finish()
     }

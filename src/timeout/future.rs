@@ -12,7 +12,6 @@ use tokio::time::{sleep_until, Instant, Sleep};
 use crate::cancel::with_drop_reason;
 use crate::cancel::Cancellation;
 use crate::error::{BoxError, CancelReason, Elapsed, Limit};
-use crate::jsonrpc::{Method, RequestId};
 
 pin_project! {
     /// Response future of [`Timeout`](super::Timeout).
@@ -26,8 +25,7 @@ pin_project! {
         deadline: Option<Instant>,
         sleep: Option<Pin<Box<Sleep>>>,
         limit: Duration,
-        id: Option<RequestId>,
-        method: Option<Method>,
+        // Fired on expiry; its id and method are what the log event names.
         cancellation: Option<Cancellation>,
     }
 }
@@ -38,8 +36,6 @@ impl<F> ResponseFuture<F> {
         inner: F,
         deadline: Instant,
         limit: Duration,
-        id: Option<RequestId>,
-        method: Option<Method>,
         cancellation: Option<Cancellation>,
     ) -> Self {
         Self {
@@ -47,8 +43,6 @@ impl<F> ResponseFuture<F> {
             deadline: Some(deadline),
             sleep: None,
             limit,
-            id,
-            method,
             cancellation,
         }
     }
@@ -60,8 +54,6 @@ impl<F> ResponseFuture<F> {
             deadline: None,
             sleep: None,
             limit: Duration::ZERO,
-            id: None,
-            method: None,
             cancellation: None,
         }
     }
@@ -97,12 +89,7 @@ where
         }
         let elapsed = Elapsed::new(Limit::Timeout, *this.limit);
         let reason = CancelReason::Timeout(elapsed);
-        expire(
-            &reason,
-            this.id.as_ref(),
-            this.method.as_ref(),
-            this.cancellation.as_ref(),
-        );
+        expire(&reason, this.cancellation.as_ref());
         with_drop_reason(&reason, || this.inner.set(None));
         Poll::Ready(Err(Box::new(elapsed)))
     }
@@ -111,18 +98,17 @@ where
 /// The cold path of an expiry: log and fire the token.
 #[cold]
 #[inline(never)]
-fn expire(
-    reason: &CancelReason,
-    id: Option<&RequestId>,
-    method: Option<&Method>,
-    cancellation: Option<&Cancellation>,
-) {
+fn expire(reason: &CancelReason, cancellation: Option<&Cancellation>) {
     let CancelReason::Timeout(elapsed) = reason else {
         return;
     };
     tracing::debug!(
-        request_id = id.map(tracing::field::display),
-        method = method.map(|m| m.as_str()).unwrap_or(""),
+        request_id = cancellation
+            .and_then(Cancellation::request_id)
+            .map(tracing::field::display),
+        method = cancellation
+            .and_then(Cancellation::method)
+            .map_or("", |m| m.as_str()),
         %reason,
         elapsed_ms = elapsed.after().as_millis() as u64,
         "request timed out; inner future dropped"

@@ -135,14 +135,6 @@ where
             return ResponseFuture::unlimited(self.inner.call(req));
         };
         let cancellation = req.cancellation().cloned();
-        let id = req.request_id();
-        ResponseFuture::new(
-            self.inner.call(req),
-            deadline,
-            limit,
-            id,
-            method,
-            cancellation,
-        )
+        ResponseFuture::new(self.inner.call(req), deadline, limit, cancellation)
     }
 }

@@ -300,6 +300,82 @@ async fn progress_resets_the_idle_clock() {
     assert_eq!(Instant::now() - start, Duration::from_millis(8000));
 }
 
+/// With `ProgressResetLayer` alone, the handler still gets a token, and the
+/// idle limit fires it: work the handler spawned stops with the request.
+#[tokio::test(start_paused = true)]
+async fn progress_layer_alone_fires_the_handlers_token_on_idle() {
+    let seen = Arc::new(Mutex::new(None));
+    let s = seen.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).without_max())
+        .service(service_fn(move |r: McpRequest| {
+            *s.lock().unwrap() = r.cancellation().map(Cancellation::token);
+            async {
+                pending::<()>().await;
+                ok()
+            }
+        }));
+    let fut = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"));
+    let token = seen
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the handler got a token");
+    assert!(!token.is_cancelled());
+    let err = fut.await.unwrap_err();
+    assert_eq!(elapsed(&err).limit(), Limit::Idle);
+    assert!(
+        token.is_cancelled(),
+        "the idle limit fired the handler's token"
+    );
+}
+
+/// Two progress layers on one request: the inner one's tap cannot live in
+/// the request's `Cancellation` (the outer one's does), yet its limit still
+/// cancels the request, and each layer keeps its own tap.
+#[tokio::test(start_paused = true)]
+async fn stacked_progress_layers_both_cancel_the_request() {
+    let probe = DropProbe::default();
+    let guards = probe.clone();
+    let seen = Arc::new(Mutex::new(None));
+    let s = seen.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .layer(ProgressResetLayer::new(Duration::from_secs(10)).without_max())
+        .layer(ProgressResetLayer::new(Duration::from_secs(1)).without_max())
+        .service(service_fn(move |r: McpRequest| {
+            *s.lock().unwrap() = r.cancellation().cloned();
+            never(guards.guard())
+        }));
+    let start = Instant::now();
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        Instant::now() - start,
+        Duration::from_secs(1),
+        "the inner limit"
+    );
+    assert!(probe.is_dropped());
+    let c = seen
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("handler saw a Cancellation");
+    match c.reason() {
+        Some(CancelReason::Timeout(e)) => assert_eq!(e.limit(), Limit::Idle),
+        other => panic!("request not cancelled by the limit: {other:?} ({err})"),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn repeated_or_decreasing_progress_does_not_reset() {
     // Accepted at 400 ms (1.0); then 1.0 again, 0.5, NaN: none counts, so idle fires at 1400 ms.
@@ -410,7 +486,7 @@ async fn tokens_are_assigned_unique_and_existing_ones_kept() {
         .layer(ProgressResetLayer::new(Duration::from_secs(1)))
         .service(service_fn(move |r: McpRequest| {
             t.lock().unwrap().push(r.progress_token().cloned());
-            let tap_token = r.progress_tap().unwrap().token().clone();
+            let tap_token = r.progress_tap().unwrap().token();
             assert_eq!(Some(&tap_token), r.progress_token());
             async { ok() }
         }));

@@ -409,7 +409,7 @@ mod tests {
         );
         let route = out.route(&mut req, |t| *t == ProgressToken::Number(1));
         let tap = route.tap.expect("a tap");
-        assert_eq!(tap.token(), &ProgressToken::Number(2), "token 1 was in use");
+        assert_eq!(tap.token(), ProgressToken::Number(2), "token 1 was in use");
         assert_eq!(req.progress_token(), Some(&ProgressToken::Number(2)));
         let wire: serde_json::Value =
             serde_json::from_str(req.wire_params().unwrap().unwrap().get()).unwrap();
@@ -425,7 +425,7 @@ mod tests {
                 .with_params(serde_json::json!({"_meta": {"progressToken": "mine"}})),
         );
         let tap = out.route(&mut req, |_| false).tap.unwrap();
-        assert_eq!(tap.token(), &ProgressToken::from("mine"));
+        assert_eq!(tap.token(), ProgressToken::from("mine"));
         let mut plain = McpRequest::new(2, "tools/call");
         assert!(out.route(&mut plain, |_| false).tap.is_none());
         assert!(plain.progress_token().is_none());

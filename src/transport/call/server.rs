@@ -137,7 +137,7 @@ where
     )
     .with_cancellation(cancellation.clone());
     let span = record.span().clone();
-    let guard = DisconnectGuard::new(cancellation.clone(), Some(id.clone()), req.mcp_method());
+    let guard = DisconnectGuard::new(cancellation.clone());
     let call = AssertUnwindSafe(async move {
         service.ready().await.map_err(Into::into)?;
         service.call(req).await.map_err(Into::into)
