@@ -1,7 +1,10 @@
 //! [`Cancellation`]: one request's cancellation state, reason and token.
 
 use std::fmt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -61,7 +64,16 @@ struct Inner {
     method: Option<Method>,
     /// The request's progress tap, once one is made here.
     progress: ProgressState,
+    /// A `TimeoutLayer`'s limit, offered to a `ProgressResetLayer` below it
+    /// so that the request runs one timer rather than two (nanoseconds;
+    /// `NO_DEADLINE`: none offered), and whether one took it. Plain atomics
+    /// outside the loom model: both are written and read on the thread that
+    /// calls the stack, before the futures run.
+    deadline: StdAtomicU64,
+    deadline_taken: AtomicBool,
 }
+
+const NO_DEADLINE: u64 = u64::MAX;
 
 const ACTIVE: u8 = 0;
 /// Claimed by a cancel; its reason is set, or being set.
@@ -92,6 +104,8 @@ impl Cancellation {
                 id,
                 method,
                 progress: ProgressState::new(),
+                deadline: StdAtomicU64::new(NO_DEADLINE),
+                deadline_taken: AtomicBool::new(false),
             }),
         }
     }
@@ -109,6 +123,35 @@ impl Cancellation {
     /// The request's progress state (see the type's docs).
     pub(crate) fn progress(&self) -> &ProgressState {
         &self.inner.progress
+    }
+
+    /// Offers `limit` (from the request's start) to a timer further down
+    /// the stack: a `ProgressResetLayer` enforces it with its own timer and
+    /// [`takes`](Self::take_deadline) it. Of several offers the shortest is
+    /// kept: it fires first, and its error passes through the layers that
+    /// offered the others. A limit too long to count in nanoseconds is not
+    /// offered (the offering layer keeps its own timer).
+    pub(crate) fn offer_deadline(&self, limit: Duration) {
+        if let Ok(nanos) = u64::try_from(limit.as_nanos()) {
+            if nanos < self.inner.deadline.load(Relaxed) {
+                self.inner.deadline.store(nanos, Relaxed);
+            }
+        }
+    }
+
+    /// The limit offered by [`offer_deadline`](Self::offer_deadline), now
+    /// enforced by the caller.
+    pub(crate) fn take_deadline(&self) -> Option<Duration> {
+        let nanos = self.inner.deadline.load(Relaxed);
+        (nanos != NO_DEADLINE).then(|| {
+            self.inner.deadline_taken.store(true, Relaxed);
+            Duration::from_nanos(nanos)
+        })
+    }
+
+    /// Whether a timer further down took the offered limit.
+    pub(crate) fn deadline_taken(&self) -> bool {
+        self.inner.deadline_taken.load(Relaxed)
     }
 
     /// Cancels with `reason`: fires the token and wakes the layer racing this

@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::with_drop_reason;
-use crate::error::{BoxError, CancelReason, Elapsed, Limit};
+use crate::error::{BoxError, CancelReason};
 
 use super::tap::ProgressTap;
 
@@ -36,13 +36,15 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: Option<F>,
-        // One timer for both limits: it is set to whichever comes first, the
-        // idle deadline (moved by progress) or the hard maximum. Made when
-        // the inner future first returns `Pending` (a request ready at once
-        // never touches the timer wheel).
+        // One timer for every limit: it is set to whichever comes first, the
+        // idle deadline, the hard maximum, or a timeout taken from a
+        // `TimeoutLayer` above. Made when the inner future first returns
+        // `Pending` (a request ready at once never touches the timer wheel).
+        // Progress does not wake this future: deadlines only ever move
+        // later, so the timer is re-armed when it fires early, at most once
+        // per idle period however often progress is reported.
         timer: Option<Pin<Box<Sleep>>>,
         tap: CloseOnDrop,
-        seen: u64,
     }
 }
 
@@ -55,7 +57,6 @@ impl<F> ResponseFuture<F> {
             inner: Some(inner),
             timer: None,
             tap: CloseOnDrop(Some(tap)),
-            seen: 0,
         }
     }
 }
@@ -87,41 +88,26 @@ where
             .0
             .as_ref()
             .expect("the tap is present until completion");
-        tap.register(cx);
-        // Read before the deadlines: a report in between is seen again.
-        let epoch = tap.epoch();
-        let Some((limits, mut idle, mut max)) = tap.deadlines() else {
-            return Poll::Pending;
-        };
-        // Progress since the last poll moved the idle deadline.
-        let moved = std::mem::replace(this.seen, epoch) != epoch;
-        let Some(first) = earlier(idle, max) else {
-            // No limit at all: only the tap (for observers) is left to do.
-            return Poll::Pending;
-        };
         let timer = match this.timer {
-            Some(timer) => {
-                if moved {
-                    timer.as_mut().reset(first);
-                }
-                timer
+            Some(timer) => timer,
+            None => {
+                let Some(first) = tap.deadlines().and_then(|due| due.first()) else {
+                    // No limit at all: only the tap (for observers) is left.
+                    return Poll::Pending;
+                };
+                this.timer.insert(Box::pin(sleep_until(first)))
             }
-            None => this.timer.insert(Box::pin(sleep_until(first))),
         };
         loop {
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            let now = Instant::now();
-            let elapsed = if max.is_some_and(|m| now >= m) {
-                Elapsed::new(Limit::Max, limits.max.unwrap_or_default())
-            } else if idle.is_some_and(|i| now >= i) {
-                Elapsed::new(Limit::Idle, limits.idle)
-            } else {
-                // Woken for a deadline that has since moved (progress moves
-                // the idle one later, never to `None` once it was `Some`).
-                (_, idle, max) = tap.deadlines().expect("a tap with limits keeps them");
-                let Some(next) = earlier(idle, max) else {
+            let due = tap.deadlines().expect("a tap with a timer has limits");
+            let Some(elapsed) = due.elapsed_at(Instant::now()) else {
+                // The timer was set to a deadline that progress has since
+                // moved later: re-arm it (never to `None`: a deadline that
+                // was set stays set).
+                let Some(next) = due.first() else {
                     return Poll::Pending;
                 };
                 timer.as_mut().reset(next);
@@ -132,15 +118,6 @@ where
             with_drop_reason(&reason, || this.inner.set(None));
             return Poll::Ready(Err(Box::new(elapsed)));
         }
-    }
-}
-
-/// The deadline the one timer is set to: the idle one, or the hard maximum
-/// when that comes first (`None`: neither limit applies).
-fn earlier(idle: Option<Instant>, max: Option<Instant>) -> Option<Instant> {
-    match (idle, max) {
-        (Some(i), Some(m)) => Some(i.min(m)),
-        (i, m) => i.or(m),
     }
 }
 

@@ -209,18 +209,19 @@ where
             }
         };
         let observer = req.extensions().get::<ProgressObserver>().cloned();
-        let request = TapRequest {
-            started: req.started_at(),
-            limits,
-            also: None,
-        };
+        let started = req.started_at();
         // The tap lives in the request's `Cancellation`; a request without
         // one gets one here, as under `CancelOnDisconnectLayer`, so that the
-        // handler's token fires when a limit does.
+        // handler's token fires when a limit does. A `TimeoutLayer` above
+        // offered its deadline there: this layer's timer takes it.
         let tap = match req.cancellation() {
-            Some(c) => ProgressTap::for_request(c, token, observer, request),
+            Some(c) => {
+                let request = TapRequest::new(started, limits, c.take_deadline());
+                ProgressTap::for_request(c, token, observer, request)
+            }
             None => {
                 let c = Cancellation::for_request(req.request_id(), method);
+                let request = TapRequest::new(started, limits, None);
                 let tap = ProgressTap::for_request(&c, token, observer, request);
                 req.set_cancellation(c);
                 tap

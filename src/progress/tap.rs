@@ -1,14 +1,15 @@
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::task::Context;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures_util::task::AtomicWaker;
+use std::time::Duration;
 use tokio::sync::watch;
+
 use tokio::time::Instant;
 
+use super::limits::ProgressLimits;
 use crate::cancel::Cancellation;
-use crate::error::CancelReason;
+use crate::error::{CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, ProgressParams, ProgressToken, RequestId};
 
 /// One progress report.
@@ -85,18 +86,16 @@ pub(crate) struct ProgressState {
     /// lock's acquire either way, and what it forwards was never ordered
     /// by the lock (observers run after it is released).
     closed: AtomicBool,
-    /// Bumped on each accepted report; the layer compares it to what it saw.
-    epoch: AtomicU64,
-    waker: AtomicWaker,
-    watch: OnceLock<watch::Sender<Option<Progress>>>,
 }
 
 struct TapState {
     /// Set once, when the tap is made; a second tap for the same request
     /// gets a `Cancellation` of its own (see `ProgressTap::for_request`).
     tap: Option<TapConfig>,
-    last: Option<f64>,
-    last_at: Option<Instant>,
+    /// The last accepted report, and when it came.
+    last: Option<(f64, Instant)>,
+    /// Made on the first `subscribe`.
+    watch: Option<watch::Sender<Option<Progress>>>,
 }
 
 struct TapConfig {
@@ -108,25 +107,104 @@ struct TapConfig {
 }
 
 /// The request a [`ProgressResetLayer`](super::ProgressResetLayer) tap
-/// belongs to: its limits from `started`.
+/// belongs to: its limits, counted from `started`.
 pub(crate) struct TapRequest {
-    pub(crate) started: Instant,
-    pub(crate) limits: super::limits::ProgressLimits,
+    started: Instant,
+    idle: Nanos,
+    max: Nanos,
+    /// A `TimeoutLayer`'s limit this layer's timer enforces too
+    /// ([`Cancellation::take_deadline`]).
+    timeout: Nanos,
     /// The request's own cancellation when the tap could not live in it
     /// (it already held another layer's tap): an expiry fires it too.
     pub(crate) also: Option<Cancellation>,
 }
 
+/// A limit in nanoseconds, `u64::MAX` for none: half the size of an
+/// `Option<Duration>`, in the state every request in flight keeps. A limit
+/// of 584 years or more counts as none, as one past what an `Instant`
+/// holds does.
+#[derive(Clone, Copy)]
+struct Nanos(u64);
+
+impl Nanos {
+    #[inline]
+    fn of(limit: Option<Duration>) -> Self {
+        // In `u64` throughout: `as_nanos` would go through `u128`.
+        let nanos = limit.and_then(|l| {
+            l.as_secs()
+                .checked_mul(1_000_000_000)?
+                .checked_add(u64::from(l.subsec_nanos()))
+        });
+        Self(nanos.unwrap_or(u64::MAX))
+    }
+
+    #[inline]
+    fn get(self) -> Option<Duration> {
+        (self.0 != u64::MAX).then(|| Duration::from_nanos(self.0))
+    }
+}
+
 impl TapRequest {
-    /// The idle deadline (from the last report, else from the start) and
-    /// the hard maximum; `None`: no such limit (disabled, or past what an
-    /// `Instant` holds, e.g. `Duration::MAX`).
-    fn deadlines(&self, last_report: Option<Instant>) -> (Option<Instant>, Option<Instant>) {
-        let idle = last_report
-            .unwrap_or(self.started)
-            .checked_add(self.limits.idle);
-        let max = self.limits.max.and_then(|m| self.started.checked_add(m));
-        (idle, max)
+    #[inline]
+    pub(crate) fn new(started: Instant, limits: ProgressLimits, timeout: Option<Duration>) -> Self {
+        Self {
+            started,
+            idle: Nanos::of(Some(limits.idle)),
+            max: Nanos::of(limits.max),
+            timeout: Nanos::of(timeout),
+            also: None,
+        }
+    }
+
+    /// The deadlines as of `last_report`: the idle one (from the last
+    /// report, else from the start), the hard maximum, and the taken
+    /// timeout, each with its limit; `None`: no such limit (disabled, or
+    /// past what an `Instant` holds).
+    fn deadlines(&self, last_report: Option<Instant>) -> Deadlines {
+        let after = |from: Instant, limit: Nanos| {
+            let limit = limit.get()?;
+            Some((from.checked_add(limit)?, limit))
+        };
+        Deadlines {
+            idle: after(last_report.unwrap_or(self.started), self.idle),
+            max: after(self.started, self.max),
+            timeout: after(self.started, self.timeout),
+        }
+    }
+}
+
+/// A progress layer's deadlines at one moment, each with its limit (see
+/// `TapRequest::deadlines`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    idle: Option<(Instant, Duration)>,
+    max: Option<(Instant, Duration)>,
+    timeout: Option<(Instant, Duration)>,
+}
+
+impl Deadlines {
+    /// The first of them: what the one timer is set to.
+    pub(crate) fn first(&self) -> Option<Instant> {
+        [self.idle, self.max, self.timeout]
+            .into_iter()
+            .flatten()
+            .map(|(at, _)| at)
+            .min()
+    }
+
+    /// The limit that has elapsed at `now`, if any. On a tie the layer's
+    /// own limits win, as they did when the timeout ran its own timer
+    /// around the layer's future.
+    pub(crate) fn elapsed_at(&self, now: Instant) -> Option<Elapsed> {
+        let hit = |d: Option<(Instant, Duration)>| d.filter(|(at, _)| now >= *at);
+        if let Some((_, limit)) = hit(self.max) {
+            Some(Elapsed::new(Limit::Max, limit))
+        } else if let Some((_, limit)) = hit(self.idle) {
+            Some(Elapsed::new(Limit::Idle, limit))
+        } else {
+            hit(self.timeout).map(|(_, limit)| Elapsed::new(Limit::Timeout, limit))
+        }
     }
 }
 
@@ -136,12 +214,9 @@ impl ProgressState {
             state: Mutex::new(TapState {
                 tap: None,
                 last: None,
-                last_at: None,
+                watch: None,
             }),
             closed: AtomicBool::new(false),
-            epoch: AtomicU64::new(0),
-            waker: AtomicWaker::new(),
-            watch: OnceLock::new(),
         }
     }
 
@@ -244,22 +319,21 @@ impl ProgressTap {
             );
             return RecordOutcome::Closed;
         }
-        let increases = progress.is_finite() && st.last.is_none_or(|last| progress > last);
+        let last = st.last.map(|(last, _)| last);
+        let increases = progress.is_finite() && last.is_none_or(|last| progress > last);
         if !increases {
             tracing::debug!(
                 progress_token = token(),
                 progress,
-                last = st.last,
+                last,
                 "progress that does not increase ignored"
             );
             return RecordOutcome::NotIncreasing;
         }
-        st.last = Some(progress);
-        st.last_at = Some(Instant::now());
+        st.last = Some((progress, Instant::now()));
         let observer = st.tap.as_ref().and_then(|c| c.observer.clone());
+        let watch = st.watch.clone();
         drop(st);
-        state.epoch.fetch_add(1, Ordering::AcqRel);
-        state.waker.wake();
         let p = Progress {
             progress,
             total,
@@ -268,7 +342,7 @@ impl ProgressTap {
         if let Some(obs) = observer {
             (obs.0)(&p);
         }
-        if let Some(tx) = state.watch.get() {
+        if let Some(tx) = watch {
             tx.send_replace(Some(p));
         }
         RecordOutcome::Accepted
@@ -282,15 +356,16 @@ impl ProgressTap {
 
     /// The last accepted progress value.
     pub fn last(&self) -> Option<f64> {
-        self.state().lock().last
+        self.state().lock().last.map(|(last, _)| last)
     }
 
     /// Subscribes to the latest accepted report (for a progress bar, or a
     /// handler watching its own progress).
     pub fn subscribe(&self) -> watch::Receiver<Option<Progress>> {
         self.state()
+            .lock()
             .watch
-            .get_or_init(|| watch::channel(None).0)
+            .get_or_insert_with(|| watch::channel(None).0)
             .subscribe()
     }
 
@@ -304,27 +379,12 @@ impl ProgressTap {
         self.state().closed.load(Ordering::Acquire)
     }
 
-    pub(crate) fn register(&self, cx: &mut Context<'_>) {
-        self.state().waker.register(cx.waker());
-    }
-
-    pub(crate) fn epoch(&self) -> u64 {
-        self.state().epoch.load(Ordering::Acquire)
-    }
-
-    /// The layer's limits and its idle and maximum deadlines as of now;
-    /// `None` for a tap the layer did not make.
-    pub(crate) fn deadlines(
-        &self,
-    ) -> Option<(
-        super::limits::ProgressLimits,
-        Option<Instant>,
-        Option<Instant>,
-    )> {
+    /// The layer's deadlines as of now; `None` for a tap the layer did not
+    /// make.
+    pub(crate) fn deadlines(&self) -> Option<Deadlines> {
         let st = self.state().lock();
         let request = st.tap.as_ref()?.request.as_ref()?;
-        let (idle, max) = request.deadlines(st.last_at);
-        Some((request.limits, idle, max))
+        Some(request.deadlines(st.last.map(|(_, at)| at)))
     }
 
     /// Fires the cancellation(s) of the tap's request with `reason`.
@@ -366,7 +426,6 @@ mod tests {
             RecordOutcome::NotIncreasing
         );
         assert_eq!(tap.record(1.5, None, None), RecordOutcome::Accepted);
-        assert_eq!(tap.epoch(), 2);
         tap.close();
         assert_eq!(tap.record(9.0, None, None), RecordOutcome::Closed);
         assert_eq!(tap.last(), Some(1.5));

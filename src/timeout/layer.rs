@@ -134,7 +134,16 @@ where
         else {
             return ResponseFuture::unlimited(self.inner.call(req));
         };
-        let cancellation = req.cancellation().cloned();
-        ResponseFuture::new(self.inner.call(req), deadline, limit, cancellation)
+        let Some(cancellation) = req.cancellation().cloned() else {
+            return ResponseFuture::new(self.inner.call(req), deadline, limit, None);
+        };
+        // One timer per request: a `ProgressResetLayer` below runs a timer
+        // anyway, and takes this deadline into it when it can.
+        cancellation.offer_deadline(limit);
+        let inner = self.inner.call(req);
+        if cancellation.deadline_taken() {
+            return ResponseFuture::unlimited(inner);
+        }
+        ResponseFuture::new(inner, deadline, limit, Some(cancellation))
     }
 }
