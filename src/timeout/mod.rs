@@ -12,6 +12,20 @@
 //! "timeout"), the request's [`Cancellation`](crate::Cancellation), if it has
 //! one, fires, and the call fails with [`Elapsed`](crate::Elapsed).
 //!
+//! # One timer per request
+//!
+//! A [`ProgressResetLayer`](crate::ProgressResetLayer) below this layer runs
+//! a timer for its own limits anyway. When the request has a
+//! [`Cancellation`](crate::Cancellation) (under
+//! [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer), or from a
+//! transport), this layer offers its deadline there and the progress layer
+//! takes it into its timer: the request in flight runs one timer, and the
+//! outcome is the same `Elapsed` (limit [`Limit::Timeout`](crate::Limit))
+//! and cancel reason, passed up through this layer. When nothing below
+//! takes it (no progress layer, one above this layer, or a layer between
+//! that calls its inner service later, such as a `Buffer`), this layer
+//! runs its own timer.
+//!
 //! # Over `http::Request`: the method must be checked to earn more time
 //!
 //! The deadline is chosen at `call`, before anything has read the body. Over
