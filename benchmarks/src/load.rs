@@ -57,8 +57,19 @@ pub fn load_average() -> String {
 }
 
 /// The runtime every HTTP server of figure 8 runs on: multi-threaded, 2
-/// worker threads.
+/// worker threads. Also installs the logging every server of the figure
+/// has: a `tracing-subscriber` fmt subscriber on stderr, filtered by
+/// `RUST_LOG` (default `warn`), as a production server would (and as the
+/// example servers do). Without any subscriber, tracing's `log` feature
+/// (on here through tower's and axum's defaults) makes every span compute
+/// its field values for the `log` crate.
 pub fn http_runtime() -> tokio::runtime::Runtime {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
