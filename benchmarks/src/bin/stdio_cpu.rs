@@ -32,10 +32,10 @@ use tokio::process::Command;
 use tokio::sync::Semaphore;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
-use tower_mcp_cancel_benchmarks::load::{clock_tick, cpu_of, load_average, median};
 use tower_mcp_cancel::{
     BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
 };
+use tower_mcp_cancel_benchmarks::load::{clock_tick, cpu_of, load_average, median};
 
 /// CPU a `spin` call burns.
 const SPIN: Duration = Duration::from_micros(50);

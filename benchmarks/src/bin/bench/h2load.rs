@@ -65,14 +65,24 @@ pub fn server(word: &str) -> Server {
         role,
     };
     match word {
-        "ours" => s("tower-mcp-cancel (full stack)", "ours_http", &[], Role::Ours),
+        "ours" => s(
+            "tower-mcp-cancel (full stack)",
+            "ours_http",
+            &[],
+            Role::Ours,
+        ),
         "ours-serve" => s(
             "tower-mcp-cancel (full stack, `transport::http::serve`)",
             "ours_http",
             &["--serve"],
             Role::Other,
         ),
-        "floor" => s("floor (bare hyper + serde_json)", "floor_http", &[], Role::Floor),
+        "floor" => s(
+            "floor (bare hyper + serde_json)",
+            "floor_http",
+            &[],
+            Role::Floor,
+        ),
         "rmcp" => s(
             "rmcp 3.11 (stateless, JSON responses)",
             "rmcp_http",
@@ -252,7 +262,10 @@ fn h2load(url: &str, body: &Path, proto: Proto, n: u64) -> Run {
 
 /// The command line of one run (for the figure's prose).
 pub fn command_line(proto: Proto, n: u64) -> String {
-    let mut s = format!("h2load {} -t 1 -n {n} -d body.json", proto.load_args().join(" "));
+    let mut s = format!(
+        "h2load {} -t 1 -n {n} -d body.json",
+        proto.load_args().join(" ")
+    );
     for h in HEADERS {
         let _ = write!(s, " -H '{h}'");
     }
@@ -374,8 +387,10 @@ pub fn figure8(servers: &[Server], n: u64, rounds: usize, t: &mut Tables) {
     }
     let _ = writeln!(
         out,
-        "\nMedians of {rounds} rounds × {n} requests per server and protocol (load average {} at the end).\n\n{verdicts}",
-        load_average()
+        "\nMedians of {rounds} rounds × {n} requests per server and protocol (load average {} at the end); each run:\n\n```text\n{}\n{}\n```\n\n{verdicts}",
+        load_average(),
+        command_line(Proto::H1, n),
+        command_line(Proto::H2, n)
     );
     t.insert("fig8", out);
 }

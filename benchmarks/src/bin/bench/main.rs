@@ -624,7 +624,10 @@ fn figure7(file: &Path, t: &mut Tables) {
         Some((field("p50 ")?, field("p99 ")?, field("max ")?))
     };
     let (Some(layer), Some(floor)) = (row("timer lateness"), row("floor lateness")) else {
-        eprintln!("cannot parse the timer-lateness lines in {}", file.display());
+        eprintln!(
+            "cannot parse the timer-lateness lines in {}",
+            file.display()
+        );
         return;
     };
     let mut out = String::new();
@@ -750,7 +753,12 @@ fn main() {
         let names: Vec<String> = figures.iter().map(u32::to_string).collect();
         run.pop();
         run.push_str(&format!(
-            " Figures {} only; the other tables are from earlier runs.\n",
+            " {} {} only; the other tables are from earlier runs.\n",
+            if names.len() == 1 {
+                "Figure"
+            } else {
+                "Figures"
+            },
             names.join(", ")
         ));
     }
