@@ -366,6 +366,56 @@ mod tests {
     use http::HeaderValue;
 
     #[test]
+    fn accept_is_case_insensitive_and_ignores_parameters() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("Application/JSON; q=0.9, TEXT/Event-Stream"),
+        );
+        assert!(check_accept(&h).is_ok());
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("APPLICATION/JSON, text/html"),
+        );
+        assert!(check_accept(&h).is_err());
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert!(check_accept(&h).is_ok());
+    }
+
+    fn mirrored(params: &str) -> (bool, Option<String>, Option<String>, Option<String>) {
+        let raw = RawValue::from_string(params.to_owned()).unwrap();
+        let m = MirroredParams::read(Some(&raw));
+        (
+            m.has_protocol_version(),
+            m.protocol_version().map(Cow::into_owned),
+            m.field("name").map(Cow::into_owned),
+            m.field("uri").map(Cow::into_owned),
+        )
+    }
+
+    #[test]
+    fn mirrored_params_read_strings_null_and_other_values() {
+        let v = r#"{"name":"e\u0063ho","uri":"file:///a","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","other":{"x":[1]}}}"#;
+        assert_eq!(
+            mirrored(v),
+            (
+                true,
+                Some("2026-07-28".into()),
+                Some("echo".into()),
+                Some("file:///a".into())
+            )
+        );
+        // null is absent; a non-string is present but matches no header.
+        let v = r#"{"name":7,"_meta":{"io.modelcontextprotocol/protocolVersion":null}}"#;
+        assert_eq!(mirrored(v), (false, None, None, None));
+        let v = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":5}}"#;
+        assert_eq!(mirrored(v), (true, None, None, None));
+        // Odd shapes have none of the fields.
+        assert_eq!(mirrored("[1,2]"), (false, None, None, None));
+        assert_eq!(mirrored(r#"{"_meta":3}"#), (false, None, None, None));
+    }
+
+    #[test]
     fn accept_needs_both() {
         let mut h = HeaderMap::new();
         assert!(check_accept(&h).is_err());
