@@ -1,8 +1,9 @@
-//! Our HTTP server for figure 8: the full stack (`CancelOnDisconnectLayer`
-//! + `TimeoutLayer` + `ProgressResetLayer`, as in `ours.rs`) behind
+//! Our HTTP server for figure 8: the full stack (`CancelOnDisconnectLayer`,
+//! `TimeoutLayer` and `ProgressResetLayer`, as in `ours.rs`) behind
 //! `transport::http::StreamableHttpService` with its defaults, served by
 //! the same hyper-util loop and the same runtime (2 workers) as every
-//! server of the figure. No tracing subscriber: logging is off.
+//! server of the figure, with the figure's logging (a tracing subscriber at
+//! `warn`, see `load::http_runtime`).
 //!
 //! `ours_http [--listen ADDR] [--serve]`: with `--serve`, served by the
 //! crate's own `transport::http::serve` (its default `Server` settings)
