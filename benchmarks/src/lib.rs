@@ -170,6 +170,7 @@ pub fn steps_of(args: &serde_json::Value) -> (u64, Duration) {
     (steps, Duration::from_secs_f64(interval_ms / 1000.0))
 }
 
+pub mod load;
 pub mod ours;
 #[cfg(feature = "peers")]
 pub mod peer_rmcp;

@@ -35,6 +35,7 @@ use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::{
     BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
 };
+use tower_mcp_cancel_benchmarks::load::{clock_tick, cpu_of, load_average, median};
 
 /// CPU a `spin` call burns.
 const SPIN: Duration = Duration::from_micros(50);
@@ -149,16 +150,6 @@ fn target(word: &str) -> Target {
     }
 }
 
-/// `utime + stime` of `pid`, all threads.
-fn cpu_of(pid: u32, tick: Duration) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest.split(' ').map(|s| s.parse().unwrap_or(0)).collect();
-    // fields 14 and 15 of stat(5); `rest` starts at field 3
-    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
-    tick * ticks as u32
-}
-
 struct Conn {
     child: tokio::process::Child,
     pid: u32,
@@ -257,11 +248,6 @@ fn is_spin(name: &str) -> bool {
     name == "ours-spin" || name.starts_with("spin:")
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn drive(args: Vec<String>) {
     let mut n = 100_000u64;
@@ -285,14 +271,7 @@ async fn drive(args: Vec<String>) {
     if words.is_empty() {
         words = vec!["floor".into(), "ours".into(), "ours-spin".into()];
     }
-    let hz: u32 = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100);
-    let tick = Duration::from_secs(1) / hz;
+    let tick = clock_tick();
     let targets: Vec<Target> = words.iter().map(|w| target(w)).collect();
     let mut conns = Vec::new();
     for t in &targets {
@@ -324,7 +303,6 @@ async fn drive(args: Vec<String>) {
             rate[i].push(rps);
         }
     }
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "| server | server CPU per request (median of {rounds}) | requests/s (median) |\n| --- | --- | --- |"
     );
@@ -332,14 +310,14 @@ async fn drive(args: Vec<String>) {
         println!(
             "| {} | {:.2} µs | {:.0} |",
             t.name,
-            median(cpu[i].clone()),
-            median(rate[i].clone())
+            median(&cpu[i]),
+            median(&rate[i])
         );
     }
     println!(
         "({n} echo / {} spin calls a round, window {window}; load average {})",
         n / 10,
-        load.split(' ').take(3).collect::<Vec<_>>().join(" ")
+        load_average()
     );
     for mut c in conns {
         drop(c.stdin);

@@ -4,6 +4,8 @@
 //! (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`)
 //! against the body. A failed check is a [`Rejection`].
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
@@ -68,14 +70,15 @@ pub(crate) fn check_accept(headers: &HeaderMap) -> Result<(), Rejection> {
         let Ok(value) = value.to_str() else { continue };
         for item in value.split(',') {
             let mime = item.split(';').next().unwrap_or("").trim();
-            match mime.to_ascii_lowercase().as_str() {
-                "*/*" => {
-                    json = true;
-                    sse = true;
-                }
-                "application/json" | "application/*" => json = true,
-                "text/event-stream" | "text/*" => sse = true,
-                _ => {}
+            // Media types are case-insensitive; compared without allocating.
+            let is = |t: &str| mime.eq_ignore_ascii_case(t);
+            if is("*/*") {
+                json = true;
+                sse = true;
+            } else if is("application/json") || is("application/*") {
+                json = true;
+            } else if is("text/event-stream") || is("text/*") {
+                sse = true;
             }
         }
     }
@@ -117,25 +120,38 @@ pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
     }
 }
 
-/// The fields of `params` the transport compares with headers.
+/// The fields of `params` the transport compares with headers, borrowed
+/// from the body unparsed (`null` reads as absent): one pass over `params`
+/// that allocates nothing, a string is read only when it is compared.
 #[derive(Deserialize, Default)]
-pub(crate) struct MirroredParams {
-    #[serde(default)]
-    name: Option<serde_json::Value>,
-    #[serde(default)]
-    uri: Option<serde_json::Value>,
-    #[serde(default, rename = "_meta")]
-    meta: Option<MetaFields>,
+pub(crate) struct MirroredParams<'a> {
+    #[serde(default, borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    uri: Option<&'a RawValue>,
+    #[serde(default, borrow, rename = "_meta")]
+    meta: Option<MetaFields<'a>>,
 }
 
 #[derive(Deserialize, Default)]
-struct MetaFields {
-    #[serde(default, rename = "io.modelcontextprotocol/protocolVersion")]
-    protocol_version: Option<serde_json::Value>,
+struct MetaFields<'a> {
+    #[serde(default, borrow, rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<&'a RawValue>,
 }
 
-impl MirroredParams {
-    pub(crate) fn read(params: Option<&RawValue>) -> Self {
+/// A JSON string value as text (borrowed unless it has escapes); `None` for
+/// any other JSON value.
+fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    match serde_json::from_str::<&str>(raw.get()) {
+        Ok(s) => Some(Cow::Borrowed(s)),
+        Err(_) => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
+    }
+}
+
+impl<'a> MirroredParams<'a> {
+    pub(crate) fn read(params: Option<&'a RawValue>) -> Self {
         // Arrays and odd shapes simply have none of the fields.
         params
             .and_then(|p| serde_json::from_str(p.get()).ok())
@@ -150,17 +166,17 @@ impl MirroredParams {
             .is_some_and(|m| m.protocol_version.is_some())
     }
 
-    pub(crate) fn protocol_version(&self) -> Option<&str> {
+    pub(crate) fn protocol_version(&self) -> Option<Cow<'a, str>> {
         self.meta
             .as_ref()
-            .and_then(|m| m.protocol_version.as_ref())
-            .and_then(|v| v.as_str())
+            .and_then(|m| m.protocol_version)
+            .and_then(json_str)
     }
 
-    fn field(&self, field: &str) -> Option<&serde_json::Value> {
+    fn field(&self, field: &str) -> Option<Cow<'a, str>> {
         match field {
-            "name" => self.name.as_ref(),
-            "uri" => self.uri.as_ref(),
+            "name" => self.name.and_then(json_str),
+            "uri" => self.uri.and_then(json_str),
             _ => None,
         }
     }
@@ -209,7 +225,7 @@ pub(crate) fn check_request_headers(
         ));
     };
     let version = version.trim();
-    match params.protocol_version() {
+    match params.protocol_version().as_deref() {
         Some(body) if body == version => {}
         Some(body) => {
             return Err(Rejection::header_mismatch(
@@ -253,7 +269,7 @@ pub(crate) fn check_request_headers(
                 format!("Header mismatch: the Mcp-Name header is required for {method}"),
             ));
         };
-        check_name_header(raw, id, params.field(field).and_then(|v| v.as_str()))?;
+        check_name_header(raw, id, params.field(field).as_deref())?;
     }
     Ok(())
 }
@@ -274,7 +290,7 @@ pub(crate) fn check_legacy_headers(
     }
     if let Some(field) = name_field(method) {
         if let Some(raw) = header_str(headers, MCP_NAME_HEADER, id)? {
-            check_name_header(raw, id, params.field(field).and_then(|v| v.as_str()))?;
+            check_name_header(raw, id, params.field(field).as_deref())?;
         }
     }
     Ok(())
@@ -348,6 +364,56 @@ pub(crate) fn check_param_headers(
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn accept_is_case_insensitive_and_ignores_parameters() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("Application/JSON; q=0.9, TEXT/Event-Stream"),
+        );
+        assert!(check_accept(&h).is_ok());
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("APPLICATION/JSON, text/html"),
+        );
+        assert!(check_accept(&h).is_err());
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert!(check_accept(&h).is_ok());
+    }
+
+    fn mirrored(params: &str) -> (bool, Option<String>, Option<String>, Option<String>) {
+        let raw = RawValue::from_string(params.to_owned()).unwrap();
+        let m = MirroredParams::read(Some(&raw));
+        (
+            m.has_protocol_version(),
+            m.protocol_version().map(Cow::into_owned),
+            m.field("name").map(Cow::into_owned),
+            m.field("uri").map(Cow::into_owned),
+        )
+    }
+
+    #[test]
+    fn mirrored_params_read_strings_null_and_other_values() {
+        let v = r#"{"name":"e\u0063ho","uri":"file:///a","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","other":{"x":[1]}}}"#;
+        assert_eq!(
+            mirrored(v),
+            (
+                true,
+                Some("2026-07-28".into()),
+                Some("echo".into()),
+                Some("file:///a".into())
+            )
+        );
+        // null is absent; a non-string is present but matches no header.
+        let v = r#"{"name":7,"_meta":{"io.modelcontextprotocol/protocolVersion":null}}"#;
+        assert_eq!(mirrored(v), (false, None, None, None));
+        let v = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":5}}"#;
+        assert_eq!(mirrored(v), (true, None, None, None));
+        // Odd shapes have none of the fields.
+        assert_eq!(mirrored("[1,2]"), (false, None, None, None));
+        assert_eq!(mirrored(r#"{"_meta":3}"#), (false, None, None, None));
+    }
 
     #[test]
     fn accept_needs_both() {

@@ -1,9 +1,10 @@
-//! The bench binary for figures 3–6 of BENCHMARKS.md (and the collector of
+//! The bench binary for figures 3–6 and 8 of BENCHMARKS.md (and the collector of
 //! figures 1, 2 and 7, which criterion and `benches/timer_lateness.rs` of
 //! the main crate measure). `benchmarks/run.sh` is the documented command.
 //!
 //! ```text
-//! bench [--smoke] [--write BENCHMARKS.md] [--criterion DIR] [--lateness FILE] [--only 3,4,5,6]
+//! bench [--smoke] [--write BENCHMARKS.md] [--criterion DIR] [--lateness FILE] [--only 3,4,5,6,8]
+//!       [--requests N] [--rounds R] [--servers ours,rmcp,tower-mcp,floor]
 //! ```
 //!
 //! * `--smoke`: a few seconds, our servers only (no peers), small counts.
@@ -12,7 +13,10 @@
 //! * `--criterion DIR`: the main crate's `target/criterion` (figures 1–2).
 //! * `--lateness FILE`: the output of `cargo bench --bench timer_lateness`
 //!   (figure 7).
+//! * `--requests`, `--rounds`, `--servers`: figure 8's requests per run
+//!   (200 000), rounds (5) and servers (see [`h2load::server`]).
 
+mod h2load;
 mod http;
 mod mem;
 mod stdio;
@@ -31,7 +35,13 @@ struct Args {
     criterion: Option<PathBuf>,
     lateness: Option<PathBuf>,
     only: Vec<u32>,
+    requests: Option<u64>,
+    rounds: Option<usize>,
+    servers: Option<Vec<String>>,
 }
+
+/// The figures the bench binary itself measures.
+const OWN_FIGURES: [u32; 5] = [3, 4, 5, 6, 8];
 
 fn args() -> Args {
     let mut a = Args {
@@ -39,7 +49,10 @@ fn args() -> Args {
         write: None,
         criterion: None,
         lateness: None,
-        only: vec![3, 4, 5, 6],
+        only: OWN_FIGURES.to_vec(),
+        requests: None,
+        rounds: None,
+        servers: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -55,6 +68,13 @@ fn args() -> Args {
                     .split(',')
                     .filter_map(|s| s.trim().parse().ok())
                     .collect()
+            }
+            "--requests" => a.requests = it.next().and_then(|s| s.parse().ok()),
+            "--rounds" => a.rounds = it.next().and_then(|s| s.parse().ok()),
+            "--servers" => {
+                a.servers = it
+                    .next()
+                    .map(|s| s.split(',').map(|w| w.trim().to_owned()).collect())
             }
             other => {
                 eprintln!("unknown argument {other:?}");
@@ -474,6 +494,39 @@ fn figure6(smoke: bool, t: &mut Tables) {
     t.insert("fig6", out);
 }
 
+// ---------------------------------------------------------------- figure 8
+
+fn figure8(a: &Args, t: &mut Tables) {
+    if !h2load::have_h2load() {
+        let msg = "h2load not found (Debian: `apt-get install nghttp2-client`; `benchmarks/run.sh` installs it): figure 8 not measured";
+        if a.smoke {
+            eprintln!("{msg}");
+            return;
+        }
+        eprintln!("{msg}");
+        std::process::exit(1);
+    }
+    let words: Vec<String> = match (&a.servers, a.smoke) {
+        (Some(w), _) => w.clone(),
+        (None, true) => vec!["ours".into(), "floor".into()],
+        (None, false) => ["ours", "rmcp", "tower-mcp", "floor"]
+            .map(String::from)
+            .to_vec(),
+    };
+    let servers: Vec<h2load::Server> = words.iter().map(|w| h2load::server(w)).collect();
+    let (n, rounds) = if a.smoke {
+        (a.requests.unwrap_or(2_000), a.rounds.unwrap_or(1))
+    } else {
+        (a.requests.unwrap_or(200_000), a.rounds.unwrap_or(5))
+    };
+    h2load::figure8(&servers, n, rounds, t);
+    if a.smoke {
+        if let Some(body) = t.get_mut("fig8") {
+            body.push_str("\n(smoke run: peers not measured)\n");
+        }
+    }
+}
+
 // ---------------------------------------------------- figures 1, 2 and 7
 
 fn figures12(dir: &Path, t: &mut Tables) {
@@ -572,7 +625,10 @@ fn figure7(file: &Path, t: &mut Tables) {
         Some((field("p50 ")?, field("p99 ")?, field("max ")?))
     };
     let (Some(layer), Some(floor)) = (row("timer lateness"), row("floor lateness")) else {
-        eprintln!("cannot parse the timer-lateness lines in {}", file.display());
+        eprintln!(
+            "cannot parse the timer-lateness lines in {}",
+            file.display()
+        );
         return;
     };
     let mut out = String::new();
@@ -674,11 +730,19 @@ fn main() {
     if a.only.contains(&5) {
         rt.block_on(figure5(a.smoke, &mut tables));
     }
+    if a.only.contains(&8) {
+        figure8(&a, &mut tables);
+    }
     let mut run = machine();
-    if a.criterion.is_none() || a.lateness.is_none() || a.only != [3, 4, 5, 6] {
+    if a.criterion.is_none() || a.lateness.is_none() || a.only != OWN_FIGURES {
         // A partial run: say which tables it rewrote.
-        // Figures 1-2 come from --criterion, 7 from --lateness, 3-6 from --only.
-        let mut figures: Vec<u32> = a.only.iter().copied().filter(|f| (3..=6).contains(f)).collect();
+        // Figures 1-2 come from --criterion, 7 from --lateness, 3-6 and 8 from --only.
+        let mut figures: Vec<u32> = a
+            .only
+            .iter()
+            .copied()
+            .filter(|f| OWN_FIGURES.contains(f))
+            .collect();
         if a.criterion.is_some() {
             figures.extend([1, 2]);
         }
@@ -690,7 +754,12 @@ fn main() {
         let names: Vec<String> = figures.iter().map(u32::to_string).collect();
         run.pop();
         run.push_str(&format!(
-            " Figures {} only; the other tables are from earlier runs.\n",
+            " {} {} only; the other tables are from earlier runs.\n",
+            if names.len() == 1 {
+                "Figure"
+            } else {
+                "Figures"
+            },
             names.join(", ")
         ));
     }
