@@ -9,7 +9,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 /// The length of one clock tick of `/proc/<pid>/stat` (`getconf CLK_TCK`,
 /// 100 Hz when it cannot be read).
@@ -113,12 +113,31 @@ where
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let _ = stream.set_nodelay(true);
-        let svc = TowerToHyperService::new(svc.clone());
-        tokio::spawn(async move {
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
+        spawn_connection(stream, svc.clone());
     }
+}
+
+/// Serves one accepted connection with `svc` on a task of its own:
+/// `TCP_NODELAY` set, hyper-util's auto builder (HTTP/1.1, and HTTP/2 with
+/// prior knowledge), default settings otherwise. Every HTTP server of the
+/// benchmarks accepts through this.
+pub fn spawn_connection<S, B>(stream: TcpStream, svc: S)
+where
+    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let _ = stream.set_nodelay(true);
+    let svc = TowerToHyperService::new(svc);
+    tokio::spawn(async move {
+        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), svc)
+            .await;
+    });
 }

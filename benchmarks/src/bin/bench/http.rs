@@ -13,10 +13,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tower_mcp_cancel_benchmarks::{mono_ns, Event, Kind};
+use tower_mcp_cancel_benchmarks::{load, mono_ns, Event, Kind};
 
 /// A server under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,13 +69,7 @@ where
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let _ = stream.set_nodelay(true);
-            let svc = TowerToHyperService::new(svc.clone());
-            tokio::spawn(async move {
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
+            load::spawn_connection(stream, svc.clone());
         }
     });
     addr
