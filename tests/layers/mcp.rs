@@ -327,6 +327,23 @@ fn steady_progress(
     })
 }
 
+/// Calls `svc` once with a `tools/call` and waits for its error: the error,
+/// and how long (in the test's clock) the call took.
+async fn call_until_error<S>(svc: &mut S) -> (Duration, BoxError)
+where
+    S: Service<McpRequest, Response = Value, Error = BoxError>,
+{
+    let start = Instant::now();
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .unwrap_err();
+    (Instant::now() - start, err)
+}
+
 /// The progress layer's timer also enforces the timeout above it: steady
 /// progress keeps the idle limit away, and the request still ends at the
 /// timeout's deadline, with the timeout's limit and reason.
@@ -344,15 +361,8 @@ async fn the_timeout_fires_through_the_progress_timer() {
             *s.lock().unwrap() = r.cancellation().cloned();
             inner.clone().call(r)
         }));
-    let start = Instant::now();
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "tools/call"))
-        .await
-        .unwrap_err();
-    assert_eq!(Instant::now() - start, Duration::from_secs(2));
+    let (took, err) = call_until_error(&mut svc).await;
+    assert_eq!(took, Duration::from_secs(2));
     let two = Elapsed::new(Limit::Timeout, Duration::from_secs(2));
     assert_eq!(elapsed(&err), two);
     assert!(probe.is_dropped());
@@ -373,19 +383,8 @@ async fn nested_timeouts_the_shorter_fires_in_either_order() {
             .layer(TimeoutLayer::new(Duration::from_secs(inner_limit)))
             .layer(ProgressResetLayer::new(Duration::from_secs(60)))
             .service(steady_progress(&probe, Duration::from_millis(300)));
-        let start = Instant::now();
-        let err = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(McpRequest::new(1, "tools/call"))
-            .await
-            .unwrap_err();
-        assert_eq!(
-            Instant::now() - start,
-            Duration::from_secs(1),
-            "{outer}/{inner_limit}"
-        );
+        let (took, err) = call_until_error(&mut svc).await;
+        assert_eq!(took, Duration::from_secs(1), "{outer}/{inner_limit}");
         assert_eq!(
             elapsed(&err),
             Elapsed::new(Limit::Timeout, Duration::from_secs(1))
@@ -406,15 +405,8 @@ async fn a_deferred_inner_call_keeps_the_timeouts_own_timer() {
         .buffer(8)
         .layer(ProgressResetLayer::new(Duration::from_secs(1)).without_max())
         .service(steady_progress(&probe, Duration::from_millis(300)));
-    let start = Instant::now();
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "tools/call"))
-        .await
-        .unwrap_err();
-    assert_eq!(Instant::now() - start, Duration::from_secs(2));
+    let (took, err) = call_until_error(&mut svc).await;
+    assert_eq!(took, Duration::from_secs(2));
     assert_eq!(
         elapsed(&err),
         Elapsed::new(Limit::Timeout, Duration::from_secs(2))
@@ -432,15 +424,8 @@ async fn a_timeout_below_the_progress_layer_keeps_its_own_timer() {
         .layer(ProgressResetLayer::new(Duration::from_secs(1)).without_max())
         .layer(TimeoutLayer::new(Duration::from_secs(2)))
         .service(steady_progress(&probe, Duration::from_millis(300)));
-    let start = Instant::now();
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "tools/call"))
-        .await
-        .unwrap_err();
-    assert_eq!(Instant::now() - start, Duration::from_secs(2));
+    let (took, err) = call_until_error(&mut svc).await;
+    assert_eq!(took, Duration::from_secs(2));
     assert_eq!(
         elapsed(&err),
         Elapsed::new(Limit::Timeout, Duration::from_secs(2))
@@ -499,19 +484,8 @@ async fn stacked_progress_layers_both_cancel_the_request() {
             *s.lock().unwrap() = r.cancellation().cloned();
             never(guards.guard())
         }));
-    let start = Instant::now();
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "tools/call"))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        Instant::now() - start,
-        Duration::from_secs(1),
-        "the inner limit"
-    );
+    let (took, err) = call_until_error(&mut svc).await;
+    assert_eq!(took, Duration::from_secs(1), "the inner limit");
     assert!(probe.is_dropped());
     let c = seen
         .lock()
