@@ -194,19 +194,6 @@ pub struct Run {
     pub cpu_us: f64,
 }
 
-fn parse_dur(s: &str) -> Option<Duration> {
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_alphabetic())?);
-    let v: f64 = num.parse().ok()?;
-    let ns = match unit {
-        "ns" => v,
-        "us" | "µs" => v * 1e3,
-        "ms" => v * 1e6,
-        "s" => v * 1e9,
-        _ => return None,
-    };
-    Some(Duration::from_nanos(ns as u64))
-}
-
 /// Parses h2load's summary.
 fn parse(out: &str) -> Option<Run> {
     let mut r = Run::default();
@@ -239,9 +226,9 @@ fn parse(out: &str) -> Option<Run> {
         } else if let Some(rest) = line.strip_prefix("time for request:") {
             // min max mean sd +/-sd
             let f: Vec<&str> = rest.split_whitespace().collect();
-            r.max = parse_dur(f.get(1)?)?;
-            r.mean = parse_dur(f.get(2)?)?;
-            r.sd = parse_dur(f.get(3)?)?;
+            r.max = super::parse_duration(f.get(1)?)?;
+            r.mean = super::parse_duration(f.get(2)?)?;
+            r.sd = super::parse_duration(f.get(3)?)?;
         }
     }
     Some(r)

@@ -592,8 +592,9 @@ fn figures12(dir: &Path, t: &mut Tables) {
     t.insert("fig12", out);
 }
 
-/// Parses a `Debug`-formatted `Duration` ("3.6ms", "812.5µs", "1.2s", "15ns").
-fn parse_debug_duration(s: &str) -> Option<Duration> {
+/// Parses a duration as `Debug` formats one and h2load prints one
+/// ("3.6ms", "812.5µs", "812.5us", "1.2s", "15ns").
+fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| c.is_alphabetic() || c == 'µ')?);
     let v: f64 = num.parse().ok()?;
@@ -617,10 +618,7 @@ fn figure7(file: &Path, t: &mut Tables) {
         let line = text.lines().find(|l| l.starts_with(prefix))?;
         let field = |name: &str| {
             let i = line.find(name)? + name.len();
-            line[i..]
-                .split_whitespace()
-                .next()
-                .and_then(parse_debug_duration)
+            line[i..].split_whitespace().next().and_then(parse_duration)
         };
         Some((field("p50 ")?, field("p99 ")?, field("max ")?))
     };
