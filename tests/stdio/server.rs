@@ -747,3 +747,51 @@ async fn answers_queued_together_keep_their_ids_until_queued() {
     assert!(peer.close().await.is_empty());
     served.await.unwrap().unwrap();
 }
+
+/// Handlers that compute before their first `.await`, many at once: the
+/// reader spawns them to run in parallel and the writer lets answers share
+/// a flush, yet every request gets its one answer, and a request alone
+/// afterwards is answered without waiting for others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn computing_handlers_in_parallel_each_get_their_answer() {
+    const N: i64 = 64;
+    // Real time here: a bound for a broken build, far above the run's.
+    const REAL_BOUND: Duration = Duration::from_secs(30);
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let svc = service_fn(|req: McpRequest| async move {
+        let until = std::time::Instant::now() + Duration::from_micros(200);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        Ok::<_, BoxError>(json!({ "method": req.method() }))
+    });
+    let served = tokio::spawn(StdioServer::new().serve(svc, r, w));
+    let mut batch = Vec::new();
+    for id in 0..N {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+        batch.extend_from_slice(line.to_string().as_bytes());
+        batch.push(b'\n');
+    }
+    peer.send_raw(&batch).await;
+    let mut ids = Vec::new();
+    for _ in 0..N {
+        let v = tokio::time::timeout(REAL_BOUND, peer.recv())
+            .await
+            .expect("every answer arrives")
+            .unwrap();
+        assert_eq!(v["result"]["method"], "ping", "{v}");
+        ids.push(v["id"].as_i64().unwrap());
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (0..N).collect::<Vec<_>>());
+    // Alone now (nothing else runs): answered, not held for company.
+    peer.send(json!({"jsonrpc": "2.0", "id": N, "method": "ping"}))
+        .await;
+    let v = tokio::time::timeout(REAL_BOUND, peer.recv())
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(v["id"], N);
+    assert!(peer.close().await.is_empty());
+    served.await.unwrap().unwrap();
+}

@@ -244,6 +244,16 @@ impl Conn {
     }
 }
 
+/// Write system calls of process `pid` so far (`syscw` in proc(5)'s
+/// `/proc/<pid>/io`); zero if unknown.
+fn writes_of(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines()
+        .find_map(|l| l.strip_prefix("syscw: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn is_spin(name: &str) -> bool {
     name == "ours-spin" || name.starts_with("spin:")
 }
@@ -291,12 +301,15 @@ async fn drive(args: Vec<String>) {
             };
             let n = if tool == "spin" { n / 10 } else { n };
             let before = cpu_of(c.pid, tick);
+            let writes_before = writes_of(c.pid);
             let wall = c.run(tool, 1_000_000 * (r as u64 + 1), n, window).await;
             let used = cpu_of(c.pid, tick) - before;
+            let writes = writes_of(c.pid) - writes_before;
             let us = used.as_secs_f64() * 1e6 / n as f64;
             let rps = n as f64 / wall.as_secs_f64();
+            let per_write = n as f64 / writes.max(1) as f64;
             eprintln!(
-                "  {:10} round {r}: {us:6.2} µs CPU/request, {rps:8.0} req/s",
+                "  {:10} round {r}: {us:6.2} µs CPU/request, {rps:8.0} req/s, {per_write:5.1} requests a write(2)",
                 targets[i].name
             );
             cpu[i].push(us);

@@ -2,7 +2,8 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -157,13 +158,17 @@ impl StdioServer {
     {
         let (tx, rx) = mpsc::channel::<Outgoing>(self.write_queue);
         let close = CancellationToken::new();
-        let mut writer_task = tokio::spawn(write_loop(writer, rx, close.clone()));
+        let load = Arc::new(HandlerLoad::default());
+        let backlog = load.clone();
+        let mut writer_task = tokio::spawn(write_loop(writer, rx, close.clone(), move || {
+            backlog.backlogged()
+        }));
         let conn = Connection {
             in_flight: self.registry.clone().unwrap_or_default(),
             max_in_flight: self.max_in_flight,
             tx,
             draining: AtomicBool::new(false),
-            inline: Inline::default(),
+            load,
             batch: Default::default(),
         };
         let mut tasks = JoinSet::new();
@@ -318,7 +323,7 @@ struct Connection {
     tx: mpsc::Sender<Outgoing>,
     /// Shutting down: new requests are refused.
     draining: AtomicBool,
-    inline: Inline,
+    load: Arc<HandlerLoad>,
     batch: std::sync::Mutex<Batch>,
 }
 
@@ -542,7 +547,7 @@ impl Connection {
             None,
         );
         let mut call = Box::pin(call);
-        if self.inline.allowed() {
+        if self.load.inline_allowed() {
             // Most requests are ready at their first poll: finishing them
             // here spares a task and two thread hand-offs (reader → task →
             // writer). The waker is a no-op: a request still pending is
@@ -551,7 +556,7 @@ impl Connection {
             let first = call
                 .as_mut()
                 .poll(&mut Context::from_waker(std::task::Waker::noop()));
-            self.inline.took(started.elapsed());
+            self.load.first_poll_took(started.elapsed());
             if let Poll::Ready(ending) = first {
                 let last = last_message(ending, &guard);
                 scope.end();
@@ -570,27 +575,47 @@ impl Connection {
                 return;
             }
         }
-        tasks.spawn(finish_request(call, scope, guard, self.tx.clone()));
+        let running = self.load.spawned();
+        tasks.spawn(finish_request(call, scope, guard, self.tx.clone(), running));
     }
 }
 
-/// Whether the reader polls a new request once itself before spawning it.
+/// What the reader knows of its handlers' cost, shared with the writer.
 ///
-/// A handler that computes for long before its first `.await` would hold
-/// up the reader (and keep the other workers idle): after a first poll
-/// longer than [`Inline::SLOW`], the next [`Inline::BACK_OFF`] requests are
-/// spawned at once, to run in parallel.
+/// * Whether the reader polls a new request once itself before spawning
+///   it ([`inline_allowed`](Self::inline_allowed)). A handler that
+///   computes for long before its first `.await` would hold up the reader
+///   (and keep the other workers idle): after a first poll longer than
+///   [`SLOW`](Self::SLOW), the next [`BACK_OFF`](Self::BACK_OFF) requests
+///   are spawned at once, to run in parallel.
+/// * Whether answers are coming one after another
+///   ([`backlogged`](Self::backlogged)), so that the writer lets a few
+///   share a flush.
 #[derive(Default)]
-struct Inline {
+struct HandlerLoad {
     /// Requests still to spawn without a first poll here.
     skip: AtomicU32,
+    /// Spawned requests not yet ended.
+    running: AtomicUsize,
 }
 
-impl Inline {
+/// Counts a spawned request as running until dropped.
+struct Running(Arc<HandlerLoad>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl HandlerLoad {
     const SLOW: Duration = Duration::from_micros(20);
     const BACK_OFF: u32 = 64;
+    /// Spawned requests running from which, while handlers compute, more
+    /// answers are taken to be on their way.
+    const BACKLOG: usize = 4;
 
-    fn allowed(&self) -> bool {
+    fn inline_allowed(&self) -> bool {
         let skip = self.skip.load(Ordering::Relaxed);
         if skip == 0 {
             return true;
@@ -599,10 +624,25 @@ impl Inline {
         false
     }
 
-    fn took(&self, first_poll: Duration) {
+    fn first_poll_took(&self, first_poll: Duration) {
         if first_poll > Self::SLOW {
             self.skip.store(Self::BACK_OFF, Ordering::Relaxed);
         }
+    }
+
+    fn spawned(self: &Arc<Self>) -> Running {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        Running(self.clone())
+    }
+
+    /// Whether handlers were seen to compute (a slow first poll among the
+    /// last [`BACK_OFF`](Self::BACK_OFF) requests) and at least
+    /// [`BACKLOG`](Self::BACKLOG) spawned requests run: then answers come
+    /// one after another, and the writer lets the worker run its other tasks
+    /// before it flushes (see `write_loop`).
+    fn backlogged(&self) -> bool {
+        self.skip.load(Ordering::Relaxed) > 0
+            && self.running.load(Ordering::Relaxed) >= Self::BACKLOG
     }
 }
 
@@ -610,14 +650,17 @@ impl Inline {
 /// of a listen stream) closes the request's scope as it is queued, so
 /// nothing of the request can follow it; a request the transport cancelled
 /// gets nothing. The registry entry goes last, so that the id cannot be
-/// reused before its answer is queued.
+/// reused before its answer is queued; the request counts as `running`
+/// until then.
 async fn finish_request(
     call: impl Future<Output = Ending>,
     scope: Scope,
     guard: InFlightGuard,
     tx: mpsc::Sender<Outgoing>,
+    running: Running,
 ) {
     end_request(call.await, scope, guard, &tx).await;
+    drop(running);
 }
 
 /// Writes a request's [`Ending`] (see [`finish_request`]).
@@ -672,14 +715,34 @@ mod tests {
 
     #[test]
     fn a_slow_first_poll_spawns_the_next_requests_at_once() {
-        let inline = Inline::default();
-        assert!(inline.allowed());
-        inline.took(Inline::SLOW / 2);
-        assert!(inline.allowed());
-        inline.took(Inline::SLOW * 2);
-        for i in 0..Inline::BACK_OFF {
-            assert!(!inline.allowed(), "request {i} after the slow one");
+        let load = HandlerLoad::default();
+        assert!(load.inline_allowed());
+        load.first_poll_took(HandlerLoad::SLOW / 2);
+        assert!(load.inline_allowed());
+        load.first_poll_took(HandlerLoad::SLOW * 2);
+        for i in 0..HandlerLoad::BACK_OFF {
+            assert!(!load.inline_allowed(), "request {i} after the slow one");
         }
-        assert!(inline.allowed(), "polled in the reader again");
+        assert!(load.inline_allowed(), "polled in the reader again");
+    }
+
+    #[test]
+    fn backlogged_only_while_handlers_compute_and_enough_run() {
+        let load = Arc::new(HandlerLoad::default());
+        let mut running: Vec<_> = (0..HandlerLoad::BACKLOG).map(|_| load.spawned()).collect();
+        assert!(!load.backlogged(), "handlers not seen to compute");
+        load.first_poll_took(HandlerLoad::SLOW * 2);
+        assert!(load.backlogged());
+        running.pop();
+        assert!(!load.backlogged(), "too few running");
+        running.push(load.spawned());
+        assert!(load.backlogged());
+        for _ in 0..HandlerLoad::BACK_OFF {
+            load.inline_allowed();
+        }
+        assert!(
+            !load.backlogged(),
+            "no slow first poll among the last requests"
+        );
     }
 }

@@ -14,12 +14,28 @@ use crate::notify::outbox::Outgoing;
 /// Drains the queue into `writer`, one line per message, flushing when the
 /// queue is empty; after `close` fires, writes what is queued and ends.
 /// Messages of a request cancelled after they were queued are dropped.
-pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
+///
+/// When `backlogged` says answers are coming one after another (handlers
+/// that compute, many requests running), the writer yields once to the
+/// scheduler before a flush, so that answers finishing meanwhile share it.
+/// Flushing at once costs the peer a wake-up per answer; on a machine the
+/// peer shares, that time comes out of the handlers. The yield holds an
+/// answer back only while the worker has other tasks to run (tokio wakes
+/// a yielded task when its worker runs out of work, or every
+/// `event_interval` polls), so an idle server still answers at once.
+pub(super) async fn write_loop<W, B>(
     writer: W,
     mut rx: mpsc::Receiver<Outgoing>,
     close: CancellationToken,
-) -> io::Result<()> {
+    backlogged: B,
+) -> io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    B: Fn() -> bool,
+{
     let mut w = BufWriter::new(writer);
+    // Whether the writer yielded since its last flush: once per flush.
+    let mut yielded = false;
     loop {
         let msg = tokio::select! {
             biased;
@@ -34,9 +50,18 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         };
         let Some(msg) = msg else { break };
         write_one(&mut w, msg).await?;
-        if rx.is_empty() {
-            w.flush().await?;
+        if !rx.is_empty() {
+            continue;
         }
+        if !yielded && backlogged() {
+            yielded = true;
+            tokio::task::yield_now().await;
+            if !rx.is_empty() {
+                continue;
+            }
+        }
+        yielded = false;
+        w.flush().await?;
     }
     w.flush().await?;
     w.shutdown().await
@@ -51,5 +76,123 @@ async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Resul
             tracing::trace!("message for a cancelled request dropped unsent");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    /// What reached the peer: one entry per flush, the lines it carried.
+    #[derive(Clone, Default)]
+    struct Flushes {
+        pending: Arc<Mutex<Vec<u8>>>,
+        done: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl AsyncWrite for Flushes {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.pending.lock().unwrap().extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            let bytes = std::mem::take(&mut *self.pending.lock().unwrap());
+            if !bytes.is_empty() {
+                let lines = String::from_utf8(bytes).unwrap();
+                self.done
+                    .lock()
+                    .unwrap()
+                    .push(lines.replace('\n', " ").trim_end().to_owned());
+            }
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.poll_flush(cx)
+        }
+    }
+
+    async fn settle_rounds(rounds: usize) {
+        for _ in 0..rounds {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    struct Peer {
+        tx: mpsc::Sender<Outgoing>,
+        flushes: Flushes,
+        backlogged: Arc<AtomicBool>,
+    }
+
+    fn start(backlogged: bool) -> Peer {
+        let flushes = Flushes::default();
+        let (tx, rx) = mpsc::channel(64);
+        let backlog = Arc::new(AtomicBool::new(backlogged));
+        let b = backlog.clone();
+        let close = CancellationToken::new();
+        tokio::spawn(write_loop(flushes.clone(), rx, close, move || {
+            b.load(Ordering::Relaxed)
+        }));
+        Peer {
+            tx,
+            flushes,
+            backlogged: backlog,
+        }
+    }
+
+    impl Peer {
+        /// Queues `text` and waits until the writer has taken it (alone:
+        /// the queue runs dry after it, as when answers come one by one).
+        async fn answer(&self, text: &str) {
+            let msg = Outgoing::unscoped(text.as_bytes().to_vec());
+            self.tx.send(msg).await.unwrap();
+            while self.tx.capacity() < self.tx.max_capacity() {
+                tokio::task::yield_now().await;
+            }
+        }
+
+        fn flushes(&self) -> Vec<String> {
+            self.flushes.done.lock().unwrap().clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_backlog_each_answer_is_flushed_at_once() {
+        let peer = start(false);
+        peer.answer("a").await;
+        assert_eq!(peer.flushes(), ["a"], "flushed before the writer gave way");
+        peer.answer("b").await;
+        assert_eq!(peer.flushes(), ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn with_a_backlog_answers_finishing_during_the_yield_share_a_flush() {
+        let peer = start(true);
+        peer.answer("a").await;
+        assert!(peer.flushes().is_empty(), "held while other tasks run");
+        peer.answer("b").await;
+        assert_eq!(peer.flushes(), ["a b"], "one yield a flush: no second hold");
+    }
+
+    #[tokio::test]
+    async fn with_a_backlog_an_answer_alone_goes_out_once_the_tasks_have_run() {
+        let peer = start(true);
+        peer.answer("a").await;
+        settle_rounds(4).await;
+        assert_eq!(peer.flushes(), ["a"], "one yield, not a wait for more");
+        // One yield per flush: the next answer is held again.
+        peer.answer("b").await;
+        assert_eq!(peer.flushes(), ["a"]);
+        peer.backlogged.store(false, Ordering::Relaxed);
+        settle_rounds(4).await;
+        assert_eq!(peer.flushes(), ["a", "b"]);
     }
 }
