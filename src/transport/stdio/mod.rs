@@ -63,8 +63,14 @@
 //!   line that is not JSON with `-32700`; an invalid message with `-32600`.
 //!   These errors carry the request's id when it could be read, and no id
 //!   otherwise. The connection keeps serving. Blank lines are ignored.
-//! * Requests run concurrently, each in its own task, each registered in the
-//!   connection's [`InFlight`](crate::InFlight) registry; a second request
+//! * Requests run concurrently, each registered in the connection's
+//!   [`InFlight`](crate::InFlight) registry. The reader polls each new
+//!   request once: one that is ready then is answered without a task of
+//!   its own (its answer joins those of the other requests read in the
+//!   same go, written together); one still pending goes on in its own
+//!   task. A first poll longer than 20 µs (a handler that computes before
+//!   its first `.await`) sends the next 64 requests straight to their own
+//!   tasks, so that such handlers run in parallel. A second request
 //!   with an id that is in flight is answered with `-32600`. `"1"` and `1`
 //!   are different ids; `0` is an ordinary one. At most
 //!   [`StdioServer::max_in_flight`] requests (default 1024) run at once;
@@ -83,7 +89,10 @@
 //!   and `serve` returns as soon as their tasks ended.
 //! * One writer task drains a bounded queue: a peer that stops reading
 //!   blocks handlers sending progress (and the reader) instead of growing
-//!   memory.
+//!   memory. It flushes when the queue runs dry; while handlers compute and
+//!   several spawned requests run, it first yields once to the scheduler,
+//!   so that answers finishing meanwhile share one write (and the peer one
+//!   wake-up). A server that is not busy answers at once.
 //! * [`StdioServer::shutdown`]: when its token fires, every in-flight
 //!   request is cancelled ([`CancelReason::Shutdown`](crate::CancelReason::Shutdown)),
 //!   reading stops, and `serve` returns once their tasks ended and the
