@@ -22,7 +22,9 @@ use crate::notify::outbox::Outgoing;
 /// peer shares, that time comes out of the handlers. The yield holds an
 /// answer back only while the worker has other tasks to run (tokio wakes
 /// a yielded task when its worker runs out of work, or every
-/// `event_interval` polls), so an idle server still answers at once.
+/// `event_interval` polls), so an idle server still answers at once. The
+/// message that found the queue empty is held unwritten during the yield,
+/// so that it is still dropped if its request is cancelled meanwhile.
 pub(super) async fn write_loop<W, B>(
     writer: W,
     mut rx: mpsc::Receiver<Outgoing>,
@@ -49,16 +51,13 @@ where
             }
         };
         let Some(msg) = msg else { break };
+        if rx.is_empty() && !yielded && backlogged() {
+            yielded = true;
+            tokio::task::yield_now().await;
+        }
         write_one(&mut w, msg).await?;
         if !rx.is_empty() {
             continue;
-        }
-        if !yielded && backlogged() {
-            yielded = true;
-            tokio::task::yield_now().await;
-            if !rx.is_empty() {
-                continue;
-            }
         }
         yielded = false;
         w.flush().await?;
@@ -87,6 +86,8 @@ mod tests {
     use std::task::{Context, Poll};
 
     use super::*;
+    use crate::notify::outbox::Scope;
+    use crate::{CancelReason, Cancellation};
 
     /// What reached the peer: one entry per flush, the lines it carried.
     #[derive(Clone, Default)]
@@ -180,6 +181,26 @@ mod tests {
         assert!(peer.flushes().is_empty(), "held while other tasks run");
         peer.answer("b").await;
         assert_eq!(peer.flushes(), ["a b"], "one yield a flush: no second hold");
+    }
+
+    #[tokio::test]
+    async fn a_message_held_during_the_yield_is_dropped_if_its_request_is_cancelled() {
+        let peer = start(true);
+        let cancellation = Cancellation::new();
+        let scope = Scope::new(cancellation.clone());
+        let permit = peer.tx.reserve().await.unwrap();
+        assert!(scope.send(permit, b"progress".to_vec()));
+        while peer.tx.capacity() < peer.tx.max_capacity() {
+            tokio::task::yield_now().await;
+        }
+        cancellation.cancel(CancelReason::ClientDisconnected);
+        peer.answer("other").await;
+        settle_rounds(4).await;
+        assert_eq!(
+            peer.flushes(),
+            ["other"],
+            "nothing of the cancelled request"
+        );
     }
 
     #[tokio::test]
