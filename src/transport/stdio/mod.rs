@@ -89,10 +89,12 @@
 //!   and `serve` returns as soon as their tasks ended.
 //! * One writer task drains a bounded queue: a peer that stops reading
 //!   blocks handlers sending progress (and the reader) instead of growing
-//!   memory. It flushes when the queue runs dry; while handlers compute and
-//!   several spawned requests run, it first yields once to the scheduler,
-//!   so that answers finishing meanwhile share one write (and the peer one
-//!   wake-up). A server that is not busy answers at once.
+//!   memory. It flushes when the queue runs dry; while handlers that
+//!   compute briefly (a first poll between 20 µs and 1 ms) keep several
+//!   spawned requests running, it first holds an answer for up to three
+//!   more, or until the worker has run its other ready tasks, so that they
+//!   share one write (and the peer one wake-up). A server that is not busy,
+//!   and handlers that compute longer, are answered at once.
 //! * [`StdioServer::shutdown`]: when its token fires, every in-flight
 //!   request is cancelled ([`CancelReason::Shutdown`](crate::CancelReason::Shutdown)),
 //!   reading stops, and `serve` returns once their tasks ended and the

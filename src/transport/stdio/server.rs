@@ -595,6 +595,8 @@ impl Connection {
 struct HandlerLoad {
     /// Requests still to spawn without a first poll here.
     skip: AtomicU32,
+    /// The last first poll longer than [`SLOW`](Self::SLOW), in µs.
+    slow_poll_us: AtomicU32,
     /// Spawned requests not yet ended.
     running: AtomicUsize,
 }
@@ -614,6 +616,10 @@ impl HandlerLoad {
     /// Spawned requests running from which, while handlers compute, more
     /// answers are taken to be on their way.
     const BACKLOG: usize = 4;
+    /// Handlers whose first poll computes longer than this are answered
+    /// at once: holding an answer for the next would cost up to a
+    /// handler's run.
+    const SHORT: Duration = Duration::from_millis(1);
 
     fn inline_allowed(&self) -> bool {
         let skip = self.skip.load(Ordering::Relaxed);
@@ -627,6 +633,8 @@ impl HandlerLoad {
     fn first_poll_took(&self, first_poll: Duration) {
         if first_poll > Self::SLOW {
             self.skip.store(Self::BACK_OFF, Ordering::Relaxed);
+            let us = u32::try_from(first_poll.as_micros()).unwrap_or(u32::MAX);
+            self.slow_poll_us.store(us, Ordering::Relaxed);
         }
     }
 
@@ -635,13 +643,16 @@ impl HandlerLoad {
         Running(self.clone())
     }
 
-    /// Whether handlers were seen to compute (a slow first poll among the
-    /// last [`BACK_OFF`](Self::BACK_OFF) requests) and at least
-    /// [`BACKLOG`](Self::BACKLOG) spawned requests run: then answers come
-    /// one after another, and the writer lets the worker run its other tasks
-    /// before it flushes (see `write_loop`).
+    /// Whether handlers were seen to compute briefly (a first poll
+    /// between [`SLOW`](Self::SLOW) and [`SHORT`](Self::SHORT), the last
+    /// slow one among the last [`BACK_OFF`](Self::BACK_OFF) requests) and
+    /// at least [`BACKLOG`](Self::BACKLOG) spawned requests run: then
+    /// answers come one after another, a short run apart, and the writer
+    /// holds one for the next few (see `write_loop`).
     fn backlogged(&self) -> bool {
+        let short_us = Self::SHORT.as_micros() as u32;
         self.skip.load(Ordering::Relaxed) > 0
+            && self.slow_poll_us.load(Ordering::Relaxed) <= short_us
             && self.running.load(Ordering::Relaxed) >= Self::BACKLOG
     }
 }
@@ -727,7 +738,7 @@ mod tests {
     }
 
     #[test]
-    fn backlogged_only_while_handlers_compute_and_enough_run() {
+    fn backlogged_only_while_handlers_compute_briefly_and_enough_run() {
         let load = Arc::new(HandlerLoad::default());
         let mut running: Vec<_> = (0..HandlerLoad::BACKLOG).map(|_| load.spawned()).collect();
         assert!(!load.backlogged(), "handlers not seen to compute");
@@ -736,6 +747,10 @@ mod tests {
         running.pop();
         assert!(!load.backlogged(), "too few running");
         running.push(load.spawned());
+        assert!(load.backlogged());
+        load.first_poll_took(HandlerLoad::SHORT * 2);
+        assert!(!load.backlogged(), "handlers that compute long");
+        load.first_poll_took(HandlerLoad::SHORT);
         assert!(load.backlogged());
         for _ in 0..HandlerLoad::BACK_OFF {
             load.inline_allowed();

@@ -15,16 +15,15 @@ use crate::notify::outbox::Outgoing;
 /// queue is empty; after `close` fires, writes what is queued and ends.
 /// Messages of a request cancelled after they were queued are dropped.
 ///
-/// When `backlogged` says answers are coming one after another (handlers
-/// that compute, many requests running), the writer yields once to the
-/// scheduler before a flush, so that answers finishing meanwhile share it.
-/// Flushing at once costs the peer a wake-up per answer; on a machine the
-/// peer shares, that time comes out of the handlers. The yield holds an
-/// answer back only while the worker has other tasks to run (tokio wakes
-/// a yielded task when its worker runs out of work, or every
-/// `event_interval` polls), so an idle server still answers at once. The
-/// message that found the queue empty is held unwritten during the yield,
-/// so that it is still dropped if its request is cancelled meanwhile.
+/// When the queue runs dry while `backlogged` says answers are coming one
+/// after another (handlers that compute briefly, several running), the
+/// writer holds what it has for more: until [`HOLD_MESSAGES`] messages
+/// are together, or the worker has run its other ready tasks, whichever
+/// comes first ([`hold_for_more`]); then it writes and flushes them
+/// together. Flushing each answer alone costs the peer a wake-up per
+/// answer, and on a machine the peer shares that time comes out of the
+/// handlers. At most one hold per flush. Held messages are written after
+/// the hold, so one whose request is cancelled meanwhile is still dropped.
 pub(super) async fn write_loop<W, B>(
     writer: W,
     mut rx: mpsc::Receiver<Outgoing>,
@@ -36,8 +35,9 @@ where
     B: Fn() -> bool,
 {
     let mut w = BufWriter::new(writer);
-    // Whether the writer yielded since its last flush: once per flush.
-    let mut yielded = false;
+    let mut held = Vec::new();
+    // Whether the messages since the last flush were held once already.
+    let mut was_held = false;
     loop {
         let msg = tokio::select! {
             biased;
@@ -51,19 +51,48 @@ where
             }
         };
         let Some(msg) = msg else { break };
-        if rx.is_empty() && !yielded && backlogged() {
-            yielded = true;
-            tokio::task::yield_now().await;
+        let mut closed = false;
+        if rx.is_empty() && !was_held && backlogged() {
+            was_held = true;
+            held.push(msg);
+            closed = hold_for_more(&mut rx, &mut held).await;
+            for m in held.drain(..) {
+                write_one(&mut w, m).await?;
+            }
+        } else {
+            write_one(&mut w, msg).await?;
         }
-        write_one(&mut w, msg).await?;
-        if !rx.is_empty() {
-            continue;
+        if closed {
+            break;
         }
-        yielded = false;
-        w.flush().await?;
+        if rx.is_empty() {
+            was_held = false;
+            w.flush().await?;
+        }
     }
     w.flush().await?;
     w.shutdown().await
+}
+
+/// The most messages one hold gathers.
+const HOLD_MESSAGES: usize = 4;
+
+/// Adds to `held` what arrives until it has [`HOLD_MESSAGES`], or until
+/// the task, yielded, is polled again: tokio wakes a yielded task once its
+/// worker has no other ready task, or after `event_interval` polls; each
+/// message arriving wakes it at once. Returns whether the queue closed.
+async fn hold_for_more(rx: &mut mpsc::Receiver<Outgoing>, held: &mut Vec<Outgoing>) -> bool {
+    while held.len() < HOLD_MESSAGES {
+        tokio::select! {
+            biased;
+            m = rx.recv() => match m {
+                Some(m) => held.push(m),
+                None => return true,
+            },
+            () = tokio::task::yield_now() => return false,
+        }
+    }
+    false
 }
 
 async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Result<()> {
@@ -81,7 +110,6 @@ async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Resul
 #[cfg(test)]
 mod tests {
     use std::pin::Pin;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll};
 
@@ -130,23 +158,14 @@ mod tests {
     struct Peer {
         tx: mpsc::Sender<Outgoing>,
         flushes: Flushes,
-        backlogged: Arc<AtomicBool>,
     }
 
     fn start(backlogged: bool) -> Peer {
         let flushes = Flushes::default();
         let (tx, rx) = mpsc::channel(64);
-        let backlog = Arc::new(AtomicBool::new(backlogged));
-        let b = backlog.clone();
         let close = CancellationToken::new();
-        tokio::spawn(write_loop(flushes.clone(), rx, close, move || {
-            b.load(Ordering::Relaxed)
-        }));
-        Peer {
-            tx,
-            flushes,
-            backlogged: backlog,
-        }
+        tokio::spawn(write_loop(flushes.clone(), rx, close, move || backlogged));
+        Peer { tx, flushes }
     }
 
     impl Peer {
@@ -175,16 +194,51 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn with_a_backlog_answers_finishing_during_the_yield_share_a_flush() {
+    async fn with_a_backlog_answers_arriving_during_a_hold_share_a_flush() {
         let peer = start(true);
-        peer.answer("a").await;
-        assert!(peer.flushes().is_empty(), "held while other tasks run");
-        peer.answer("b").await;
-        assert_eq!(peer.flushes(), ["a b"], "one yield a flush: no second hold");
+        for (i, text) in ["a", "b", "c"].into_iter().enumerate() {
+            peer.answer(text).await;
+            assert!(peer.flushes().is_empty(), "held after {} answers", i + 1);
+        }
+        // The fourth fills the hold: out at once, all together.
+        peer.answer("d").await;
+        assert_eq!(peer.flushes(), ["a b c d"]);
+        // The next answer starts a hold of its own.
+        peer.answer("e").await;
+        assert_eq!(peer.flushes(), ["a b c d"]);
+        settle_rounds(4).await;
+        assert_eq!(peer.flushes(), ["a b c d", "e"]);
     }
 
     #[tokio::test]
-    async fn a_message_held_during_the_yield_is_dropped_if_its_request_is_cancelled() {
+    async fn one_hold_per_flush() {
+        let peer = start(true);
+        peer.answer("a").await;
+        // Five more at once: the hold fills at four, and the last two,
+        // taken after it, go with them rather than into a second hold.
+        for text in ["b", "c", "d", "e", "f"] {
+            let msg = Outgoing::unscoped(text.as_bytes().to_vec());
+            peer.tx.send(msg).await.unwrap();
+        }
+        peer.answer("g").await;
+        assert_eq!(peer.flushes(), ["a b c d e f g"]);
+    }
+
+    #[tokio::test]
+    async fn with_a_backlog_an_answer_alone_goes_out_once_the_tasks_have_run() {
+        let peer = start(true);
+        peer.answer("a").await;
+        assert!(peer.flushes().is_empty(), "held while other tasks run");
+        settle_rounds(4).await;
+        assert_eq!(
+            peer.flushes(),
+            ["a"],
+            "not held for company that does not come"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_message_held_is_dropped_if_its_request_is_cancelled_meanwhile() {
         let peer = start(true);
         let cancellation = Cancellation::new();
         let scope = Scope::new(cancellation.clone());
@@ -204,16 +258,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn with_a_backlog_an_answer_alone_goes_out_once_the_tasks_have_run() {
-        let peer = start(true);
-        peer.answer("a").await;
+    async fn the_queue_closing_during_a_hold_writes_what_was_held() {
+        let Peer { tx, flushes } = start(true);
+        tx.send(Outgoing::unscoped(b"a".to_vec())).await.unwrap();
+        while tx.capacity() < tx.max_capacity() {
+            tokio::task::yield_now().await;
+        }
+        drop(tx);
         settle_rounds(4).await;
-        assert_eq!(peer.flushes(), ["a"], "one yield, not a wait for more");
-        // One yield per flush: the next answer is held again.
-        peer.answer("b").await;
-        assert_eq!(peer.flushes(), ["a"]);
-        peer.backlogged.store(false, Ordering::Relaxed);
-        settle_rounds(4).await;
-        assert_eq!(peer.flushes(), ["a", "b"]);
+        assert_eq!(*flushes.done.lock().unwrap(), ["a"]);
     }
 }
