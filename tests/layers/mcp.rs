@@ -175,26 +175,16 @@ async fn timeout_reason_travels_with_the_drop() {
                 ok()
             }
         }));
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "tools/call"))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(1, "tools/call")).await;
     assert_eq!(elapsed(&e).limit(), Limit::Idle);
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(
-            McpRequest::new(2, "tools/call").with_extension(ProgressLimits {
-                idle: Duration::from_secs(10),
-                max: None,
-            }),
-        )
-        .await
-        .unwrap_err();
+    let e = call_err(
+        &mut svc,
+        McpRequest::new(2, "tools/call").with_extension(ProgressLimits {
+            idle: Duration::from_secs(10),
+            max: None,
+        }),
+    )
+    .await;
     assert_eq!(elapsed(&e).limit(), Limit::Timeout);
     let fut = svc
         .ready()
@@ -327,6 +317,14 @@ fn steady_progress(
     })
 }
 
+/// Calls `svc` once with `req` and returns its error (the call must fail).
+async fn call_err<S>(svc: &mut S, req: McpRequest) -> BoxError
+where
+    S: Service<McpRequest, Response = Value, Error = BoxError>,
+{
+    svc.ready().await.unwrap().call(req).await.unwrap_err()
+}
+
 /// Calls `svc` once with a `tools/call` and waits for its error: the error,
 /// and how long (in the test's clock) the call took.
 async fn call_until_error<S>(svc: &mut S) -> (Duration, BoxError)
@@ -334,13 +332,7 @@ where
     S: Service<McpRequest, Response = Value, Error = BoxError>,
 {
     let start = Instant::now();
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "tools/call"))
-        .await
-        .unwrap_err();
+    let err = call_err(svc, McpRequest::new(1, "tools/call")).await;
     (Instant::now() - start, err)
 }
 
@@ -513,13 +505,7 @@ async fn repeated_or_decreasing_progress_does_not_reset() {
         .layer(ProgressResetLayer::new(Duration::from_secs(1)))
         .service(progress_service(schedule, Some(probe.clone())));
     let start = Instant::now();
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "tools/call"))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(1, "tools/call")).await;
     assert_eq!(
         elapsed(&e),
         Elapsed::new(Limit::Idle, Duration::from_secs(1))
@@ -538,13 +524,7 @@ async fn max_fires_without_progress_and_with_steady_progress() {
         .layer(ProgressResetLayer::new(Duration::from_secs(10)).max(Duration::from_secs(3)))
         .service(progress_service(vec![(100_000, 1.0)], Some(probe.clone())));
     let start = Instant::now();
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "x"))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(1, "x")).await;
     assert_eq!(
         elapsed(&e),
         Elapsed::new(Limit::Max, Duration::from_secs(3))
@@ -558,13 +538,7 @@ async fn max_fires_without_progress_and_with_steady_progress() {
         .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(3)))
         .service(progress_service(schedule, Some(probe.clone())));
     let start = Instant::now();
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(2, "x"))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(2, "x")).await;
     assert_eq!(elapsed(&e).limit(), Limit::Max);
     assert_eq!(probe.dropped_at().unwrap() - start, Duration::from_secs(3));
 }
@@ -722,13 +696,7 @@ async fn cancel_before_the_call_never_runs_the_handler() {
         }));
     let c = Cancellation::new();
     c.cancel(CancelReason::TransportClosed);
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "x").with_extension(c))
-        .await
-        .unwrap_err();
+    let err = call_err(&mut svc, McpRequest::new(1, "x").with_extension(c)).await;
     assert!(err.is::<Cancelled>());
     assert_eq!(*runs.lock().unwrap(), 0, "the handler body never ran");
 }
@@ -875,13 +843,7 @@ async fn progress_reset_exempts_listen_by_default() {
         .expect("a quiet listen stream is not idle-limited");
     assert_eq!(Instant::now() - start, Duration::from_secs(3600));
     // Other methods still are.
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(2, "tools/call"))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(2, "tools/call")).await;
     assert_eq!(elapsed(&e).limit(), Limit::Idle);
 }
 
@@ -928,13 +890,7 @@ async fn progress_policy_per_method_and_per_request() {
     let mut svc = ServiceBuilder::new()
         .layer(ProgressResetLayer::new(Duration::from_secs(1)).exempt_listen(false))
         .service(quiet());
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(5, "subscriptions/listen"))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(5, "subscriptions/listen")).await;
     assert_eq!(
         elapsed(&e),
         Elapsed::new(Limit::Idle, Duration::from_secs(1))
@@ -1002,13 +958,7 @@ async fn progress_duration_max_means_no_limit() {
     let mut svc = ServiceBuilder::new()
         .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::MAX))
         .service(slow());
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(2, "tools/call"))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(2, "tools/call")).await;
     assert_eq!(
         elapsed(&e),
         Elapsed::new(Limit::Idle, Duration::from_secs(1))
@@ -1210,13 +1160,7 @@ async fn full_stack_composes_in_service_builder() {
         }));
     let c = Cancellation::new();
     let token = c.token();
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(1, "tools/call").with_extension(c))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(1, "tools/call").with_extension(c)).await;
     assert_eq!(elapsed(&e).limit(), Limit::Idle);
     assert!(probe.was_cancelled());
     // The timeout inside fired the request's token for spawned work.
@@ -1247,13 +1191,7 @@ async fn progress_reset_in_the_builder_takes_its_maximum_explicitly() {
     let mut svc = ServiceBuilder::new()
         .progress_reset(Duration::from_secs(2), Duration::from_secs(50))
         .service(progress_service(schedule, None));
-    let e = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(McpRequest::new(2, "tools/call"))
-        .await
-        .unwrap_err();
+    let e = call_err(&mut svc, McpRequest::new(2, "tools/call")).await;
     assert_eq!(
         elapsed(&e),
         Elapsed::new(Limit::Max, Duration::from_secs(50))
