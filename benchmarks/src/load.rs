@@ -11,6 +11,39 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A tower service that hyper-util can serve, answering with body `B`:
+/// what every HTTP server of the benchmarks is.
+pub trait HttpService<B>:
+    tower::Service<
+        http::Request<Incoming>,
+        Response = http::Response<B>,
+        Future: Send + 'static,
+        Error: Into<BoxError>,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S, B> HttpService<B> for S where
+    S: tower::Service<
+            http::Request<Incoming>,
+            Response = http::Response<B>,
+            Future: Send + 'static,
+            Error: Into<BoxError>,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
+/// A response body that hyper-util can send.
+pub trait HttpBody: http_body::Body<Data: Send, Error: Into<BoxError>> + Send + 'static {}
+
+impl<B> HttpBody for B where B: http_body::Body<Data: Send, Error: Into<BoxError>> + Send + 'static {}
+
 /// The length of one clock tick of `/proc/<pid>/stat` (`getconf CLK_TCK`,
 /// 100 Hz when it cannot be read).
 pub fn clock_tick() -> Duration {
@@ -92,18 +125,7 @@ pub fn listen_arg() -> SocketAddr {
 /// (the driver reads it), and serves `svc` on every connection with
 /// hyper-util's auto builder (HTTP/1.1, and HTTP/2 with prior knowledge),
 /// `TCP_NODELAY` set, default settings otherwise. Never returns.
-pub async fn serve_http<S, B>(svc: S)
-where
-    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+pub async fn serve_http<S: HttpService<B>, B: HttpBody>(svc: S) {
     let listener = TcpListener::bind(listen_arg()).await.expect("bind");
     let addr = listener.local_addr().expect("local_addr");
     println!("listening on http://{addr}/mcp");
@@ -121,18 +143,7 @@ where
 /// `TCP_NODELAY` set, hyper-util's auto builder (HTTP/1.1, and HTTP/2 with
 /// prior knowledge), default settings otherwise. Every HTTP server of the
 /// benchmarks accepts through this.
-pub fn spawn_connection<S, B>(stream: TcpStream, svc: S)
-where
-    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+pub fn spawn_connection<S: HttpService<B>, B: HttpBody>(stream: TcpStream, svc: S) {
     let _ = stream.set_nodelay(true);
     let svc = TowerToHyperService::new(svc);
     tokio::spawn(async move {

@@ -50,18 +50,7 @@ pub enum When {
 
 /// Serves `svc` on a loopback port with HTTP/1.1 and HTTP/2 (prior
 /// knowledge) on the current runtime.
-async fn serve<S, B>(svc: S) -> SocketAddr
-where
-    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+async fn serve<S: load::HttpService<B>, B: load::HttpBody>(svc: S) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
