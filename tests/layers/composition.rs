@@ -1,0 +1,179 @@
+//! Stackings of the timer layers: whatever the order of `TimeoutLayer`s and
+//! `ProgressResetLayer`s (and a `Buffer` between them, a `Cancellation` in
+//! the request or not), the call ends at the first of the limits in the
+//! stack, naming that limit, and the handler's future is dropped then.
+
+use std::time::Duration;
+
+use tokio::time::{sleep_until, Instant};
+use tower::buffer::Buffer;
+use tower::util::BoxCloneService;
+use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_mcp_cancel::test_util::{settle, DropProbe};
+use tower_mcp_cancel::{
+    CancelOnDisconnectLayer, Elapsed, Limit, McpRequest, ProgressResetLayer, RequestView,
+    TimeoutLayer,
+};
+
+type Value = serde_json::Value;
+type Svc = BoxCloneService<McpRequest, Value, BoxError>;
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// One layer of a stack under test, outermost first.
+#[derive(Clone, Copy, Debug)]
+enum Timer {
+    /// `TimeoutLayer::new(limit)`.
+    Timeout(Duration),
+    /// `ProgressResetLayer::new(idle)` with that maximum, or none.
+    Progress {
+        idle: Duration,
+        max: Option<Duration>,
+    },
+    /// A `tower::buffer::Buffer`: the layers below it are called on its
+    /// worker task.
+    Buffer,
+}
+
+use Timer::{Buffer as Buf, Progress, Timeout};
+
+fn reset(idle: Duration, max: Option<Duration>) -> Timer {
+    Progress { idle, max }
+}
+
+/// What the handler does: report progress every `every` (if a tap is
+/// there), and answer after `done`.
+#[derive(Clone, Copy, Debug)]
+struct Handler {
+    every: Option<Duration>,
+    done: Duration,
+}
+
+/// Reports progress every 300 ms, answers after 100 s.
+const STEADY: Handler = Handler {
+    every: Some(ms(300)),
+    done: Duration::from_secs(100),
+};
+/// Never reports progress, answers after 100 s.
+const SILENT: Handler = Handler {
+    every: None,
+    done: Duration::from_secs(100),
+};
+
+/// How a call ended.
+#[derive(Debug, PartialEq)]
+struct Ended {
+    /// When, from the call.
+    after: Duration,
+    /// The limit the error names (`None`: the handler answered).
+    elapsed: Option<Elapsed>,
+    /// When the handler's future was dropped, from the call.
+    dropped_after: Option<Duration>,
+    /// Whether it was dropped before it finished.
+    cancelled: bool,
+}
+
+fn handler(h: Handler, probe: &DropProbe) -> Svc {
+    let probe = probe.clone();
+    BoxCloneService::new(service_fn(move |r: McpRequest| {
+        let tap = r.progress_tap().cloned();
+        let guard = probe.guard();
+        async move {
+            let start = Instant::now();
+            if let (Some(every), Some(tap)) = (h.every, tap) {
+                for i in 1u32.. {
+                    let at = start + every * i;
+                    if at >= start + h.done {
+                        break;
+                    }
+                    sleep_until(at).await;
+                    tap.record(f64::from(i), None, None);
+                }
+            }
+            sleep_until(start + h.done).await;
+            guard.finish();
+            Ok::<_, BoxError>(serde_json::json!({"done": true}))
+        }
+    }))
+}
+
+fn stack(cancel: bool, timers: &[Timer], inner: Svc) -> Svc {
+    let mut svc = inner;
+    for t in timers.iter().rev() {
+        svc = match *t {
+            Timeout(limit) => BoxCloneService::new(TimeoutLayer::new(limit).layer(svc)),
+            Progress { idle, max } => {
+                let layer = ProgressResetLayer::new(idle);
+                let layer = match max {
+                    Some(max) => layer.max(max),
+                    None => layer.without_max(),
+                };
+                BoxCloneService::new(layer.layer(svc))
+            }
+            Buf => BoxCloneService::new(Buffer::new(svc, 8)),
+        };
+    }
+    if cancel {
+        svc = BoxCloneService::new(CancelOnDisconnectLayer::new().layer(svc));
+    }
+    svc
+}
+
+/// Calls the stack once (with a `CancelOnDisconnectLayer` on top when
+/// `cancel`) and reports how the call ended. Needs a paused clock.
+async fn run(cancel: bool, timers: &[Timer], h: Handler) -> Ended {
+    let probe = DropProbe::default();
+    let mut svc = stack(cancel, timers, handler(h, &probe));
+    let start = Instant::now();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await;
+    let after = Instant::now() - start;
+    // A buffer's worker may still hold what it was handed.
+    settle().await;
+    let elapsed = res.err().map(|e| {
+        *e.downcast_ref::<Elapsed>()
+            .unwrap_or_else(|| panic!("not Elapsed: {e}"))
+    });
+    Ended {
+        after,
+        elapsed,
+        dropped_after: probe.dropped_at().map(|at| at - start),
+        cancelled: probe.was_cancelled(),
+    }
+}
+
+/// A call that ends at `after` by `limit` set to `limit_after`, the handler
+/// dropped unfinished at that moment.
+fn timed_out(after: Duration, limit: Limit, limit_after: Duration) -> Ended {
+    Ended {
+        after,
+        elapsed: Some(Elapsed::new(limit, limit_after)),
+        dropped_after: Some(after),
+        cancelled: true,
+    }
+}
+
+/// The stack: a 1 s timeout below a progress layer (no maximum),
+/// with a 10 s timeout above both, and a handler reporting progress every
+/// 300 ms. The inner 1 s is the first limit: the call ends there.
+#[tokio::test(start_paused = true)]
+async fn a_timeout_below_a_progress_layer_holds_under_a_longer_timeout_above() {
+    let timers = [
+        Timeout(ms(10_000)),
+        reset(ms(60_000), None),
+        Timeout(ms(1_000)),
+    ];
+    for cancel in [true, false] {
+        assert_eq!(
+            run(cancel, &timers, STEADY).await,
+            timed_out(ms(1_000), Limit::Timeout, ms(1_000)),
+            "cancel: {cancel}"
+        );
+    }
+}
