@@ -11,8 +11,7 @@ use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_mcp_cancel::test_util::{settle, DropProbe};
 use tower_mcp_cancel::{
-    CancelOnDisconnectLayer, Elapsed, Limit, McpRequest, ProgressResetLayer, RequestView,
-    TimeoutLayer,
+    CancelOnDisconnectLayer, Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
 };
 
 type Value = serde_json::Value;
