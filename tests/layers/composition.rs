@@ -176,3 +176,171 @@ async fn a_timeout_below_a_progress_layer_holds_under_a_longer_timeout_above() {
         );
     }
 }
+
+/// `timers` as given, and with a `Buffer` in each place between (and
+/// around) its layers.
+fn with_buffers(timers: &[Timer]) -> Vec<Vec<Timer>> {
+    let mut all = vec![timers.to_vec()];
+    for at in 0..=timers.len() {
+        let mut t = timers.to_vec();
+        t.insert(at, Buf);
+        all.push(t);
+    }
+    all
+}
+
+/// Runs `timers` with and without a `CancelOnDisconnectLayer` on top, and
+/// with a `Buffer` in each place: every variant must end as `expected`.
+async fn check(timers: &[Timer], h: Handler, expected: Ended) {
+    for stack in with_buffers(timers) {
+        for cancel in [true, false] {
+            assert_eq!(
+                run(cancel, &stack, h).await,
+                expected,
+                "{stack:?}, cancel: {cancel}, {h:?}"
+            );
+        }
+    }
+}
+
+// ---------- every order, with literal outcomes ----------
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_over_a_progress_layer_enforces_both() {
+    // The timeout is the first limit, under steady progress.
+    let timers = [Timeout(ms(2_000)), reset(ms(1_000), None)];
+    check(
+        &timers,
+        STEADY,
+        timed_out(ms(2_000), Limit::Timeout, ms(2_000)),
+    )
+    .await;
+    check(
+        &timers,
+        SILENT,
+        timed_out(ms(1_000), Limit::Idle, ms(1_000)),
+    )
+    .await;
+    // The maximum below comes first.
+    let timers = [Timeout(ms(5_000)), reset(ms(1_000), Some(ms(2_000)))];
+    check(&timers, STEADY, timed_out(ms(2_000), Limit::Max, ms(2_000))).await;
+    check(
+        &timers,
+        SILENT,
+        timed_out(ms(1_000), Limit::Idle, ms(1_000)),
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_progress_layer_over_a_timeout_enforces_both() {
+    let timers = [reset(ms(1_000), Some(ms(5_000))), Timeout(ms(2_000))];
+    check(
+        &timers,
+        STEADY,
+        timed_out(ms(2_000), Limit::Timeout, ms(2_000)),
+    )
+    .await;
+    check(
+        &timers,
+        SILENT,
+        timed_out(ms(1_000), Limit::Idle, ms(1_000)),
+    )
+    .await;
+    let timers = [reset(ms(1_000), Some(ms(2_000))), Timeout(ms(5_000))];
+    check(&timers, STEADY, timed_out(ms(2_000), Limit::Max, ms(2_000))).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_around_a_progress_layer_the_first_fires_whichever_is_inside() {
+    // Inner shorter (the stack), outer shorter.
+    for timers in [
+        [
+            Timeout(ms(10_000)),
+            reset(ms(60_000), None),
+            Timeout(ms(1_000)),
+        ],
+        [
+            Timeout(ms(1_000)),
+            reset(ms(60_000), None),
+            Timeout(ms(10_000)),
+        ],
+    ] {
+        for h in [STEADY, SILENT] {
+            check(&timers, h, timed_out(ms(1_000), Limit::Timeout, ms(1_000))).await;
+        }
+    }
+    // The progress layer's own limits in the middle still count.
+    let timers = [
+        Timeout(ms(10_000)),
+        reset(ms(1_000), Some(ms(3_000))),
+        Timeout(ms(5_000)),
+    ];
+    check(&timers, STEADY, timed_out(ms(3_000), Limit::Max, ms(3_000))).await;
+    check(
+        &timers,
+        SILENT,
+        timed_out(ms(1_000), Limit::Idle, ms(1_000)),
+    )
+    .await;
+}
+
+/// At a tie the innermost limit is the one named, as with separate timers:
+/// the timeout below the progress layer, then the progress layer's own
+/// limits over a timeout above it.
+#[tokio::test(start_paused = true)]
+async fn a_tie_is_named_by_the_innermost_limit() {
+    let timers = [
+        Timeout(ms(1_000)),
+        reset(ms(1_000), None),
+        Timeout(ms(1_000)),
+    ];
+    check(
+        &timers,
+        SILENT,
+        timed_out(ms(1_000), Limit::Timeout, ms(1_000)),
+    )
+    .await;
+    let timers = [Timeout(ms(1_000)), reset(ms(1_000), None)];
+    check(
+        &timers,
+        SILENT,
+        timed_out(ms(1_000), Limit::Idle, ms(1_000)),
+    )
+    .await;
+    let timers = [Timeout(ms(2_000)), reset(ms(5_000), Some(ms(2_000)))];
+    check(&timers, STEADY, timed_out(ms(2_000), Limit::Max, ms(2_000))).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_timeouts_stacked_the_shorter_fires_in_either_order() {
+    for timers in [
+        [Timeout(ms(1_000)), Timeout(ms(3_000))],
+        [Timeout(ms(3_000)), Timeout(ms(1_000))],
+    ] {
+        for h in [STEADY, SILENT] {
+            check(&timers, h, timed_out(ms(1_000), Limit::Timeout, ms(1_000))).await;
+        }
+    }
+}
+
+/// With no limit reached, the handler's answer comes through every layer.
+#[tokio::test(start_paused = true)]
+async fn an_answer_before_every_limit_passes() {
+    let h = Handler {
+        every: Some(ms(300)),
+        done: ms(2_500),
+    };
+    let timers = [
+        Timeout(ms(10_000)),
+        reset(ms(1_000), Some(ms(5_000))),
+        Timeout(ms(3_000)),
+    ];
+    let answered = Ended {
+        after: ms(2_500),
+        elapsed: None,
+        dropped_after: Some(ms(2_500)),
+        cancelled: false,
+    };
+    check(&timers, h, answered).await;
+}
