@@ -324,6 +324,37 @@ async fn two_timeouts_stacked_the_shorter_fires_in_either_order() {
     }
 }
 
+/// Progress restarts every idle limit of the stack, the outer progress
+/// layer's as much as the inner one's (the handler records on the tap it
+/// sees, the inner layer's).
+#[tokio::test(start_paused = true)]
+async fn two_progress_layers_stacked_each_enforces_its_limits() {
+    // The inner maximum first; progress keeps both idle limits away.
+    let timers = [
+        reset(ms(1_000), Some(ms(10_000))),
+        reset(ms(2_000), Some(ms(4_000))),
+    ];
+    check(&timers, STEADY, timed_out(ms(4_000), Limit::Max, ms(4_000))).await;
+    check(
+        &timers,
+        SILENT,
+        timed_out(ms(1_000), Limit::Idle, ms(1_000)),
+    )
+    .await;
+    // The outer maximum first.
+    let timers = [
+        reset(ms(2_000), Some(ms(3_000))),
+        reset(ms(1_000), Some(ms(10_000))),
+    ];
+    check(&timers, STEADY, timed_out(ms(3_000), Limit::Max, ms(3_000))).await;
+    check(
+        &timers,
+        SILENT,
+        timed_out(ms(1_000), Limit::Idle, ms(1_000)),
+    )
+    .await;
+}
+
 /// With no limit reached, the handler's answer comes through every layer.
 #[tokio::test(start_paused = true)]
 async fn an_answer_before_every_limit_passes() {
