@@ -217,17 +217,24 @@ where
         let tap = match req.cancellation() {
             Some(c) => {
                 let request = TapRequest::new(started, limits, c.take_deadline());
-                ProgressTap::for_request(c, token, observer, request)
+                let tap = ProgressTap::for_request(c, token, observer, request);
+                // Inside another progress layer, the request keeps that
+                // layer's tap: progress recorded there restarts both idle
+                // clocks (this layer's tap reads it).
+                if tap.lives_in(c) {
+                    req.set_progress_tap(tap.clone());
+                }
+                tap
             }
             None => {
                 let c = Cancellation::for_request(req.request_id(), method);
                 let request = TapRequest::new(started, limits, None);
                 let tap = ProgressTap::for_request(&c, token, observer, request);
                 req.set_cancellation(c);
+                req.set_progress_tap(tap.clone());
                 tap
             }
         };
-        req.set_progress_tap(tap.clone());
         ResponseFuture::new(self.inner.call(req), tap)
     }
 }

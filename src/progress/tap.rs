@@ -116,7 +116,8 @@ pub(crate) struct TapRequest {
     /// ([`Cancellation::take_deadline`]).
     timeout: Nanos,
     /// The request's own cancellation when the tap could not live in it
-    /// (it already held another layer's tap): an expiry fires it too.
+    /// (it already held another layer's tap): an expiry fires it too, and
+    /// the progress recorded on that other tap restarts this idle clock.
     pub(crate) also: Option<Cancellation>,
 }
 
@@ -384,7 +385,20 @@ impl ProgressTap {
     pub(crate) fn deadlines(&self) -> Option<Deadlines> {
         let st = self.state().lock();
         let request = st.tap.as_ref()?.request.as_ref()?;
-        Some(request.deadlines(st.last.map(|(_, at)| at)))
+        let mut last = st.last.map(|(_, at)| at);
+        // A layer inside another: the request's progress is recorded on the
+        // outer layer's tap (locked second: an outer tap never locks an
+        // inner one).
+        if let Some(outer) = &request.also {
+            last = last.max(outer.progress().lock().last.map(|(_, at)| at));
+        }
+        Some(request.deadlines(last))
+    }
+
+    /// Whether the tap lives in `cancellation`: `false` for a layer's tap
+    /// made inside another layer's, whose tap stays the request's.
+    pub(crate) fn lives_in(&self, cancellation: &Cancellation) -> bool {
+        self.home.same_as(cancellation)
     }
 
     /// Fires the cancellation(s) of the tap's request with `reason`.
