@@ -375,3 +375,121 @@ async fn an_answer_before_every_limit_passes() {
     };
     check(&timers, h, answered).await;
 }
+
+// ---------- random stackings ----------
+
+/// The outcome the rules give: the call ends at the first deadline of the
+/// stack (progress restarting every idle clock), or with the handler's
+/// answer if that comes first (an answer wins a tie). At a tie between
+/// limits the innermost layer's is named, and of one progress layer's two,
+/// the maximum.
+fn expected(timers: &[Timer], h: Handler) -> Ended {
+    let has_tap = timers.iter().any(|t| matches!(t, Progress { .. }));
+    // The idle deadline of `idle` under the handler's progress: the first
+    // gap between reports (or after the last) longer than `idle`.
+    let idle_deadline = |idle: Duration| match h.every.filter(|_| has_tap) {
+        Some(every) if idle >= every => {
+            let reports = (h.done.as_nanos() - 1) / every.as_nanos();
+            every * u32::try_from(reports).unwrap() + idle
+        }
+        _ => idle,
+    };
+    // (deadline, innermost first, maximum before idle, what it names)
+    let mut firsts: Vec<(Duration, std::cmp::Reverse<usize>, u8, Elapsed)> = Vec::new();
+    for (depth, t) in timers.iter().enumerate() {
+        let depth = std::cmp::Reverse(depth);
+        match *t {
+            Timeout(limit) => firsts.push((limit, depth, 0, Elapsed::new(Limit::Timeout, limit))),
+            Progress { idle, max } => {
+                if let Some(max) = max {
+                    firsts.push((max, depth, 0, Elapsed::new(Limit::Max, max)));
+                }
+                firsts.push((
+                    idle_deadline(idle),
+                    depth,
+                    1,
+                    Elapsed::new(Limit::Idle, idle),
+                ));
+            }
+            Buf => {}
+        }
+    }
+    match firsts
+        .into_iter()
+        .min_by_key(|&(at, depth, rank, _)| (at, depth, rank))
+    {
+        Some((at, _, _, elapsed)) if at < h.done => timed_out(at, elapsed.limit(), elapsed.after()),
+        _ => Ended {
+            after: h.done,
+            elapsed: None,
+            dropped_after: Some(h.done),
+            cancelled: false,
+        },
+    }
+}
+
+mod random {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Limits off the 100 ms grid of the reports (every 300 ms) and of the
+    /// answer, so that no limit ties with either; limits may tie with each
+    /// other.
+    fn limit() -> impl Strategy<Value = Duration> {
+        (0u64..30).prop_map(|k| ms(150 + 100 * k))
+    }
+
+    fn timer() -> impl Strategy<Value = Timer> {
+        prop_oneof![
+            limit().prop_map(Timeout),
+            (limit(), proptest::option::of(limit())).prop_map(|(idle, max)| reset(idle, max)),
+        ]
+    }
+
+    /// 1–4 timer layers, maybe a `Buffer` somewhere among them.
+    fn timers() -> impl Strategy<Value = Vec<Timer>> {
+        (
+            proptest::collection::vec(timer(), 1..=4),
+            proptest::option::of(0usize..=4),
+        )
+            .prop_map(|(mut timers, buffer)| {
+                if let Some(at) = buffer {
+                    timers.insert(at.min(timers.len()), Buf);
+                }
+                timers
+            })
+    }
+
+    fn handler() -> impl Strategy<Value = Handler> {
+        (any::<bool>(), 0u64..40).prop_map(|(steady, done)| Handler {
+            every: steady.then_some(ms(300)),
+            done: ms(100 + 100 * done),
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Any stacking ends at its first limit, naming it, with the
+        /// handler dropped then.
+        #[test]
+        fn any_stacking_ends_at_its_first_limit(
+            timers in timers(),
+            cancel in any::<bool>(),
+            h in handler(),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let ended = rt.block_on(run(cancel, &timers, h));
+            prop_assert_eq!(ended, expected(&timers, h), "{:?}, cancel: {}, {:?}", timers, cancel, h);
+        }
+    }
+}
