@@ -3,12 +3,15 @@
 //! the request or not), the call ends at the first of the limits in the
 //! stack, naming that limit, and the handler's future is dropped then.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 use tower::buffer::Buffer;
+use tower::retry::{Policy, RetryLayer};
 use tower::util::BoxCloneService;
-use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::test_util::{settle, DropProbe};
 use tower_mcp_cancel::{
     CancelOnDisconnectLayer, Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
@@ -374,6 +377,116 @@ async fn an_answer_before_every_limit_passes() {
         cancelled: false,
     };
     check(&timers, h, answered).await;
+}
+
+// ---------- the deadline handed off, after its taker finished ----------
+
+/// A layer between the timeout and the progress layer that does more work
+/// after the progress layer's answer (an `and_then`) is still under the
+/// timeout: the progress layer that enforced the deadline is done, so the
+/// timeout's own timer takes over.
+#[tokio::test(start_paused = true)]
+async fn a_timeout_bounds_work_after_the_progress_layer_below_answered() {
+    let after = DropProbe::default();
+    let guards = after.clone();
+    let quick = Handler {
+        every: Some(ms(300)),
+        done: ms(500),
+    };
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .layer(TimeoutLayer::new(ms(1_000)))
+        .and_then(move |v: Value| {
+            let guard = guards.guard();
+            async move {
+                let _g = guard;
+                tokio::time::sleep(ms(10_000)).await;
+                Ok::<_, BoxError>(v)
+            }
+        })
+        .layer(ProgressResetLayer::new(ms(60_000)))
+        .service(handler(quick, &DropProbe::default()));
+    let start = Instant::now();
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(Instant::now() - start, ms(1_000));
+    assert_eq!(
+        err.downcast_ref::<Elapsed>(),
+        Some(&Elapsed::new(Limit::Timeout, ms(1_000)))
+    );
+    assert_eq!(after.dropped_at().map(|at| at - start), Some(ms(1_000)));
+    assert!(after.was_cancelled());
+}
+
+/// Retries once, after an error, with the request's `Cancellation`.
+#[derive(Clone)]
+struct RetryOnce(bool);
+
+impl Policy<McpRequest, Value, BoxError> for RetryOnce {
+    type Future = std::future::Ready<()>;
+
+    fn retry(
+        &mut self,
+        _req: &mut McpRequest,
+        result: &mut Result<Value, BoxError>,
+    ) -> Option<Self::Future> {
+        (result.is_err() && !std::mem::replace(&mut self.0, true)).then(|| std::future::ready(()))
+    }
+
+    fn clone_request(&mut self, req: &McpRequest) -> Option<McpRequest> {
+        let again = McpRequest::new(1, "tools/call");
+        Some(match req.cancellation() {
+            Some(c) => again.with_cancellation(c.clone()),
+            None => again,
+        })
+    }
+}
+
+/// A retry between the timeout and the progress layer: the second attempt
+/// is still under the timeout's deadline, counted from the first call.
+#[tokio::test(start_paused = true)]
+async fn a_timeout_bounds_a_retry_below_it_from_the_first_call() {
+    let probe = DropProbe::default();
+    let guards = probe.clone();
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let seen = attempts.clone();
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .layer(TimeoutLayer::new(ms(2_000)))
+        .layer(RetryLayer::new(RetryOnce(false)))
+        .layer(ProgressResetLayer::new(ms(60_000)))
+        .service(service_fn(move |_r: McpRequest| {
+            let first = seen.fetch_add(1, Ordering::Relaxed) == 0;
+            let guard = guards.guard();
+            async move {
+                let _g = guard;
+                if first {
+                    tokio::time::sleep(ms(1_500)).await;
+                    return Err::<Value, BoxError>("first attempt fails".into());
+                }
+                std::future::pending().await
+            }
+        }));
+    let start = Instant::now();
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/call"))
+        .await
+        .unwrap_err();
+    assert_eq!(attempts.load(Ordering::Relaxed), 2);
+    assert_eq!(Instant::now() - start, ms(2_000));
+    assert_eq!(
+        err.downcast_ref::<Elapsed>(),
+        Some(&Elapsed::new(Limit::Timeout, ms(2_000)))
+    );
+    assert_eq!(probe.dropped_at().map(|at| at - start), Some(ms(2_000)));
 }
 
 // ---------- random stackings ----------
