@@ -75,12 +75,16 @@ struct Inner {
 /// It records *which* deadline, not only that one was taken: each is a
 /// limit from the request's start (every layer measures from
 /// `RequestView::started_at`), in nanoseconds, `NONE` for none. A
-/// `TimeoutLayer` drops its own timer only when a timer called within its
-/// own `call` took a deadline no later than its own; a shorter deadline
-/// further down (a `TimeoutLayer` below the progress layer) is therefore
-/// still armed, and a tie is still named by the innermost limit, as with
-/// nested timers. The deadlines taken are all `Limit::Timeout` ones: a
-/// progress layer's own limits never pass through here.
+/// `TimeoutLayer` does without its own timer only when the progress layer
+/// whose tap lives in this `Cancellation` took, within the offering layer's
+/// `call`, a deadline no later than its own, and only while that tap is
+/// open; then it arms its own (work after the progress layer's answer, a
+/// retry). A shorter deadline further down (a `TimeoutLayer` below the
+/// progress layer) is therefore still armed, and a tie is still named by
+/// the innermost limit, as with nested timers. The deadlines taken are all
+/// `Limit::Timeout` ones: a progress layer's own limits never pass through
+/// here. A progress layer inside another enforces the offered deadline too
+/// but records nothing (its tap lives elsewhere).
 ///
 /// Plain atomics outside the loom model: the offers and takes of a stack
 /// called directly happen on the thread that calls it, before the futures
@@ -166,7 +170,7 @@ impl Cancellation {
     }
 
     /// Offers `limit` (from the request's start) to a timer further down
-    /// the stack, which [takes](Self::take_deadline) it into its own. Of
+    /// the stack, which [takes](Self::deadline_taken) it into its own. Of
     /// several offers the earliest is kept: it fires first, and its error
     /// passes through the layers that offered the others. A limit too long
     /// to count in nanoseconds is not offered (`None`: the offering layer
@@ -191,23 +195,28 @@ impl Cancellation {
         })
     }
 
-    /// Takes the earliest deadline offered (as a limit from the request's
-    /// start): the caller's timer now enforces it.
-    pub(crate) fn take_deadline(&self) -> Option<Duration> {
+    /// The earliest deadline offered (as a limit from the request's
+    /// start), for a timer further down to enforce too.
+    pub(crate) fn offered_deadline(&self) -> Option<Duration> {
+        let offered = self.inner.deadlines.offered.load(Relaxed);
+        (offered != DeadlineHandOff::NONE).then(|| Duration::from_nanos(offered))
+    }
+
+    /// Records that `limit` ([`offered_deadline`](Self::offered_deadline))
+    /// is enforced by the timer of the progress layer whose tap lives here,
+    /// for as long as that tap is open.
+    pub(crate) fn deadline_taken(&self, limit: Duration) {
         let h = &self.inner.deadlines;
-        let offered = h.offered.load(Relaxed);
-        if offered == DeadlineHandOff::NONE {
-            return None;
+        let limit = u64::try_from(limit.as_nanos()).unwrap_or(DeadlineHandOff::NONE);
+        if limit < h.taken.load(Relaxed) {
+            h.taken.store(limit, Relaxed);
         }
-        if offered < h.taken.load(Relaxed) {
-            h.taken.store(offered, Relaxed);
-        }
-        Some(Duration::from_nanos(offered))
     }
 
     /// Settles `offer` once the inner service was called: whether a timer
     /// called meanwhile took a deadline no later than the offered one (then
-    /// the offering layer needs no timer of its own).
+    /// the offering layer needs no timer of its own while that timer's tap,
+    /// the one in [`progress`](Self::progress), is open).
     pub(crate) fn settle_deadline(&self, offer: DeadlineOffer) -> bool {
         let h = &self.inner.deadlines;
         let taken = h.taken.load(Relaxed);

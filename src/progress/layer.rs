@@ -216,12 +216,18 @@ where
         // offered its deadline there: this layer's timer takes it.
         let tap = match req.cancellation() {
             Some(c) => {
-                let request = TapRequest::new(started, limits, c.take_deadline());
+                let timeout = c.offered_deadline();
+                let request = TapRequest::new(started, limits, timeout);
                 let tap = ProgressTap::for_request(c, token, observer, request);
-                // Inside another progress layer, the request keeps that
-                // layer's tap: progress recorded there restarts both idle
-                // clocks (this layer's tap reads it).
                 if tap.lives_in(c) {
+                    if let Some(limit) = timeout {
+                        c.deadline_taken(limit);
+                    }
+                    req.set_progress_tap(tap.clone());
+                } else if req.progress_tap().is_none() {
+                    // Inside another progress layer, the request keeps that
+                    // layer's tap: progress recorded there restarts both
+                    // idle clocks (this layer's tap reads it).
                     req.set_progress_tap(tap.clone());
                 }
                 tap

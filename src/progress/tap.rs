@@ -113,7 +113,7 @@ pub(crate) struct TapRequest {
     idle: Nanos,
     max: Nanos,
     /// A `TimeoutLayer`'s limit this layer's timer enforces too
-    /// ([`Cancellation::take_deadline`]).
+    /// ([`Cancellation::offered_deadline`]).
     timeout: Nanos,
     /// The request's own cancellation when the tap could not live in it
     /// (it already held another layer's tap): an expiry fires it too, and
@@ -225,6 +225,12 @@ impl ProgressState {
         // Every update is a few plain stores: a panic elsewhere cannot leave
         // the state half-written.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the tap made here was closed: its request ended, or at least
+    /// the layer that made it did.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Makes the tap here, unless one already is (then `config` comes back).

@@ -143,7 +143,7 @@ where
         let offer = cancellation.offer_deadline(limit);
         let inner = self.inner.call(req);
         if offer.is_some_and(|o| cancellation.settle_deadline(o)) {
-            return ResponseFuture::unlimited(inner);
+            return ResponseFuture::handed_off(inner, deadline, limit, cancellation);
         }
         ResponseFuture::new(inner, deadline, limit, Some(cancellation))
     }
