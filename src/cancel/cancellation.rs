@@ -1,8 +1,8 @@
 //! [`Cancellation`]: one request's cancellation state, reason and token.
 
 use std::fmt;
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -64,16 +64,61 @@ struct Inner {
     method: Option<Method>,
     /// The request's progress tap, once one is made here.
     progress: ProgressState,
-    /// A `TimeoutLayer`'s limit, offered to a `ProgressResetLayer` below it
-    /// so that the request runs one timer rather than two (nanoseconds;
-    /// `NO_DEADLINE`: none offered), and whether one took it. Plain atomics
-    /// outside the loom model: both are written and read on the thread that
-    /// calls the stack, before the futures run.
-    deadline: StdAtomicU64,
-    deadline_taken: AtomicBool,
+    /// The one-timer hand-off between the request's timer layers.
+    deadlines: DeadlineHandOff,
 }
 
-const NO_DEADLINE: u64 = u64::MAX;
+/// The one-timer hand-off: a `TimeoutLayer` offers its deadline here, and a
+/// `ProgressResetLayer` below it, which runs a timer anyway, takes it into
+/// that timer, so that the request runs one timer rather than two.
+///
+/// It records *which* deadline, not only that one was taken: each is a
+/// limit from the request's start (every layer measures from
+/// `RequestView::started_at`), in nanoseconds, `NONE` for none. A
+/// `TimeoutLayer` does without its own timer only when the progress layer
+/// whose tap lives in this `Cancellation` took, within the offering layer's
+/// `call`, a deadline no later than its own, and only while that tap is
+/// open; then it arms its own (work after the progress layer's answer, a
+/// retry). A shorter deadline further down (a `TimeoutLayer` below the
+/// progress layer) is therefore still armed, and a tie is still named by
+/// the innermost limit, as with nested timers. The deadlines taken are all
+/// `Limit::Timeout` ones: a progress layer's own limits never pass through
+/// here. A progress layer inside another enforces the offered deadline too
+/// but records nothing (its tap lives elsewhere).
+///
+/// Plain atomics outside the loom model: the offers and takes of a stack
+/// called directly happen on the thread that calls it, before the futures
+/// run. Across a `Buffer` a take can happen on its worker while the offering
+/// layer settles; either order is sound, because a taker enforces every
+/// deadline it took.
+struct DeadlineHandOff {
+    /// The earliest deadline offered so far (kept, so that a layer that
+    /// calls its inner service again for the same request finds it again).
+    offered: StdAtomicU64,
+    /// The earliest deadline taken since the innermost offer still
+    /// settling began.
+    taken: StdAtomicU64,
+}
+
+/// An offer to settle with [`Cancellation::settle_deadline`].
+#[must_use]
+pub(crate) struct DeadlineOffer {
+    limit: u64,
+    /// What `taken` held before the offer: restored (merged) on settling,
+    /// for the layers above.
+    taken_before: u64,
+}
+
+impl DeadlineHandOff {
+    const NONE: u64 = u64::MAX;
+
+    fn new() -> Self {
+        Self {
+            offered: StdAtomicU64::new(Self::NONE),
+            taken: StdAtomicU64::new(Self::NONE),
+        }
+    }
+}
 
 const ACTIVE: u8 = 0;
 /// Claimed by a cancel; its reason is set, or being set.
@@ -104,8 +149,7 @@ impl Cancellation {
                 id,
                 method,
                 progress: ProgressState::new(),
-                deadline: StdAtomicU64::new(NO_DEADLINE),
-                deadline_taken: AtomicBool::new(false),
+                deadlines: DeadlineHandOff::new(),
             }),
         }
     }
@@ -126,32 +170,59 @@ impl Cancellation {
     }
 
     /// Offers `limit` (from the request's start) to a timer further down
-    /// the stack: a `ProgressResetLayer` enforces it with its own timer and
-    /// [`takes`](Self::take_deadline) it. Of several offers the shortest is
-    /// kept: it fires first, and its error passes through the layers that
-    /// offered the others. A limit too long to count in nanoseconds is not
-    /// offered (the offering layer keeps its own timer).
-    pub(crate) fn offer_deadline(&self, limit: Duration) {
-        if let Ok(nanos) = u64::try_from(limit.as_nanos()) {
-            if nanos < self.inner.deadline.load(Relaxed) {
-                self.inner.deadline.store(nanos, Relaxed);
-            }
+    /// the stack, which [takes](Self::deadline_taken) it into its own. Of
+    /// several offers the earliest is kept: it fires first, and its error
+    /// passes through the layers that offered the others. A limit too long
+    /// to count in nanoseconds is not offered (`None`: the offering layer
+    /// keeps its own timer).
+    ///
+    /// Call the inner service, then [settle](Self::settle_deadline).
+    pub(crate) fn offer_deadline(&self, limit: Duration) -> Option<DeadlineOffer> {
+        let h = &self.inner.deadlines;
+        let limit = u64::try_from(limit.as_nanos())
+            .ok()
+            .filter(|&n| n != DeadlineHandOff::NONE)?;
+        if limit < h.offered.load(Relaxed) {
+            h.offered.store(limit, Relaxed);
         }
-    }
-
-    /// The limit offered by [`offer_deadline`](Self::offer_deadline), now
-    /// enforced by the caller.
-    pub(crate) fn take_deadline(&self) -> Option<Duration> {
-        let nanos = self.inner.deadline.load(Relaxed);
-        (nanos != NO_DEADLINE).then(|| {
-            self.inner.deadline_taken.store(true, Relaxed);
-            Duration::from_nanos(nanos)
+        // Only what is taken from here on counts for this offer (a load and
+        // a store rather than a swap: no locked instruction).
+        let taken_before = h.taken.load(Relaxed);
+        h.taken.store(DeadlineHandOff::NONE, Relaxed);
+        Some(DeadlineOffer {
+            limit,
+            taken_before,
         })
     }
 
-    /// Whether a timer further down took the offered limit.
-    pub(crate) fn deadline_taken(&self) -> bool {
-        self.inner.deadline_taken.load(Relaxed)
+    /// The earliest deadline offered (as a limit from the request's
+    /// start), for a timer further down to enforce too.
+    pub(crate) fn offered_deadline(&self) -> Option<Duration> {
+        let offered = self.inner.deadlines.offered.load(Relaxed);
+        (offered != DeadlineHandOff::NONE).then(|| Duration::from_nanos(offered))
+    }
+
+    /// Records that `limit` ([`offered_deadline`](Self::offered_deadline))
+    /// is enforced by the timer of the progress layer whose tap lives here,
+    /// for as long as that tap is open.
+    pub(crate) fn deadline_taken(&self, limit: Duration) {
+        let h = &self.inner.deadlines;
+        let limit = u64::try_from(limit.as_nanos()).unwrap_or(DeadlineHandOff::NONE);
+        if limit < h.taken.load(Relaxed) {
+            h.taken.store(limit, Relaxed);
+        }
+    }
+
+    /// Settles `offer` once the inner service was called: whether a timer
+    /// called meanwhile took a deadline no later than the offered one (then
+    /// the offering layer needs no timer of its own while that timer's tap,
+    /// the one in [`progress`](Self::progress), is open).
+    pub(crate) fn settle_deadline(&self, offer: DeadlineOffer) -> bool {
+        let h = &self.inner.deadlines;
+        let taken = h.taken.load(Relaxed);
+        // The layers above count what was taken below them, here included.
+        h.taken.store(taken.min(offer.taken_before), Relaxed);
+        taken <= offer.limit
     }
 
     /// Cancels with `reason`: fires the token and wakes the layer racing this

@@ -216,18 +216,31 @@ where
         // offered its deadline there: this layer's timer takes it.
         let tap = match req.cancellation() {
             Some(c) => {
-                let request = TapRequest::new(started, limits, c.take_deadline());
-                ProgressTap::for_request(c, token, observer, request)
+                let timeout = c.offered_deadline();
+                let request = TapRequest::new(started, limits, timeout);
+                let tap = ProgressTap::for_request(c, token, observer, request);
+                if tap.lives_in(c) {
+                    if let Some(limit) = timeout {
+                        c.deadline_taken(limit);
+                    }
+                    req.set_progress_tap(tap.clone());
+                } else if req.progress_tap().is_none() {
+                    // Inside another progress layer, the request keeps that
+                    // layer's tap: progress recorded there restarts both
+                    // idle clocks (this layer's tap reads it).
+                    req.set_progress_tap(tap.clone());
+                }
+                tap
             }
             None => {
                 let c = Cancellation::for_request(req.request_id(), method);
                 let request = TapRequest::new(started, limits, None);
                 let tap = ProgressTap::for_request(&c, token, observer, request);
                 req.set_cancellation(c);
+                req.set_progress_tap(tap.clone());
                 tap
             }
         };
-        req.set_progress_tap(tap.clone());
         ResponseFuture::new(self.inner.call(req), tap)
     }
 }

@@ -21,6 +21,10 @@
 //! not wake the layer: the idle deadline only moves later, so the timer is
 //! re-armed when it fires before it.
 //!
+//! A layer inside another leaves the request the outer layer's tap: the
+//! progress recorded there restarts the idle limit of both, and each
+//! enforces its own limits.
+//!
 //! Which limits a request gets follows a [`ProgressPolicy`] — the same
 //! [`MethodPolicy`](crate::MethodPolicy) type as [`TimeoutLayer`](crate::TimeoutLayer)'s,
 //! with the same rules: [`ProgressLimits`] in the request's extensions, else

@@ -113,10 +113,11 @@ pub(crate) struct TapRequest {
     idle: Nanos,
     max: Nanos,
     /// A `TimeoutLayer`'s limit this layer's timer enforces too
-    /// ([`Cancellation::take_deadline`]).
+    /// ([`Cancellation::offered_deadline`]).
     timeout: Nanos,
     /// The request's own cancellation when the tap could not live in it
-    /// (it already held another layer's tap): an expiry fires it too.
+    /// (it already held another layer's tap): an expiry fires it too, and
+    /// the progress recorded on that other tap restarts this idle clock.
     pub(crate) also: Option<Cancellation>,
 }
 
@@ -224,6 +225,12 @@ impl ProgressState {
         // Every update is a few plain stores: a panic elsewhere cannot leave
         // the state half-written.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the tap made here was closed: its request ended, or at least
+    /// the layer that made it did.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Makes the tap here, unless one already is (then `config` comes back).
@@ -384,7 +391,20 @@ impl ProgressTap {
     pub(crate) fn deadlines(&self) -> Option<Deadlines> {
         let st = self.state().lock();
         let request = st.tap.as_ref()?.request.as_ref()?;
-        Some(request.deadlines(st.last.map(|(_, at)| at)))
+        let mut last = st.last.map(|(_, at)| at);
+        // A layer inside another: the request's progress is recorded on the
+        // outer layer's tap (locked second: an outer tap never locks an
+        // inner one).
+        if let Some(outer) = &request.also {
+            last = last.max(outer.progress().lock().last.map(|(_, at)| at));
+        }
+        Some(request.deadlines(last))
+    }
+
+    /// Whether the tap lives in `cancellation`: `false` for a layer's tap
+    /// made inside another layer's, whose tap stays the request's.
+    pub(crate) fn lives_in(&self, cancellation: &Cancellation) -> bool {
+        self.home.same_as(cancellation)
     }
 
     /// Fires the cancellation(s) of the tap's request with `reason`.

@@ -27,6 +27,9 @@ pin_project! {
         limit: Duration,
         // Fired on expiry; its id and method are what the log event names.
         cancellation: Option<Cancellation>,
+        // The deadline is enforced by the progress layer below whose tap
+        // lives in `cancellation`, for as long as that tap is open.
+        handed_off: bool,
     }
 }
 
@@ -44,6 +47,23 @@ impl<F> ResponseFuture<F> {
             sleep: None,
             limit,
             cancellation,
+            handed_off: false,
+        }
+    }
+
+    /// A deadline that the progress layer whose tap lives in `cancellation`
+    /// took into its timer; this future arms its own only if the request
+    /// goes on once that tap closed.
+    #[inline]
+    pub(crate) fn handed_off(
+        inner: F,
+        deadline: Instant,
+        limit: Duration,
+        cancellation: Cancellation,
+    ) -> Self {
+        Self {
+            handed_off: true,
+            ..Self::new(inner, deadline, limit, Some(cancellation))
         }
     }
 
@@ -55,6 +75,7 @@ impl<F> ResponseFuture<F> {
             sleep: None,
             limit: Duration::ZERO,
             cancellation: None,
+            handed_off: false,
         }
     }
 }
@@ -81,6 +102,19 @@ where
         let Some(deadline) = *this.deadline else {
             return Poll::Pending;
         };
+        if *this.handed_off {
+            // The progress layer enforcing the deadline closes its tap when
+            // it ends, in a poll of `inner`: if the request goes on (work
+            // after its answer, a retry), this timer takes over from here.
+            let enforced = this
+                .cancellation
+                .as_ref()
+                .is_some_and(|c| !c.progress().is_closed());
+            if enforced {
+                return Poll::Pending;
+            }
+            *this.handed_off = false;
+        }
         let sleep = this
             .sleep
             .get_or_insert_with(|| Box::pin(sleep_until(deadline)));

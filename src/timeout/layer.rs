@@ -138,11 +138,12 @@ where
             return ResponseFuture::new(self.inner.call(req), deadline, limit, None);
         };
         // One timer per request: a `ProgressResetLayer` below runs a timer
-        // anyway, and takes this deadline into it when it can.
-        cancellation.offer_deadline(limit);
+        // anyway, and takes this deadline into it when it can; this layer
+        // needs no timer when one below took a deadline no later than this.
+        let offer = cancellation.offer_deadline(limit);
         let inner = self.inner.call(req);
-        if cancellation.deadline_taken() {
-            return ResponseFuture::unlimited(inner);
+        if offer.is_some_and(|o| cancellation.settle_deadline(o)) {
+            return ResponseFuture::handed_off(inner, deadline, limit, cancellation);
         }
         ResponseFuture::new(inner, deadline, limit, Some(cancellation))
     }

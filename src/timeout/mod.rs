@@ -21,10 +21,17 @@
 //! transport), this layer offers its deadline there and the progress layer
 //! takes it into its timer: the request in flight runs one timer, and the
 //! outcome is the same `Elapsed` (limit [`Limit::Timeout`](crate::Limit))
-//! and cancel reason, passed up through this layer. When nothing below
-//! takes it (no progress layer, one above this layer, or a layer between
-//! that calls its inner service later, such as a `Buffer`), this layer
-//! runs its own timer.
+//! and cancel reason, passed up through this layer. The hand-off records
+//! which deadline was taken: this layer does without its own timer only
+//! when a progress layer called within its `call` took a deadline no later
+//! than its own, so a shorter deadline further down (another `TimeoutLayer`
+//! below the progress layer) is still enforced, and a tie is named by the
+//! innermost limit, as with separate timers. If the request goes on after
+//! that progress layer ended (a layer between works on after its answer,
+//! or calls again, as a retry does), this layer's own timer takes over, at
+//! the same deadline. When nothing below takes it (no progress layer, one
+//! above this layer, or a layer between that calls its inner service
+//! later, such as a `Buffer`), this layer runs its own timer.
 //!
 //! # Over `http::Request`: the method must be checked to earn more time
 //!
