@@ -201,6 +201,7 @@ const BOUND_POLLS: usize = 2 + 2 * (COMPUTING + 2);
 
 fn assert_bounded(waits: &[usize]) {
     let worst = waits.iter().copied().max().unwrap();
+    eprintln!("polls waited per answer: {waits:?}");
     assert!(
         worst <= BOUND_POLLS,
         "a finished answer waited {worst} polls of computing handlers (on the writer's thread) \
