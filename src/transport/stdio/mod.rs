@@ -92,9 +92,17 @@
 //!   memory. It flushes when the queue runs dry; while handlers that
 //!   compute briefly (a first poll between 20 µs and 1 ms) keep several
 //!   spawned requests running, it first holds an answer for up to three
-//!   more, or until the worker has run its other ready tasks, so that they
-//!   share one write (and the peer one wake-up). A server that is not busy,
-//!   and handlers that compute longer, are answered at once.
+//!   more, so that they share one write (and the peer one wake-up). **A
+//!   hold lasts at most 100 µs** on tokio's clock: it ends at the fourth
+//!   answer, at the first poll of one of the connection's tasks (the reader,
+//!   a request) to end 100 µs or more after it began, whatever order the
+//!   runtime polls them in — that task wakes the writer as an answer does —
+//!   or sooner, when the worker has nothing else to run. So a held answer
+//!   is written no later than one finished 100 µs after it would be without
+//!   the hold. (Should tasks outside the connection keep the worker busy,
+//!   the hold ends when the worker next looks at its timers, as a timer
+//!   would.) A server that is not busy, and handlers that compute longer,
+//!   are answered at once.
 //! * [`StdioServer::shutdown`]: when its token fires, every in-flight
 //!   request is cancelled ([`CancelReason::Shutdown`](crate::CancelReason::Shutdown)),
 //!   reading stops, and `serve` returns once their tasks ended and the

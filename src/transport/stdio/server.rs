@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::framing::{Frame, LineReader};
-use super::writer::write_loop;
+use super::writer::{write_loop, Hold};
 use crate::cancel::{CancelOutcome, InFlightGuard};
 use crate::jsonrpc::{self, ErrorObject, Message, RawNotification, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
@@ -160,10 +160,16 @@ impl StdioServer {
         let close = CancellationToken::new();
         let load = Arc::new(HandlerLoad::default());
         let backlog = load.clone();
-        let mut writer_task = tokio::spawn(write_loop(writer, rx, close.clone(), move || {
-            backlog.backlogged()
-        }));
+        let hold = Arc::new(Hold::new());
+        let mut writer_task = tokio::spawn(write_loop(
+            writer,
+            rx,
+            close.clone(),
+            move || backlog.backlogged(),
+            hold.clone(),
+        ));
         let conn = Connection {
+            hold,
             in_flight: self.registry.clone().unwrap_or_default(),
             max_in_flight: self.max_in_flight,
             tx,
@@ -203,6 +209,8 @@ impl StdioServer {
             if !lines.line_buffered() {
                 conn.flush_batch().await;
             }
+            // The reader too keeps its worker busy (first polls of requests).
+            conn.hold.check();
         };
         conn.flush_batch().await;
 
@@ -325,6 +333,9 @@ struct Connection {
     draining: AtomicBool,
     load: Arc<HandlerLoad>,
     batch: std::sync::Mutex<Batch>,
+    /// The writer's hold, which the reader and the request tasks end once
+    /// it is due.
+    hold: Arc<Hold>,
 }
 
 /// How a drain goes: its grace, what ends it early (a shutdown after the
@@ -433,6 +444,7 @@ impl Connection {
                 DrainStep::Frame(Ok(Some(Frame::Line(line)))) => {
                     self.on_line(&line, service, tasks).await;
                     self.flush_batch().await;
+                    self.hold.check();
                 }
                 // An oversize line during the drain is skipped unanswered.
                 DrainStep::Frame(Ok(Some(Frame::TooLong { .. }))) => {}
@@ -576,7 +588,15 @@ impl Connection {
             }
         }
         let running = self.load.spawned();
-        tasks.spawn(finish_request(call, scope, guard, self.tx.clone(), running));
+        let hold = self.hold.clone();
+        tasks.spawn(finish_request(
+            call,
+            scope,
+            guard,
+            self.tx.clone(),
+            running,
+            hold,
+        ));
     }
 }
 
@@ -662,15 +682,25 @@ impl HandlerLoad {
 /// nothing of the request can follow it; a request the transport cancelled
 /// gets nothing. The registry entry goes last, so that the id cannot be
 /// reused before its answer is queued; the request counts as `running`
-/// until then.
+/// until then. After each poll of the request it ends the writer's hold
+/// if that is due: handlers that keep computing must not keep a held
+/// answer waiting (see [`Hold`]).
 async fn finish_request(
     call: impl Future<Output = Ending>,
     scope: Scope,
     guard: InFlightGuard,
     tx: mpsc::Sender<Outgoing>,
     running: Running,
+    hold: Arc<Hold>,
 ) {
-    end_request(call.await, scope, guard, &tx).await;
+    let mut call = std::pin::pin!(call);
+    let ending = std::future::poll_fn(|cx| {
+        let polled = call.as_mut().poll(cx);
+        hold.check();
+        polled
+    })
+    .await;
+    end_request(ending, scope, guard, &tx).await;
     drop(running);
 }
 

@@ -3,9 +3,13 @@
 //! growing memory.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::framing::{write_line, write_lines};
@@ -17,18 +21,19 @@ use crate::notify::outbox::Outgoing;
 ///
 /// When the queue runs dry while `backlogged` says answers are coming one
 /// after another (handlers that compute briefly, several running), the
-/// writer holds what it has for more: until [`HOLD_MESSAGES`] messages
-/// are together, or the worker has run its other ready tasks, whichever
-/// comes first ([`hold_for_more`]); then it writes and flushes them
-/// together. Flushing each answer alone costs the peer a wake-up per
-/// answer, and on a machine the peer shares that time comes out of the
-/// handlers. At most one hold per flush. Held messages are written after
-/// the hold, so one whose request is cancelled meanwhile is still dropped.
+/// writer holds what it has for more ([`hold_for_more`]): until
+/// [`HOLD_MESSAGES`] messages are together or [`HOLD_MAX`] has passed,
+/// whichever comes first; then it writes and flushes them together.
+/// Flushing each answer alone costs the peer a wake-up per answer, and on a
+/// machine the peer shares that time comes out of the handlers. At most one
+/// hold per flush. Held messages are written after the hold, so one whose
+/// request is cancelled meanwhile is still dropped.
 pub(super) async fn write_loop<W, B>(
     writer: W,
     mut rx: mpsc::Receiver<Outgoing>,
     close: CancellationToken,
     backlogged: B,
+    hold: Arc<Hold>,
 ) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
@@ -55,7 +60,7 @@ where
         if rx.is_empty() && !was_held && backlogged() {
             was_held = true;
             held.push(msg);
-            closed = hold_for_more(&mut rx, &mut held).await;
+            closed = hold_for_more(&mut rx, &mut held, &hold).await;
             for m in held.drain(..) {
                 write_one(&mut w, m).await?;
             }
@@ -77,22 +82,96 @@ where
 /// The most messages one hold gathers.
 const HOLD_MESSAGES: usize = 4;
 
+/// The longest the writer holds a finished answer for company: 100 µs, a
+/// tenth of the longest first poll for which it holds at all
+/// (`HandlerLoad::SHORT`, 1 ms), so that holding costs such a handler's
+/// answer at most a tenth of its run. In figure 3's `spin` benchmark (50 µs
+/// handlers on two workers) four answers come within it.
+pub(super) const HOLD_MAX: Duration = Duration::from_micros(100);
+
+/// The hold in progress, shared by the writer with the connection's other
+/// tasks (the reader, the request tasks), so that whichever of them runs
+/// first once it is due ends it.
+///
+/// A timer alone would not bound the hold: tokio fires timers (and runs
+/// the wakes it defers, such as `yield_now`'s) only when a worker has no
+/// ready task left or at its periodic maintenance, every 61 polls, so with
+/// handlers that keep computing a held answer would wait up to 61 of their
+/// polls. The tasks that keep a stdio server's workers busy are the
+/// connection's own: each checks after its polls ([`check`](Self::check)),
+/// and the first to find the hold due wakes the writer as an answer does.
+/// (Tasks outside the connection do not check: should they keep the worker
+/// busy, the hold ends when a timer would.)
+#[derive(Debug)]
+pub(super) struct Hold {
+    epoch: Instant,
+    /// When the hold in progress is due, in ns after `epoch`; 0: none.
+    due: AtomicU64,
+    over: Notify,
+}
+
+impl Hold {
+    pub(super) fn new() -> Self {
+        Self {
+            epoch: Instant::now(),
+            due: AtomicU64::new(0),
+            over: Notify::new(),
+        }
+    }
+
+    fn nanos(&self, t: Instant) -> u64 {
+        let ns = t.saturating_duration_since(self.epoch).as_nanos();
+        u64::try_from(ns).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Ends the hold in progress if it is due. Called by the connection's
+    /// tasks after their polls: one atomic load when no hold is in
+    /// progress, a clock read during one.
+    #[inline]
+    pub(super) fn check(&self) {
+        let due = self.due.load(Ordering::Acquire);
+        if due != 0 && self.nanos(Instant::now()) >= due && self.due.swap(0, Ordering::AcqRel) != 0
+        {
+            self.over.notify_waiters();
+        }
+    }
+}
+
 /// Adds to `held` what arrives until it has [`HOLD_MESSAGES`], or until
-/// the task, yielded, is polled again: tokio wakes a yielded task once its
-/// worker has no other ready task, or after `event_interval` polls; each
-/// message arriving wakes it at once. Returns whether the queue closed.
-async fn hold_for_more(rx: &mut mpsc::Receiver<Outgoing>, held: &mut Vec<Outgoing>) -> bool {
-    while held.len() < HOLD_MESSAGES {
+/// [`HOLD_MAX`] has passed since the hold began: the writer checks on each
+/// arrival, and the connection's other tasks after their polls
+/// ([`Hold::check`]). It also ends, sooner, when the task, yielded, is
+/// polled again (tokio runs that wake once the worker has no other ready
+/// task: no answer is coming from it now); that only ever shortens it.
+/// Returns whether the queue closed.
+async fn hold_for_more(
+    rx: &mut mpsc::Receiver<Outgoing>,
+    held: &mut Vec<Outgoing>,
+    hold: &Hold,
+) -> bool {
+    let due = Instant::now() + HOLD_MAX;
+    let over = hold.over.notified();
+    tokio::pin!(over);
+    // Registered before the hold is published, so no check can miss it.
+    over.as_mut().enable();
+    hold.due.store(hold.nanos(due), Ordering::Release);
+    let mut closed = false;
+    while held.len() < HOLD_MESSAGES && Instant::now() < due {
         tokio::select! {
             biased;
             m = rx.recv() => match m {
                 Some(m) => held.push(m),
-                None => return true,
+                None => {
+                    closed = true;
+                    break;
+                }
             },
-            () = tokio::task::yield_now() => return false,
+            () = &mut over => break,
+            () = tokio::task::yield_now() => break,
         }
     }
-    false
+    hold.due.store(0, Ordering::Release);
+    closed
 }
 
 async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Result<()> {
@@ -109,6 +188,7 @@ async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Resul
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
     use std::pin::Pin;
     use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll};
@@ -164,7 +244,14 @@ mod tests {
         let flushes = Flushes::default();
         let (tx, rx) = mpsc::channel(64);
         let close = CancellationToken::new();
-        tokio::spawn(write_loop(flushes.clone(), rx, close, move || backlogged));
+        let hold = Arc::new(Hold::new());
+        tokio::spawn(write_loop(
+            flushes.clone(),
+            rx,
+            close,
+            move || backlogged,
+            hold,
+        ));
         Peer { tx, flushes }
     }
 
@@ -193,7 +280,9 @@ mod tests {
         assert_eq!(peer.flushes(), ["a", "b"]);
     }
 
-    #[tokio::test]
+    // The clock is paused in the tests with a hold: it ends by what they
+    // do, not by a slow machine's [`HOLD_MAX`].
+    #[tokio::test(start_paused = true)]
     async fn with_a_backlog_answers_arriving_during_a_hold_share_a_flush() {
         let peer = start(true);
         for (i, text) in ["a", "b", "c"].into_iter().enumerate() {
@@ -210,7 +299,7 @@ mod tests {
         assert_eq!(peer.flushes(), ["a b c d", "e"]);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn one_hold_per_flush() {
         let peer = start(true);
         peer.answer("a").await;
@@ -224,7 +313,7 @@ mod tests {
         assert_eq!(peer.flushes(), ["a b c d e f g"]);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn with_a_backlog_an_answer_alone_goes_out_once_the_tasks_have_run() {
         let peer = start(true);
         peer.answer("a").await;
@@ -237,7 +326,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_message_held_is_dropped_if_its_request_is_cancelled_meanwhile() {
         let peer = start(true);
         let cancellation = Cancellation::new();
@@ -257,7 +346,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn the_queue_closing_during_a_hold_writes_what_was_held() {
         let Peer { tx, flushes } = start(true);
         tx.send(Outgoing::unscoped(b"a".to_vec())).await.unwrap();
@@ -267,5 +356,53 @@ mod tests {
         drop(tx);
         settle_rounds(4).await;
         assert_eq!(*flushes.done.lock().unwrap(), ["a"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_due_hold_is_ended_by_the_first_check() {
+        let hold = Hold::new();
+        let over = hold.over.notified();
+        tokio::pin!(over);
+        over.as_mut().enable();
+        let due = Instant::now() + HOLD_MAX;
+        hold.due.store(hold.nanos(due), Ordering::Release);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        hold.check();
+        assert!(over.as_mut().poll(&mut cx).is_pending(), "not due yet");
+        tokio::time::advance(HOLD_MAX).await;
+        hold.check();
+        assert!(over.as_mut().poll(&mut cx).is_ready(), "due: ended");
+        assert_eq!(
+            hold.due.load(Ordering::Acquire),
+            0,
+            "and no longer in progress"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_arrival_after_the_bound_ends_the_hold() {
+        let hold = Hold::new();
+        let (tx, mut rx) = mpsc::channel(8);
+        let mut held = vec![Outgoing::unscoped(b"a".to_vec())];
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        {
+            let holding = hold_for_more(&mut rx, &mut held, &hold);
+            tokio::pin!(holding);
+            assert!(holding.as_mut().poll(&mut cx).is_pending());
+            tx.send(Outgoing::unscoped(b"b".to_vec())).await.unwrap();
+            assert!(
+                holding.as_mut().poll(&mut cx).is_pending(),
+                "within the bound: holds on"
+            );
+            tokio::time::advance(HOLD_MAX).await;
+            tx.send(Outgoing::unscoped(b"c".to_vec())).await.unwrap();
+            assert_eq!(
+                holding.as_mut().poll(&mut cx),
+                Poll::Ready(false),
+                "past it: ends"
+            );
+        }
+        assert_eq!(held.len(), 3);
+        assert_eq!(hold.due.load(Ordering::Acquire), 0);
     }
 }
