@@ -6,3 +6,5 @@ mod support;
 
 mod http;
 mod mcp;
+#[cfg(all(feature = "stdio", feature = "http"))]
+mod progress_rules;
