@@ -206,7 +206,8 @@ fn record(registry: &ProgressRegistry, line: &[u8]) {
     };
     if n.method == "notifications/progress" {
         let p = n.params;
-        registry.record(&p.token, p.progress, p.total, p.message.as_deref());
+        // Already on its way: only the idle limit can take note.
+        let _ = registry.admit(&p.token, p.progress, p.total, p.message.as_deref());
     }
 }
 
@@ -221,7 +222,7 @@ mod tests {
     async fn progress_events_split_across_frames_are_recorded() {
         let registry = ProgressRegistry::default();
         let tap = ProgressTap::new(ProgressToken::from("p1"), None);
-        let _registration = registry.register(tap.clone());
+        let _registration = registry.register(tap.token(), Some(tap.clone()));
         let event = br#"data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p1","progress":3,"total":10}}"#;
         let (a, b) = event.split_at(40);
         let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = vec![

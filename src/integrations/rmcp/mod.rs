@@ -88,7 +88,11 @@
 //! idle limit when the transport was served through [`Cancellable::serve`]
 //! (or wrapped by [`Cancellable::observe`]): rmcp's `Peer` writes only to
 //! the transport, so that is where [`ObserveProgress`] sees it. A request
-//! without a progress token keeps its idle limit, unreset.
+//! without a progress token keeps its idle limit, unreset. There, too,
+//! progress is held to the rules of progress.md, which rmcp does not check:
+//! a notification whose value does not increase, or that comes after its
+//! request's handler ended (from a task the handler spawned with a clone
+//! of its peer), is not written.
 //!
 //! # Over Streamable HTTP
 //!
@@ -351,7 +355,8 @@ fn http_cancellation(context: &RequestContext<RoleServer>) -> Option<Cancellatio
         .cloned()
 }
 
-/// The innermost service: registers the request's progress tap and makes
+/// The innermost service: registers the request in the progress registry
+/// (so that its progress goes out only while the handler runs) and makes
 /// the one call of the handler.
 struct Handler<H, F> {
     run: Option<F>,
@@ -381,11 +386,11 @@ where
             )));
         };
         // Only a token the client sent can come back in the handler's
-        // progress notifications.
-        let registration = match (req.progress_token(), req.progress_tap()) {
-            (Some(_), Some(tap)) => Some(self.registry.register(tap.clone())),
-            _ => None,
-        };
+        // progress notifications; they go out while the handler runs.
+        let registration = req.progress_token().map(|token| {
+            self.registry
+                .register(token.clone(), req.progress_tap().cloned())
+        });
         let call = run(self.handler.clone(), req.context);
         Box::pin(async move {
             let _registration = registration;

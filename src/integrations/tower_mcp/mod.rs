@@ -181,7 +181,7 @@ fn observe_progress(router: McpRouter, registry: &ProgressRegistry) -> McpRouter
             };
             if let ServerNotification::Progress(p) = &notification {
                 if let Some(token) = request::progress_token(&p.progress_token) {
-                    registry.record(&token, p.progress, p.total, p.message.as_deref());
+                    let _ = registry.admit(&token, p.progress, p.total, p.message.as_deref());
                 }
             }
             if out.send(notification).await.is_err() {
@@ -307,10 +307,10 @@ impl Service<RouterRequest> for Router {
     }
 
     fn call(&mut self, req: RouterRequest) -> Self::Future {
-        let registration = match (req.progress_token(), req.progress_tap()) {
-            (Some(_), Some(tap)) => Some(self.registry.register(tap.clone())),
-            _ => None,
-        };
+        let registration = req.progress_token().map(|token| {
+            self.registry
+                .register(token.clone(), req.progress_tap().cloned())
+        });
         let call = self.router.call(req);
         Box::pin(async move {
             let _registration = registration;
