@@ -416,13 +416,77 @@ mod http {
     async fn start(
         wrap: impl FnOnce(Tools) -> Cancellable<Tools>,
     ) -> (HttpClient, mpsc::UnboundedReceiver<(&'static str, Value)>) {
+        let s = serve_tools(wrap).await;
+        (s.client, s.events)
+    }
+
+    /// A served `Tools`: the client, the handler's events, what a `late`
+    /// tool's reporter waits for, and every byte of the response bodies.
+    struct Served {
+        client: HttpClient,
+        events: mpsc::UnboundedReceiver<(&'static str, Value)>,
+        release: Arc<tokio::sync::Notify>,
+        wire: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Served {
+        /// The progress values for `token` in the response bodies so far:
+        /// those before a response and those after one.
+        fn progress_for(&self, token: &str) -> (Vec<f64>, Vec<f64>) {
+            let wire = self.wire.lock().unwrap();
+            let (mut before, mut after, mut answered) = (Vec::new(), Vec::new(), false);
+            for line in String::from_utf8_lossy(&wire).lines() {
+                let Some(Ok(v)) = line
+                    .strip_prefix("data:")
+                    .map(|d| serde_json::from_str::<Value>(d.trim()))
+                else {
+                    continue;
+                };
+                answered |= v.get("result").is_some() || v.get("error").is_some();
+                if v["method"] == "notifications/progress"
+                    && v["params"]["progressToken"] == json!(token)
+                {
+                    let p = v["params"]["progress"].as_f64().unwrap();
+                    if answered {
+                        after.push(p)
+                    } else {
+                        before.push(p)
+                    }
+                }
+            }
+            (before, after)
+        }
+    }
+
+    /// `res` with every data frame of its body appended to `log`.
+    fn record<B: http_body::Body<Data = bytes::Bytes>>(
+        log: Arc<Mutex<Vec<u8>>>,
+        res: ::http::Response<B>,
+    ) -> ::http::Response<impl http_body::Body<Data = bytes::Bytes, Error = B::Error>> {
+        use http_body_util::BodyExt;
+        res.map(|body| {
+            body.map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    log.lock().unwrap().extend_from_slice(data);
+                }
+                frame
+            })
+        })
+    }
+
+    async fn serve_tools(wrap: impl FnOnce(Tools) -> Cancellable<Tools>) -> Served {
         let (tx, events) = mpsc::unbounded_channel();
-        let handler = wrap(Tools(tx, Arc::default()));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let handler = wrap(Tools(tx, release.clone()));
         let observe = handler.observe_http();
         let config = StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_json_response(true);
+        let wire = Arc::new(Mutex::new(Vec::new()));
+        let log = wire.clone();
         let mcp = ServiceBuilder::new()
+            // What leaves the server: every body frame, as it is polled.
+            .map_response(move |res| record(log.clone(), res))
             .layer(CancelOnDisconnectLayer::http())
             .layer(observe)
             .service(StreamableHttpService::new(
@@ -438,7 +502,12 @@ mod http {
             tokio_util::sync::CancellationToken::new(),
         ));
         let client = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
-        (client, events)
+        Served {
+            client,
+            events,
+            release,
+            wire,
+        }
     }
 
     /// Waits for `kind` of request `id`, failing on its `DONE`.
@@ -522,5 +591,38 @@ mod http {
             "{err:?}"
         );
         event(&mut events, "DROPPED", 8).await;
+    }
+
+    #[tokio::test]
+    async fn progress_that_does_not_increase_is_not_in_the_response_body() {
+        let s = serve_tools(Cancellable::new).await;
+        let ok = s
+            .client
+            .clone()
+            .oneshot(call_with_token(7, "unordered", "p7"))
+            .await;
+        assert!(ok.is_ok(), "{ok:?}");
+        let (before, after) = s.progress_for("p7");
+        assert_eq!((before, after), (vec![5.0, 6.0], vec![]));
+    }
+
+    #[tokio::test]
+    async fn nothing_of_a_request_is_sent_after_its_answer_even_by_a_task_it_spawned() {
+        let mut s = serve_tools(Cancellable::new).await;
+        let ok = s
+            .client
+            .clone()
+            .oneshot(call_with_token(7, "late", "p7"))
+            .await;
+        assert!(ok.is_ok(), "{ok:?}");
+        event(&mut s.events, "DONE", 7).await;
+        // The request is answered; its reporter now sends 5 progress reports.
+        s.release.notify_one();
+        event(&mut s.events, "REPORTED", 7).await;
+        let (_, after) = s.progress_for("p7");
+        assert!(
+            after.is_empty(),
+            "progress sent after the answer: {after:?}"
+        );
     }
 }
