@@ -92,7 +92,10 @@
 //! progress is held to the rules of progress.md, which rmcp does not check:
 //! a notification whose value does not increase, or that comes after its
 //! request's handler ended (from a task the handler spawned with a clone
-//! of its peer), is not written.
+//! of its peer), is not written. Over Streamable HTTP the same check is
+//! made on the response bodies by the layer of
+//! [`Cancellable::observe_http`]; a transport served without either is
+//! not checked.
 //!
 //! # Over Streamable HTTP
 //!
@@ -257,8 +260,10 @@ impl<H> Cancellable<H> {
 
     /// A layer for rmcp's `StreamableHttpService` that feeds the progress
     /// the handler sends in its response bodies to its requests' idle
-    /// limits (rmcp builds its HTTP transports itself, so
-    /// [`observe`](Self::observe) cannot wrap them). Feature `http`.
+    /// limits, and takes out of them the progress events of a request that
+    /// ended or whose value does not increase (rmcp builds its HTTP
+    /// transports itself, so [`observe`](Self::observe) cannot wrap them).
+    /// Feature `http`.
     #[cfg(feature = "http")]
     pub fn observe_http(&self) -> ObserveHttpLayer {
         ObserveHttpLayer::new(self.registry.clone())
