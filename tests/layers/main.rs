@@ -4,6 +4,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[cfg(all(feature = "stdio", feature = "http"))]
+mod after_end;
 mod http;
 mod mcp;
 #[cfg(all(feature = "stdio", feature = "http"))]
