@@ -130,3 +130,27 @@ async fn progress_must_increase_on_a_plain_http_stack() {
     assert_eq!(answer.len(), 1, "{text}");
     assert_only_increases_sent(progress, &answer[0]);
 }
+
+/// `notifications/progress` sent as any notification is progress all the
+/// same: it must increase, and carry the request's own token.
+#[tokio::test]
+async fn progress_sent_as_a_plain_notification_must_increase_too() {
+    let svc = service_fn(|req: McpRequest| async move {
+        let ctx = RequestContext::of(&req);
+        let mut sent = Vec::new();
+        for (token, p) in [("t", 5.0), ("t", 3.0), ("other", 9.0), ("t", 6.0)] {
+            let params = json!({"progressToken": token, "progress": p});
+            sent.push(ctx.notify("notifications/progress", &params).await);
+        }
+        let _ = ctx.progress(6.0, None, None).await;
+        sent.push(ctx.progress(6.0, None, None).await);
+        Ok::<_, BoxError>(json!({ "resultType": "complete", "sent": sent }))
+    });
+    let (progress, answer) = over_stdio(svc).await;
+    assert_eq!(progress, vec![json!(5.0), json!(6.0)], "progress on the wire");
+    assert_eq!(
+        answer["result"]["sent"],
+        json!([true, false, false, true, false]),
+        "{answer}"
+    );
+}
