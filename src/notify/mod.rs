@@ -82,8 +82,29 @@ impl Notifier {
     /// request is over (answered or cancelled) or the connection is gone —
     /// a reporter should stop then — and when `params` cannot be
     /// serialized (logged at `warn`).
+    ///
+    /// A `notifications/progress` sent this way is progress all the same:
+    /// it is sent only under the rules of [`progress`](Self::progress), and
+    /// only with this request's own progress token.
     pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
-        self.queue(method, params, None).await
+        if method != jsonrpc::PROGRESS {
+            return self.queue(method, params, None).await;
+        }
+        let parsed =
+            serde_json::to_value(params).and_then(serde_json::from_value::<ProgressParams>);
+        match parsed {
+            Ok(p) if Some(&p.progress_token) == self.progress_token.as_ref() => {
+                self.queue(method, params, Some(p.progress)).await
+            }
+            Ok(p) => {
+                tracing::debug!(progress_token = %p.progress_token, "progress for another request's token not sent");
+                false
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed notifications/progress not sent");
+                false
+            }
+        }
     }
 
     /// Encodes and queues one notification; `progress`: it is a progress
