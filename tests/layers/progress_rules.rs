@@ -147,7 +147,11 @@ async fn progress_sent_as_a_plain_notification_must_increase_too() {
         Ok::<_, BoxError>(json!({ "resultType": "complete", "sent": sent }))
     });
     let (progress, answer) = over_stdio(svc).await;
-    assert_eq!(progress, vec![json!(5.0), json!(6.0)], "progress on the wire");
+    assert_eq!(
+        progress,
+        vec![json!(5.0), json!(6.0)],
+        "progress on the wire"
+    );
     assert_eq!(
         answer["result"]["sent"],
         json!([true, false, false, true, false]),
