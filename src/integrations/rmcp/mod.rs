@@ -145,6 +145,12 @@
 //!   not a `ServerHandler` cannot be wrapped (rmcp's transports for it do
 //!   not include `StreamableHttpService`).
 //! * rmcp's `local` feature (non-`Send` handlers) is not supported.
+//! * A notification other than progress (a log message, say) that a task
+//!   the handler spawned sends after the request ended is written: rmcp's
+//!   `Peer` sends it with nothing that ties it to a request (progress has
+//!   its token), so the transport cannot tell it from a connection-wide
+//!   one. Such a task should stop on `context.ct`, which fires for every
+//!   early end.
 
 mod client;
 mod handler;

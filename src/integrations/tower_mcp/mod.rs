@@ -80,6 +80,12 @@
 //! * The reason text of the peer's `notifications/cancelled` does not reach
 //!   the layer (tower-mcp only fires the token), so it is logged as
 //!   "tower-mcp cancelled the request".
+//! * A notification other than progress (a log message, say) that a task
+//!   the tool spawned sends after the request ended is passed on: it
+//!   carries nothing that ties it to a request. And tower-mcp's stdio
+//!   transport picks between its queue of answers and its queue of
+//!   notifications at random, so progress a tool sent just before it
+//!   returned can still be written after its answer.
 
 mod request;
 
