@@ -210,3 +210,29 @@ async fn progress_for_a_call_that_ended_does_not_reach_the_observer() {
     next.await.unwrap().unwrap();
     assert_eq!(*c.seen.lock().unwrap(), vec![1.0]);
 }
+
+/// Without a `ProgressResetLayer`, the client's own tap for the caller's
+/// observer holds to the same rules.
+#[tokio::test]
+async fn an_observer_without_a_progress_layer_sees_only_increasing_progress_of_a_call_in_flight() {
+    let mut c = client();
+    let svc = StdioClient::clone(c.svc.get_ref());
+    let call = tokio::spawn(svc.clone().oneshot(c.call(1)));
+    c.peer.recv().await.unwrap();
+    for p in [5.0, 5.0, 3.0, 6.0] {
+        c.progress(p).await;
+    }
+    c.peer
+        .send(json!({"jsonrpc": "2.0", "id": 1, "result": {}}))
+        .await;
+    call.await.unwrap().unwrap();
+    c.progress(7.0).await;
+    // By the next call's answer, the late progress has been read.
+    let next = tokio::spawn(svc.oneshot(McpRequest::new(2, "ping")));
+    assert_eq!(c.peer.recv().await.unwrap()["id"], 2);
+    c.peer
+        .send(json!({"jsonrpc": "2.0", "id": 2, "result": {}}))
+        .await;
+    next.await.unwrap().unwrap();
+    assert_eq!(*c.seen.lock().unwrap(), vec![5.0, 6.0]);
+}
