@@ -27,9 +27,12 @@ use tower_mcp_cancel::{Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLa
 type Events = mpsc::UnboundedSender<(&'static str, Value)>;
 
 /// `slow {seconds, interval_ms}` (never checks its token, reports progress
-/// when asked) and `spawned` (a spawned task that stops on the token).
+/// when asked), `spawned` (a spawned task that stops on the token),
+/// `late` (answers at once, leaving a reporter task that sends 5 progress
+/// notifications once the test releases it, then sends `REPORTED`) and
+/// `unordered` (reports 5, 3, 3, 6, then answers).
 #[derive(Clone)]
-struct Tools(Events);
+struct Tools(Events, Arc<tokio::sync::Notify>);
 
 /// Sends `DROPPED` unless finished.
 struct Probe(Events, Value, bool);
@@ -73,6 +76,26 @@ impl ServerHandler for Tools {
         let steps = args["steps"].as_u64().unwrap_or(1000);
         let interval = Duration::from_millis(args["interval_ms"].as_u64().unwrap_or(1000));
         match request.name.as_ref() {
+            "late" => {
+                let (peer, release, events) =
+                    (context.peer.clone(), self.1.clone(), self.0.clone());
+                let token = context.meta.get_progress_token().expect("a progress token");
+                tokio::spawn(async move {
+                    release.notified().await;
+                    for i in 1..=5 {
+                        let p = ProgressNotificationParam::new(token.clone(), i as f64);
+                        let _ = peer.notify_progress(p).await;
+                    }
+                    let _ = events.send(("REPORTED", id));
+                });
+            }
+            "unordered" => {
+                let token = context.meta.get_progress_token().expect("a progress token");
+                for p in [5.0, 3.0, 3.0, 6.0] {
+                    let p = ProgressNotificationParam::new(token.clone(), p);
+                    let _ = context.peer.notify_progress(p).await;
+                }
+            }
             "slow" => {
                 let token = context.meta.get_progress_token();
                 for i in 1..=steps {
@@ -103,6 +126,8 @@ struct Harness {
     /// Every line the server wrote, in order.
     written: Arc<Mutex<Vec<Value>>>,
     relay: tokio::task::JoinHandle<()>,
+    /// Releases a `late` tool's reporter.
+    release: Arc<tokio::sync::Notify>,
 }
 
 /// Serves `wrap(Tools)` over pipes, relays its output to a `StdioClient`
@@ -112,7 +137,8 @@ async fn start(wrap: impl FnOnce(Tools) -> Option<Cancellable<Tools>>) -> Harnes
     let (client_w, server_r) = tokio::io::duplex(64 * 1024);
     let (server_w, relay_r) = tokio::io::duplex(64 * 1024);
     let (mut relay_w, client_r) = tokio::io::duplex(64 * 1024);
-    let tools = Tools(tx);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let tools = Tools(tx, release.clone());
     match wrap(tools.clone()) {
         Some(c) => {
             tokio::spawn(async move {
@@ -159,6 +185,7 @@ async fn start(wrap: impl FnOnce(Tools) -> Option<Cancellable<Tools>>) -> Harnes
         events,
         written,
         relay,
+        release,
     }
 }
 
@@ -285,6 +312,77 @@ async fn progress_keeps_a_request_alive_and_silence_ends_it() {
     h.event("DROPPED", 8).await;
 }
 
+/// A `tools/call` of `tool` with the progress token `token`.
+fn call_with_token(id: i64, tool: &str, token: &str) -> McpRequest {
+    McpRequest::new(id, "tools/call")
+        .with_params(json!({"name": tool, "arguments": {}, "_meta": {"progressToken": token}}))
+}
+
+impl Harness {
+    /// The progress values written for `token`, up to the answer of a
+    /// `ping` sent now (the relay records a line before forwarding it).
+    async fn progress_written_for(&self, token: &str) -> (Vec<f64>, Vec<f64>) {
+        let ping = self
+            .client
+            .clone()
+            .oneshot(McpRequest::new(99, "ping"))
+            .await;
+        assert!(ping.is_ok(), "{ping:?}");
+        let written = self.written.lock().unwrap();
+        let answered = written
+            .iter()
+            .position(|v| v.get("result").is_some() && v["id"] != json!(99) && v["id"] != json!(0))
+            .unwrap_or(written.len());
+        let progress = |lines: &[Value]| -> Vec<f64> {
+            lines
+                .iter()
+                .filter(|v| {
+                    v["method"] == "notifications/progress"
+                        && v["params"]["progressToken"] == json!(token)
+                })
+                .filter_map(|v| v["params"]["progress"].as_f64())
+                .collect()
+        };
+        (
+            progress(&written[..answered]),
+            progress(&written[answered..]),
+        )
+    }
+}
+
+#[tokio::test]
+async fn nothing_of_a_request_is_written_after_its_answer_even_by_a_task_it_spawned() {
+    let mut h = start(cancellable).await;
+    let ok = h
+        .client
+        .clone()
+        .oneshot(call_with_token(7, "late", "p7"))
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    h.event("DONE", 7).await;
+    // The request is answered; its reporter now sends 5 progress reports.
+    h.release.notify_one();
+    h.event("REPORTED", 7).await;
+    let (_, after) = h.progress_written_for("p7").await;
+    assert!(
+        after.is_empty(),
+        "progress written after the answer: {after:?}"
+    );
+}
+
+#[tokio::test]
+async fn progress_that_does_not_increase_is_not_written() {
+    let h = start(cancellable).await;
+    let ok = h
+        .client
+        .clone()
+        .oneshot(call_with_token(7, "unordered", "p7"))
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let (before, _) = h.progress_written_for("p7").await;
+    assert_eq!(before, vec![5.0, 6.0]);
+}
+
 #[tokio::test]
 async fn plain_rmcp_runs_a_cancelled_handler_to_its_end() {
     let mut h = start(|_| None).await;
@@ -318,13 +416,77 @@ mod http {
     async fn start(
         wrap: impl FnOnce(Tools) -> Cancellable<Tools>,
     ) -> (HttpClient, mpsc::UnboundedReceiver<(&'static str, Value)>) {
+        let s = serve_tools(wrap).await;
+        (s.client, s.events)
+    }
+
+    /// A served `Tools`: the client, the handler's events, what a `late`
+    /// tool's reporter waits for, and every byte of the response bodies.
+    struct Served {
+        client: HttpClient,
+        events: mpsc::UnboundedReceiver<(&'static str, Value)>,
+        release: Arc<tokio::sync::Notify>,
+        wire: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Served {
+        /// The progress values for `token` in the response bodies so far:
+        /// those before a response and those after one.
+        fn progress_for(&self, token: &str) -> (Vec<f64>, Vec<f64>) {
+            let wire = self.wire.lock().unwrap();
+            let (mut before, mut after, mut answered) = (Vec::new(), Vec::new(), false);
+            for line in String::from_utf8_lossy(&wire).lines() {
+                let Some(Ok(v)) = line
+                    .strip_prefix("data:")
+                    .map(|d| serde_json::from_str::<Value>(d.trim()))
+                else {
+                    continue;
+                };
+                answered |= v.get("result").is_some() || v.get("error").is_some();
+                if v["method"] == "notifications/progress"
+                    && v["params"]["progressToken"] == json!(token)
+                {
+                    let p = v["params"]["progress"].as_f64().unwrap();
+                    if answered {
+                        after.push(p)
+                    } else {
+                        before.push(p)
+                    }
+                }
+            }
+            (before, after)
+        }
+    }
+
+    /// `res` with every data frame of its body appended to `log`.
+    fn record<B: http_body::Body<Data = bytes::Bytes>>(
+        log: Arc<Mutex<Vec<u8>>>,
+        res: ::http::Response<B>,
+    ) -> ::http::Response<impl http_body::Body<Data = bytes::Bytes, Error = B::Error>> {
+        use http_body_util::BodyExt;
+        res.map(|body| {
+            body.map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    log.lock().unwrap().extend_from_slice(data);
+                }
+                frame
+            })
+        })
+    }
+
+    async fn serve_tools(wrap: impl FnOnce(Tools) -> Cancellable<Tools>) -> Served {
         let (tx, events) = mpsc::unbounded_channel();
-        let handler = wrap(Tools(tx));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let handler = wrap(Tools(tx, release.clone()));
         let observe = handler.observe_http();
         let config = StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_json_response(true);
+        let wire = Arc::new(Mutex::new(Vec::new()));
+        let log = wire.clone();
         let mcp = ServiceBuilder::new()
+            // What leaves the server: every body frame, as it is polled.
+            .map_response(move |res| record(log.clone(), res))
             .layer(CancelOnDisconnectLayer::http())
             .layer(observe)
             .service(StreamableHttpService::new(
@@ -340,7 +502,12 @@ mod http {
             tokio_util::sync::CancellationToken::new(),
         ));
         let client = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
-        (client, events)
+        Served {
+            client,
+            events,
+            release,
+            wire,
+        }
     }
 
     /// Waits for `kind` of request `id`, failing on its `DONE`.
@@ -424,5 +591,38 @@ mod http {
             "{err:?}"
         );
         event(&mut events, "DROPPED", 8).await;
+    }
+
+    #[tokio::test]
+    async fn progress_that_does_not_increase_is_not_in_the_response_body() {
+        let s = serve_tools(Cancellable::new).await;
+        let ok = s
+            .client
+            .clone()
+            .oneshot(call_with_token(7, "unordered", "p7"))
+            .await;
+        assert!(ok.is_ok(), "{ok:?}");
+        let (before, after) = s.progress_for("p7");
+        assert_eq!((before, after), (vec![5.0, 6.0], vec![]));
+    }
+
+    #[tokio::test]
+    async fn nothing_of_a_request_is_sent_after_its_answer_even_by_a_task_it_spawned() {
+        let mut s = serve_tools(Cancellable::new).await;
+        let ok = s
+            .client
+            .clone()
+            .oneshot(call_with_token(7, "late", "p7"))
+            .await;
+        assert!(ok.is_ok(), "{ok:?}");
+        event(&mut s.events, "DONE", 7).await;
+        // The request is answered; its reporter now sends 5 progress reports.
+        s.release.notify_one();
+        event(&mut s.events, "REPORTED", 7).await;
+        let (_, after) = s.progress_for("p7");
+        assert!(
+            after.is_empty(),
+            "progress sent after the answer: {after:?}"
+        );
     }
 }

@@ -34,8 +34,50 @@ impl Drop for Probe {
 }
 
 /// `slow {steps, interval_ms}` (never checks its token, reports progress
-/// when asked) and `spawned` (a spawned task that stops on the token).
-fn router(events: Events) -> McpRouter {
+/// when asked), `spawned` (a spawned task that stops on the token), `late`
+/// (answers at once, leaving a reporter task that sends 5 progress
+/// notifications once `release` is notified, then a tools list_changed
+/// notification as a sentinel, then `REPORTED`) and `unordered` (reports
+/// 5, 3, 3, 6, then the sentinel, then answers).
+fn router(events: Events, release: Arc<tokio::sync::Notify>) -> McpRouter {
+    let late = ToolBuilder::new("late")
+        .description("answers at once; its reporter outlives it")
+        .extractor_handler(
+            (events.clone(), release),
+            |tower_mcp::extract::State((events, release)): tower_mcp::extract::State<(
+                Events,
+                Arc<tokio::sync::Notify>,
+            )>,
+             ctx: Context,
+             Json(_args): Json<Value>| async move {
+                let id = serde_json::to_value(ctx.request_id()).unwrap();
+                tokio::spawn(async move {
+                    release.notified().await;
+                    for i in 1..=5 {
+                        ctx.report_progress(i as f64, None, None).await;
+                    }
+                    ctx.notify_tools_list_changed();
+                    let _ = events.send(("REPORTED", id));
+                });
+                Ok(CallToolResult::text("done"))
+            },
+        )
+        .build();
+    let unordered = ToolBuilder::new("unordered")
+        .description("reports progress that does not always increase")
+        .extractor_handler(
+            (),
+            |tower_mcp::extract::State(()): tower_mcp::extract::State<()>,
+             ctx: Context,
+             Json(_args): Json<Value>| async move {
+                for p in [5.0, 3.0, 3.0, 6.0] {
+                    ctx.report_progress(p, None, None).await;
+                }
+                ctx.notify_tools_list_changed();
+                Ok(CallToolResult::text("done"))
+            },
+        )
+        .build();
     let slow = ToolBuilder::new("slow")
         .description("sleeps; never checks its token")
         .extractor_handler(
@@ -83,6 +125,8 @@ fn router(events: Events) -> McpRouter {
         .server_info("tower-mcp-test", "0")
         .tool(slow)
         .tool(spawned)
+        .tool(late)
+        .tool(unordered)
 }
 
 struct Harness {
@@ -90,7 +134,11 @@ struct Harness {
     events: mpsc::UnboundedReceiver<(&'static str, Value)>,
     /// Every line the server wrote, in order.
     written: Arc<Mutex<Vec<Value>>>,
+    /// Each line as the relay records it.
+    lines: mpsc::UnboundedReceiver<Value>,
     relay: tokio::task::JoinHandle<()>,
+    /// Releases a `late` tool's reporter.
+    release: Arc<tokio::sync::Notify>,
 }
 
 /// Serves the router over pipes (under `layer`, if any), relays its output
@@ -100,7 +148,8 @@ async fn start(layer: Option<RouterLayer>) -> Harness {
     let (client_w, server_r) = tokio::io::duplex(64 * 1024);
     let (server_w, relay_r) = tokio::io::duplex(64 * 1024);
     let (mut relay_w, client_r) = tokio::io::duplex(64 * 1024);
-    let transport = StdioTransport::new(router(tx));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let transport = StdioTransport::new(router(tx, release.clone()));
     match layer {
         Some(layer) => {
             let mut transport = transport.layer(layer);
@@ -113,12 +162,13 @@ async fn start(layer: Option<RouterLayer>) -> Harness {
     }
     let written = Arc::new(Mutex::new(Vec::new()));
     let log = written.clone();
+    let (lines_tx, lines_rx) = mpsc::unbounded_channel();
     let relay = tokio::spawn(async move {
         let mut lines = BufReader::new(relay_r).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            log.lock()
-                .unwrap()
-                .push(serde_json::from_str(&line).unwrap());
+            let v: Value = serde_json::from_str(&line).unwrap();
+            log.lock().unwrap().push(v.clone());
+            let _ = lines_tx.send(v);
             if relay_w
                 .write_all(format!("{line}\n").as_bytes())
                 .await
@@ -142,7 +192,9 @@ async fn start(layer: Option<RouterLayer>) -> Harness {
         client,
         events,
         written,
+        lines: lines_rx,
         relay,
+        release,
     }
 }
 
@@ -260,6 +312,74 @@ async fn progress_keeps_a_request_alive_and_silence_ends_it() {
         "{err:?}"
     );
     h.event("DROPPED", 8).await;
+}
+
+/// A `tools/call` of `tool` with the progress token `token`.
+fn call_with_token(id: i64, tool: &str, token: &str) -> McpRequest {
+    McpRequest::new(id, "tools/call")
+        .with_params(json!({"name": tool, "arguments": {}, "_meta": {"progressToken": token}}))
+}
+
+impl Harness {
+    /// The progress values written for `token` before the answer to `id`
+    /// and after it, until both the answer and the sentinel are written
+    /// (tower-mcp sends notifications through one queue, in order, so the
+    /// sentinel follows what was sent before it).
+    async fn progress_written_for(&mut self, id: i64, token: &str) -> (Vec<f64>, Vec<f64>) {
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        let (mut answered, mut sentinel) = (false, false);
+        while !(answered && sentinel) {
+            let v = self.lines.recv().await.expect("server output ended");
+            sentinel |= v["method"] == "notifications/tools/list_changed";
+            if v["id"] == json!(id) && v.get("method").is_none() {
+                answered = true;
+            }
+            if v["method"] == "notifications/progress"
+                && v["params"]["progressToken"] == json!(token)
+            {
+                let p = v["params"]["progress"].as_f64().unwrap();
+                if answered {
+                    after.push(p)
+                } else {
+                    before.push(p)
+                }
+            }
+        }
+        (before, after)
+    }
+}
+
+#[tokio::test]
+async fn nothing_of_a_request_is_written_after_its_answer_even_by_a_task_it_spawned() {
+    let mut h = start(Some(RouterLayer::new())).await;
+    let ok = h
+        .client
+        .clone()
+        .oneshot(call_with_token(7, "late", "p7"))
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    // The request is answered; its reporter now sends 5 progress reports.
+    h.release.notify_one();
+    h.event("REPORTED", 7).await;
+    let (_, after) = h.progress_written_for(7, "p7").await;
+    assert!(
+        after.is_empty(),
+        "progress written after the answer: {after:?}"
+    );
+}
+
+#[tokio::test]
+async fn progress_that_does_not_increase_is_not_written() {
+    let mut h = start(Some(RouterLayer::new())).await;
+    let ok = h
+        .client
+        .clone()
+        .oneshot(call_with_token(7, "unordered", "p7"))
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let (before, after) = h.progress_written_for(7, "p7").await;
+    let all: Vec<f64> = before.into_iter().chain(after).collect();
+    assert_eq!(all, vec![5.0, 6.0]);
 }
 
 #[tokio::test]

@@ -1,17 +1,26 @@
-//! Progress an SDK's handler reports, fed to its request's [`ProgressTap`]:
-//! the integrations register each request's tap here by its progress token
-//! while its handler runs, and record what they see the handler send.
+//! Progress an SDK's handler reports, checked and fed to its request's
+//! [`ProgressTap`]: the integrations register each request that carries a
+//! progress token here while its handler runs, and ask before each
+//! progress notification the handler sends goes out.
+//!
+//! progress.md: a progress notification MUST only reference the token of
+//! an active request, and its value MUST increase. The SDKs send whatever
+//! the handler (or a task it spawned, holding a clone of its peer or
+//! context) gives them, so the check is made here, on the one path every
+//! such notification takes: one for a request that ended, or with a value
+//! that does not increase, is not sent.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::jsonrpc::ProgressToken;
+use crate::progress::RecordOutcome;
 use crate::ProgressTap;
 
-/// The taps of the requests in flight, by progress token. Shared by an
-/// integration's wrapper, its clones, and what watches the handler's
-/// outgoing progress (rmcp's transport, tower-mcp's notification channel).
+/// The requests in flight, by progress token. Shared by an integration's
+/// wrapper, its clones, and what watches the handler's outgoing progress
+/// (rmcp's transport, tower-mcp's notification channel).
 #[derive(Clone, Default)]
 pub(crate) struct ProgressRegistry {
     inner: Arc<RegistryInner>,
@@ -19,17 +28,32 @@ pub(crate) struct ProgressRegistry {
 
 #[derive(Default)]
 struct RegistryInner {
-    taps: Mutex<HashMap<ProgressToken, (u64, ProgressTap)>>,
+    requests: Mutex<HashMap<ProgressToken, Entry>>,
     next: AtomicU64,
 }
 
+/// One request in flight.
+struct Entry {
+    /// Tells this registration from a later one of the same token.
+    serial: u64,
+    /// The last value sent.
+    last: Option<f64>,
+    /// The request's tap, under a `ProgressResetLayer`.
+    tap: Option<ProgressTap>,
+}
+
 impl ProgressRegistry {
-    /// Registers `tap` under its token until the returned guard drops. A
-    /// client that reuses a token in flight gets the newer request's tap.
-    pub(crate) fn register(&self, tap: ProgressTap) -> Registration {
+    /// Registers the request with progress token `token` (and its `tap`, if
+    /// it has one) until the returned guard drops. A client that reuses a
+    /// token in flight gets the newer request's entry.
+    pub(crate) fn register(&self, token: ProgressToken, tap: Option<ProgressTap>) -> Registration {
         let serial = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        let token = tap.token();
-        self.lock().insert(token.clone(), (serial, tap));
+        let entry = Entry {
+            serial,
+            last: None,
+            tap,
+        };
+        self.lock().insert(token.clone(), entry);
         Registration {
             registry: self.clone(),
             token,
@@ -37,27 +61,47 @@ impl ProgressRegistry {
         }
     }
 
-    /// Records a progress notification the handler sent.
-    pub(crate) fn record(
+    /// Whether a progress notification the handler sent may go out: its
+    /// token is that of a request in flight and its value is greater than
+    /// every value sent for it before. If so, it is recorded (and in the
+    /// request's tap, which restarts its idle limit).
+    pub(crate) fn admit(
         &self,
         token: &ProgressToken,
         progress: f64,
         total: Option<f64>,
         message: Option<&str>,
-    ) {
-        let tap = self.lock().get(token).map(|(_, tap)| tap.clone());
-        if let Some(tap) = tap {
-            tap.record(progress, total, message.map(str::to_owned));
+    ) -> bool {
+        let mut requests = self.lock();
+        let Some(entry) = requests.get_mut(token) else {
+            tracing::debug!(progress_token = %token, progress, "progress for no request in flight not sent");
+            return false;
+        };
+        let increases = progress.is_finite() && entry.last.is_none_or(|last| progress > last);
+        if !increases {
+            tracing::debug!(progress_token = %token, progress, last = entry.last, "progress that does not increase not sent");
+            return false;
         }
+        entry.last = Some(progress);
+        let tap = entry.tap.clone();
+        drop(requests);
+        // A tap the layer closed: the request ended, the handler's
+        // registration is on its way out.
+        tap.is_none_or(|tap| {
+            tap.record(progress, total, message.map(str::to_owned)) == RecordOutcome::Accepted
+        })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, (u64, ProgressTap)>> {
-        self.inner.taps.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, Entry>> {
+        self.inner
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Removes a tap from the [`ProgressRegistry`] when its handler ends or is
-/// dropped.
+/// Removes a request from the [`ProgressRegistry`] when its handler ends or
+/// is dropped: from then on, nothing of its progress is sent.
 pub(crate) struct Registration {
     registry: ProgressRegistry,
     token: ProgressToken,
@@ -66,12 +110,38 @@ pub(crate) struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let mut taps = self.registry.lock();
-        if taps
+        let mut requests = self.registry.lock();
+        if requests
             .get(&self.token)
-            .is_some_and(|(s, _)| *s == self.serial)
+            .is_some_and(|e| e.serial == self.serial)
         {
-            taps.remove(&self.token);
+            requests.remove(&self.token);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_increasing_progress_of_a_request_in_flight_is_admitted() {
+        let registry = ProgressRegistry::default();
+        let token = ProgressToken::from("t");
+        let tap = ProgressTap::new(token.clone(), None);
+        assert!(
+            !registry.admit(&token, 1.0, None, None),
+            "not yet in flight"
+        );
+        let registration = registry.register(token.clone(), Some(tap.clone()));
+        assert!(registry.admit(&token, 5.0, None, None));
+        assert!(!registry.admit(&token, 3.0, None, None));
+        assert!(!registry.admit(&token, 5.0, None, None));
+        assert!(!registry.admit(&token, f64::NAN, None, None));
+        assert!(registry.admit(&token, 6.0, None, None));
+        assert_eq!(tap.last(), Some(6.0));
+        drop(registration);
+        assert!(!registry.admit(&token, 7.0, None, None), "ended");
+        assert_eq!(tap.last(), Some(6.0));
     }
 }

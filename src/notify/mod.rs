@@ -82,7 +82,39 @@ impl Notifier {
     /// request is over (answered or cancelled) or the connection is gone —
     /// a reporter should stop then — and when `params` cannot be
     /// serialized (logged at `warn`).
+    ///
+    /// A `notifications/progress` sent this way is progress all the same:
+    /// it is sent only under the rules of [`progress`](Self::progress), and
+    /// only with this request's own progress token.
     pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
+        if method != jsonrpc::PROGRESS {
+            return self.queue(method, params, None).await;
+        }
+        let parsed =
+            serde_json::to_value(params).and_then(serde_json::from_value::<ProgressParams>);
+        match parsed {
+            Ok(p) if Some(&p.progress_token) == self.progress_token.as_ref() => {
+                self.queue(method, params, Some(p.progress)).await
+            }
+            Ok(p) => {
+                tracing::debug!(progress_token = %p.progress_token, "progress for another request's token not sent");
+                false
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed notifications/progress not sent");
+                false
+            }
+        }
+    }
+
+    /// Encodes and queues one notification; `progress`: it is a progress
+    /// report with that value, queued only if the value increases.
+    async fn queue<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        progress: Option<f64>,
+    ) -> bool {
         if !self.scope.is_open() {
             return false;
         }
@@ -93,14 +125,30 @@ impl Notifier {
                 return false;
             }
         };
-        match self.tx.reserve().await {
-            Ok(permit) => self.scope.send(permit, bytes),
-            Err(_) => false,
+        let Ok(permit) = self.tx.reserve().await else {
+            return false;
+        };
+        match progress {
+            None => self.scope.send(permit, bytes),
+            Some(value) => {
+                let sent = self.scope.send_progress(permit, value, bytes);
+                if !sent && self.scope.is_open() {
+                    tracing::debug!(
+                        progress_token = self.progress_token.as_ref().map(ToString::to_string),
+                        progress = value,
+                        "progress that does not increase not sent"
+                    );
+                }
+                sent
+            }
         }
     }
 
-    /// Sends `notifications/progress` if the peer asked for progress; see
-    /// [`notify`](Self::notify) for what the result means.
+    /// Sends `notifications/progress` if the peer asked for progress and
+    /// `progress` is greater than every value sent for this request before
+    /// (progress MUST increase: a repeat, a decrease or a value that is not
+    /// a finite number is not sent); see [`notify`](Self::notify) for what
+    /// the result means.
     pub async fn progress(
         &self,
         progress: f64,
@@ -111,7 +159,7 @@ impl Notifier {
             return false;
         };
         let sent = self
-            .notify(
+            .queue(
                 jsonrpc::PROGRESS,
                 &ProgressParams {
                     progress_token: token,
@@ -119,6 +167,7 @@ impl Notifier {
                     total,
                     message,
                 },
+                Some(progress),
             )
             .await;
         #[cfg(feature = "metrics")]
@@ -186,8 +235,8 @@ impl RequestContext {
     /// Reports progress: recorded in the request's [`ProgressTap`] (so a
     /// server-side [`ProgressResetLayer`](crate::ProgressResetLayer) sees it)
     /// and sent to the peer if it asked for progress. A value that does not
-    /// increase, or progress after the request ended, is neither. Returns
-    /// whether it was sent.
+    /// increase, or progress after the request ended, is neither, with or
+    /// without a tap. Returns whether it was sent.
     pub async fn progress(
         &self,
         progress: f64,

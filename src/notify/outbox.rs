@@ -73,8 +73,15 @@ pub(crate) struct Scope {
 }
 
 struct Inner {
-    open: Mutex<bool>,
+    state: Mutex<State>,
     cancellation: Cancellation,
+}
+
+/// What the lock guards: whether the request is still open, and the last
+/// progress value queued for it (progress MUST increase, whoever sends it).
+struct State {
+    open: bool,
+    last_progress: Option<f64>,
 }
 
 impl fmt::Debug for Scope {
@@ -90,7 +97,10 @@ impl Scope {
     pub(crate) fn new(cancellation: Cancellation) -> Self {
         Self {
             inner: Arc::new(Inner {
-                open: Mutex::new(true),
+                state: Mutex::new(State {
+                    open: true,
+                    last_progress: None,
+                }),
                 cancellation,
             }),
         }
@@ -101,23 +111,52 @@ impl Scope {
         &self.inner.cancellation
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
-        // The lock guards one bool and a synchronous `Permit::send`: a
-        // poisoned lock still holds a consistent value.
-        self.inner.open.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // The lock guards plain values and a synchronous `Permit::send`: a
+        // poisoned lock still holds a consistent state.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether messages may still be sent: the request neither ended nor
     /// was cancelled. A cheap early check; [`send`](Self::send) decides.
     pub(crate) fn is_open(&self) -> bool {
-        *self.lock() && !self.inner.cancellation.is_cancelled()
+        self.lock().open && !self.inner.cancellation.is_cancelled()
     }
 
     /// Queues `bytes` as a message of this request, if it is still open.
     /// Returns whether it was queued.
     pub(crate) fn send(&self, permit: Permit<'_, Outgoing>, bytes: Vec<u8>) -> bool {
-        let open = self.lock();
-        if !*open || self.inner.cancellation.is_cancelled() {
+        self.send_if(permit, bytes, |_| true)
+    }
+
+    /// Queues `bytes`, a progress notification with the value `progress`,
+    /// if the request is still open and `progress` is greater than every
+    /// value queued before it. Checked and queued under one lock, so that
+    /// concurrent reporters cannot put a smaller value after a larger one.
+    pub(crate) fn send_progress(
+        &self,
+        permit: Permit<'_, Outgoing>,
+        progress: f64,
+        bytes: Vec<u8>,
+    ) -> bool {
+        self.send_if(permit, bytes, |state| {
+            let increases =
+                progress.is_finite() && state.last_progress.is_none_or(|last| progress > last);
+            if increases {
+                state.last_progress = Some(progress);
+            }
+            increases
+        })
+    }
+
+    fn send_if(
+        &self,
+        permit: Permit<'_, Outgoing>,
+        bytes: Vec<u8>,
+        allow: impl FnOnce(&mut State) -> bool,
+    ) -> bool {
+        let mut state = self.lock();
+        if !state.open || self.inner.cancellation.is_cancelled() || !allow(&mut state) {
             return false;
         }
         permit.send(Outgoing {
@@ -131,8 +170,8 @@ impl Scope {
     /// Ends the request: closes the scope and queues its final message (if
     /// any) in the same step, so that nothing of it can be queued after.
     pub(crate) fn end_with(&self, permit: Option<Permit<'_, Outgoing>>, last: Option<Vec<u8>>) {
-        let mut open = self.lock();
-        *open = false;
+        let mut state = self.lock();
+        state.open = false;
         if let (Some(permit), Some(bytes)) = (permit, last) {
             permit.send(Outgoing::unscoped(bytes));
         }
@@ -165,6 +204,25 @@ mod tests {
             .filter_map(Outgoing::into_live_bytes)
             .collect();
         assert_eq!(got, vec![b"a".to_vec(), b"end".to_vec()]);
+    }
+
+    #[tokio::test]
+    async fn only_increasing_progress_is_queued() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let scope = Scope::new(Cancellation::new());
+        for (p, queued) in [
+            (5.0, true),
+            (3.0, false),
+            (5.0, false),
+            (f64::NAN, false),
+            (6.0, true),
+        ] {
+            let permit = tx.reserve().await.unwrap();
+            assert_eq!(scope.send_progress(permit, p, vec![]), queued, "{p}");
+        }
+        // Other messages are not progress: they do not count.
+        assert!(scope.send(tx.reserve().await.unwrap(), b"log".to_vec()));
+        assert_eq!(std::iter::from_fn(|| rx.try_recv().ok()).count(), 3);
     }
 
     #[tokio::test]

@@ -4,6 +4,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[cfg(all(feature = "stdio", feature = "http"))]
+mod after_end;
 mod composition;
 mod http;
 mod mcp;
+#[cfg(all(feature = "stdio", feature = "http"))]
+mod progress_rules;

@@ -706,7 +706,11 @@ struct SReq {
     timeout_at: u64,
     idle_at: u64,
     max_at: u64,
+    /// The last progress the client's tap accepted.
     last: Option<f64>,
+    /// The last progress the server sent (progress MUST increase on every
+    /// stack: what the server sends next is measured against it).
+    sent: Option<f64>,
     expect: Option<Expect>,
     join: Option<JoinHandle<()>>,
     server: ServerSide,
@@ -786,8 +790,8 @@ fn stdio_handler(
 
 impl Stdio {
     /// `server_tap`: the server stack has a `ProgressResetLayer` too (its
-    /// limits far beyond any schedule), which filters non-increasing
-    /// progress before it is sent; without it the client's tap must.
+    /// limits far beyond any schedule). Either way the server sends only
+    /// progress that increases, and the client's tap checks it again.
     fn start(server_tap: bool) -> Stdio {
         let cap = 64 * 1024;
         let (client_w, server_r) = tokio::io::duplex(cap);
@@ -917,6 +921,7 @@ impl Stdio {
                     idle_at: now + IDLE_MS,
                     max_at: now + MAX_MS,
                     last: None,
+                    sent: None,
                     expect: duplicate.then_some(Expect::Refused),
                     join: Some(join),
                     server: if duplicate {
@@ -1007,7 +1012,7 @@ impl Stdio {
                     None => return Ok(()),
                 };
                 let r = &self.reqs[k];
-                let value = match (increasing, r.last) {
+                let value = match (increasing, r.sent) {
                     (true, last) => last.unwrap_or(0.0) + 1.0,
                     (false, Some(last)) => last,
                     (false, None) => return Ok(()),
@@ -1015,12 +1020,16 @@ impl Stdio {
                 // As spawned work holding the handler's context would.
                 let sent = ctx.progress(value, Some(100.0), None).await;
                 let server_active = r.server == ServerSide::Active;
-                let want = server_active && (increasing || !self.server_tap);
+                // With or without a server tap: progress MUST increase.
+                let want = server_active && increasing;
                 prop_assert_eq!(sent, want, "progress {} of call {} sent", value, n);
                 if !server_active {
                     STATS.lock().unwrap().progress_after_end += 1;
                 }
                 let r = &mut self.reqs[k];
+                if sent {
+                    r.sent = Some(value);
+                }
                 if server_active && r.client_active() && increasing {
                     r.last = Some(value);
                     r.idle_at = now + IDLE_MS;

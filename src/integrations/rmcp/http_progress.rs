@@ -5,8 +5,10 @@
 //! [`ObserveProgress`](super::ObserveProgress) cannot wrap it; what the
 //! handler sends still leaves through the response body (a handler that
 //! reports progress gets an SSE stream even in JSON-response mode). The
-//! layer wraps each body and records every `notifications/progress` event
-//! in the wrapper's progress registry as it passes.
+//! layer wraps each SSE body and checks every `notifications/progress`
+//! event with the wrapper's progress registry as it passes: recorded if it
+//! belongs to a request in flight and increases, taken out of the stream
+//! otherwise. Events pass whole, once their blank line has come.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,12 +23,13 @@ use tower_service::Service;
 use crate::integrations::progress::ProgressRegistry;
 use crate::jsonrpc::ProgressToken;
 
-/// The longest SSE line kept while waiting for its end; a longer one is
-/// skipped (a progress event is a few hundred bytes).
-const MAX_LINE: usize = 64 * 1024;
+/// The longest SSE event held while waiting for its end; a longer one
+/// passes unchecked (a progress event is a few hundred bytes).
+const MAX_EVENT: usize = 64 * 1024;
 
 /// Feeds the progress notifications in an rmcp `StreamableHttpService`'s
-/// response bodies to the requests' idle limits. Made by
+/// response bodies to the requests' idle limits, and takes out those of a
+/// request that ended or whose value does not increase. Made by
 /// [`Cancellable::observe_http`](super::Cancellable::observe_http).
 #[derive(Clone)]
 pub struct ObserveHttpLayer {
@@ -112,26 +115,34 @@ where
         let out = std::task::ready!(this.inner.poll(cx));
         let registry = this.registry.take().unwrap_or_default();
         Poll::Ready(out.map(|r| {
+            // Only an event stream carries notifications.
+            let sse = r
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
             r.map(|inner| ObserveBody {
                 inner,
-                registry,
-                line: Vec::new(),
-                skipping: false,
+                events: sse.then(|| Events::new(registry)),
+                held: None,
+                done: false,
             })
         }))
     }
 }
 
 pin_project! {
-    /// A response body that records the progress events passing through it.
+    /// A response body whose progress events are checked as they pass: a
+    /// refused one is taken out of the stream.
     pub struct ObserveBody<B> {
         #[pin]
         inner: B,
-        registry: ProgressRegistry,
-        // The SSE line not yet ended.
-        line: Vec<u8>,
-        // In a line longer than MAX_LINE: skip to its end.
-        skipping: bool,
+        // `None`: not an event stream, passed through as it is.
+        events: Option<Events>,
+        // A frame that came while part of an event was held: sent after it.
+        held: Option<Frame<Bytes>>,
+        // The inner body has ended.
+        done: bool,
     }
 }
 
@@ -143,50 +154,147 @@ impl<B: Body<Data = Bytes>> Body for ObserveBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
-        if let Some(Ok(frame)) = &frame {
-            if let Some(data) = frame.data_ref() {
-                for part in data.split_inclusive(|&b| b == b'\n') {
-                    let ended = part.ends_with(b"\n");
-                    if !*this.skipping {
-                        if this.line.len() + part.len() > MAX_LINE {
-                            this.line.clear();
-                            *this.skipping = true;
-                        } else {
-                            this.line.extend_from_slice(part);
-                        }
+        let mut this = self.project();
+        let Some(events) = this.events else {
+            return this.inner.poll_frame(cx);
+        };
+        if let Some(frame) = this.held.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        loop {
+            if *this.done {
+                return Poll::Ready(None);
+            }
+            let frame = match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => {
+                    // An event cut short by the end goes as it is.
+                    *this.done = true;
+                    let rest = events.take_rest();
+                    if rest.is_empty() {
+                        return Poll::Ready(None);
                     }
-                    if ended {
-                        if !*this.skipping {
-                            record(this.registry, this.line);
-                        }
-                        this.line.clear();
-                        *this.skipping = false;
+                    return Poll::Ready(Some(Ok(Frame::data(rest.into()))));
+                }
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    let out = events.push(&data);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(out.into()))));
                     }
+                }
+                Err(frame) => {
+                    let rest = events.take_rest();
+                    if rest.is_empty() {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    *this.held = Some(frame);
+                    return Poll::Ready(Some(Ok(Frame::data(rest.into()))));
                 }
             }
         }
-        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.held.is_none()
+            && self.events.as_ref().is_none_or(Events::is_empty)
+            && (self.done || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        match self.events {
+            // Events taken out make the inner hint too large.
+            Some(_) => http_body::SizeHint::default(),
+            None => self.inner.size_hint(),
+        }
     }
 }
 
-/// Records one SSE line if it is the `data:` of a progress notification.
-fn record(registry: &ProgressRegistry, line: &[u8]) {
+/// Splits an SSE stream into its events and passes on those the registry
+/// does not refuse.
+struct Events {
+    registry: ProgressRegistry,
+    // The event not yet ended.
+    pending: Vec<u8>,
+    // In an event longer than MAX_EVENT: passed on unchecked to its end.
+    oversized: bool,
+}
+
+impl Events {
+    fn new(registry: ProgressRegistry) -> Self {
+        Self {
+            registry,
+            pending: Vec::new(),
+            oversized: false,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// What is held of an unfinished event, as it is.
+    fn take_rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Takes in `data`; returns what may be sent now: the events it ended
+    /// that are not refused.
+    fn push(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in data.split_inclusive(|&b| b == b'\n') {
+            if self.oversized {
+                out.extend_from_slice(part);
+                if is_blank(part) {
+                    self.oversized = false;
+                }
+                continue;
+            }
+            self.pending.extend_from_slice(part);
+            if ends_event(&self.pending) {
+                if admit(&self.registry, &self.pending) {
+                    out.extend_from_slice(&self.pending);
+                }
+                self.pending.clear();
+            } else if self.pending.len() > MAX_EVENT {
+                out.append(&mut self.pending);
+                self.oversized = true;
+            }
+        }
+        out
+    }
+}
+
+/// Whether `line` is an empty line (the end of an event).
+fn is_blank(line: &[u8]) -> bool {
+    line == b"\n" || line == b"\r\n"
+}
+
+/// Whether `event` ends with the empty line that ends an SSE event (or is
+/// one: a stray empty line, passed on as it is).
+fn ends_event(event: &[u8]) -> bool {
+    is_blank(event) || event.ends_with(b"\n\n") || event.ends_with(b"\n\r\n")
+}
+
+/// Whether an SSE event may be sent: `false` only for a progress
+/// notification the registry refuses.
+fn admit(registry: &ProgressRegistry, event: &[u8]) -> bool {
+    event
+        .split(|&b| b == b'\n')
+        .all(|line| admit_line(registry, line))
+}
+
+/// `false` if `line` is the `data:` of a progress notification the
+/// registry refuses.
+fn admit_line(registry: &ProgressRegistry, line: &[u8]) -> bool {
     let Some(data) = line.strip_prefix(b"data:") else {
-        return;
+        return true;
     };
     // Cheap test first: most events are not progress.
     if !data.windows(22).any(|w| w == b"notifications/progress") {
-        return;
+        return true;
     }
     #[derive(serde::Deserialize)]
     struct Params {
@@ -202,12 +310,13 @@ fn record(registry: &ProgressRegistry, line: &[u8]) {
         params: Params,
     }
     let Ok(n) = serde_json::from_slice::<Notification>(data.trim_ascii()) else {
-        return;
+        return true;
     };
-    if n.method == "notifications/progress" {
-        let p = n.params;
-        registry.record(&p.token, p.progress, p.total, p.message.as_deref());
+    if n.method != "notifications/progress" {
+        return true;
     }
+    let p = n.params;
+    registry.admit(&p.token, p.progress, p.total, p.message.as_deref())
 }
 
 #[cfg(test)]
@@ -221,7 +330,7 @@ mod tests {
     async fn progress_events_split_across_frames_are_recorded() {
         let registry = ProgressRegistry::default();
         let tap = ProgressTap::new(ProgressToken::from("p1"), None);
-        let _registration = registry.register(tap.clone());
+        let _registration = registry.register(tap.token(), Some(tap.clone()));
         let event = br#"data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p1","progress":3,"total":10}}"#;
         let (a, b) = event.split_at(40);
         let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = vec![
@@ -235,15 +344,48 @@ mod tests {
         ];
         let body = ObserveBody {
             inner: StreamBody::new(futures_util::stream::iter(frames)),
-            registry,
-            line: Vec::new(),
-            skipping: false,
+            events: Some(Events::new(registry)),
+            held: None,
+            done: false,
         };
         let all = body.collect().await.unwrap().to_bytes();
-        assert!(
-            all.ends_with(b"\"result\":{}}\n\n"),
+        assert_eq!(
+            &all[..],
+            [
+                &b"id: 1\n"[..],
+                event,
+                b"\n\n",
+                b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"
+            ]
+            .concat(),
             "passed through unchanged"
         );
         assert_eq!(tap.last(), Some(3.0));
+    }
+
+    #[tokio::test]
+    async fn refused_progress_events_are_taken_out_whole() {
+        let registry = ProgressRegistry::default();
+        let _registration = registry.register(ProgressToken::from("p1"), None);
+        let progress = |p: u32| {
+            format!("id: {p}\r\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"p1\",\"progress\":{p}}}}}\r\n\r\n")
+        };
+        let stream = [progress(5), progress(3), progress(6)].concat();
+        // One byte a frame: every split an event can have.
+        let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = stream
+            .bytes()
+            .map(|b| Ok(Frame::data(Bytes::copy_from_slice(&[b]))))
+            .collect();
+        let body = ObserveBody {
+            inner: StreamBody::new(futures_util::stream::iter(frames)),
+            events: Some(Events::new(registry)),
+            held: None,
+            done: false,
+        };
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(
+            String::from_utf8_lossy(&all),
+            [progress(5), progress(6)].concat()
+        );
     }
 }

@@ -88,7 +88,14 @@
 //! idle limit when the transport was served through [`Cancellable::serve`]
 //! (or wrapped by [`Cancellable::observe`]): rmcp's `Peer` writes only to
 //! the transport, so that is where [`ObserveProgress`] sees it. A request
-//! without a progress token keeps its idle limit, unreset.
+//! without a progress token keeps its idle limit, unreset. There, too,
+//! progress is held to the rules of progress.md, which rmcp does not check:
+//! a notification whose value does not increase, or that comes after its
+//! request's handler ended (from a task the handler spawned with a clone
+//! of its peer), is not written. Over Streamable HTTP the same check is
+//! made on the response bodies by the layer of
+//! [`Cancellable::observe_http`]; a transport served without either is
+//! not checked.
 //!
 //! # Over Streamable HTTP
 //!
@@ -138,6 +145,12 @@
 //!   not a `ServerHandler` cannot be wrapped (rmcp's transports for it do
 //!   not include `StreamableHttpService`).
 //! * rmcp's `local` feature (non-`Send` handlers) is not supported.
+//! * A notification other than progress (a log message, say) that a task
+//!   the handler spawned sends after the request ended is written: rmcp's
+//!   `Peer` sends it with nothing that ties it to a request (progress has
+//!   its token), so the transport cannot tell it from a connection-wide
+//!   one. Such a task should stop on `context.ct`, which fires for every
+//!   early end.
 
 mod client;
 mod handler;
@@ -253,8 +266,10 @@ impl<H> Cancellable<H> {
 
     /// A layer for rmcp's `StreamableHttpService` that feeds the progress
     /// the handler sends in its response bodies to its requests' idle
-    /// limits (rmcp builds its HTTP transports itself, so
-    /// [`observe`](Self::observe) cannot wrap them). Feature `http`.
+    /// limits, and takes out of them the progress events of a request that
+    /// ended or whose value does not increase (rmcp builds its HTTP
+    /// transports itself, so [`observe`](Self::observe) cannot wrap them).
+    /// Feature `http`.
     #[cfg(feature = "http")]
     pub fn observe_http(&self) -> ObserveHttpLayer {
         ObserveHttpLayer::new(self.registry.clone())
@@ -351,7 +366,8 @@ fn http_cancellation(context: &RequestContext<RoleServer>) -> Option<Cancellatio
         .cloned()
 }
 
-/// The innermost service: registers the request's progress tap and makes
+/// The innermost service: registers the request in the progress registry
+/// (so that its progress goes out only while the handler runs) and makes
 /// the one call of the handler.
 struct Handler<H, F> {
     run: Option<F>,
@@ -381,11 +397,11 @@ where
             )));
         };
         // Only a token the client sent can come back in the handler's
-        // progress notifications.
-        let registration = match (req.progress_token(), req.progress_tap()) {
-            (Some(_), Some(tap)) => Some(self.registry.register(tap.clone())),
-            _ => None,
-        };
+        // progress notifications; they go out while the handler runs.
+        let registration = req.progress_token().map(|token| {
+            self.registry
+                .register(token.clone(), req.progress_tap().cloned())
+        });
         let call = run(self.handler.clone(), req.context);
         Box::pin(async move {
             let _registration = registration;

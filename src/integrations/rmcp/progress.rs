@@ -1,14 +1,19 @@
-//! Progress the rmcp handler reports, fed to its request's [`ProgressTap`].
+//! Progress the rmcp handler reports, checked and fed to its request's
+//! [`ProgressTap`].
 //!
 //! A handler reports progress with `context.peer.notify_progress(..)`; the
 //! `Peer` hands the notification to rmcp's serve loop, which writes it to
 //! the transport. Nothing on the way is open to a wrapper except the
-//! transport, so [`ObserveProgress`] wraps it and records each outgoing
-//! `notifications/progress` in the progress registry, where every
-//! request under a [`ProgressResetLayer`](crate::ProgressResetLayer) has its
-//! tap registered by its token for as long as its handler runs.
+//! transport, so [`ObserveProgress`] wraps it and asks the progress
+//! registry about each outgoing `notifications/progress`: every request
+//! with a progress token is registered there (with its tap, under a
+//! [`ProgressResetLayer`](crate::ProgressResetLayer)) for as long as its
+//! handler runs, and a notification for no request in flight, or whose
+//! value does not increase, is not written.
 
 use std::future::Future;
+
+use futures_util::future::Either;
 
 use ::rmcp::model::{JsonRpcMessage, ServerJsonRpcMessage, ServerNotification};
 use ::rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
@@ -31,15 +36,19 @@ impl<T> ObserveProgress<T> {
         Self { inner, registry }
     }
 
-    fn observe(&self, message: &ServerJsonRpcMessage) {
+    /// Whether `message` may be written: anything but a progress
+    /// notification the registry refuses.
+    fn admit(&self, message: &ServerJsonRpcMessage) -> bool {
         if let JsonRpcMessage::Notification(n) = message {
             if let ServerNotification::ProgressNotification(p) = &n.notification {
                 let p = &p.params;
                 let token = super::request::convert(&p.progress_token.0);
-                self.registry
-                    .record(&token, p.progress, p.total, p.message.as_deref());
+                return self
+                    .registry
+                    .admit(&token, p.progress, p.total, p.message.as_deref());
             }
         }
+        true
     }
 }
 
@@ -62,10 +71,14 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for ObserveProgress<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        // Recorded when the handler hands it over: the serve loop has taken
-        // it, whatever the write's fate.
-        self.observe(&item);
-        self.inner.send(item)
+        // Decided when the handler hands it over: the serve loop has taken
+        // it, whatever the write's fate. One refused is reported sent, as a
+        // write to a peer that then drops it would be.
+        if self.admit(&item) {
+            Either::Left(self.inner.send(item))
+        } else {
+            Either::Right(std::future::ready(Ok(())))
+        }
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {

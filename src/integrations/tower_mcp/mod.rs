@@ -63,7 +63,11 @@
 //! transport's notification channel and sees each progress notification
 //! on its way out (so it needs a tokio runtime when `.layer(...)` is
 //! called; without one, progress is not seen and the idle limit is not
-//! reset). Only `tools/call` progress tokens are read.
+//! reset). Only `tools/call` progress tokens are read. There, too,
+//! progress is held to the rules of progress.md, which tower-mcp does not
+//! check: a notification whose value does not increase, or that comes
+//! after its request ended (from a task the tool spawned with a clone of
+//! its context), is not passed on.
 //!
 //! # What it does not cover
 //!
@@ -76,6 +80,12 @@
 //! * The reason text of the peer's `notifications/cancelled` does not reach
 //!   the layer (tower-mcp only fires the token), so it is logged as
 //!   "tower-mcp cancelled the request".
+//! * A notification other than progress (a log message, say) that a task
+//!   the tool spawned sends after the request ended is passed on: it
+//!   carries nothing that ties it to a request. And tower-mcp's stdio
+//!   transport picks between its queue of answers and its queue of
+//!   notifications at random, so progress a tool sent just before it
+//!   returned can still be written after its answer.
 
 mod request;
 
@@ -85,10 +95,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use tokio::sync::{mpsc, oneshot};
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt as _};
 use tower_layer::Layer;
 use tower_mcp::context::CancellationToken;
+use tower_mcp::context::NotificationSender;
 use tower_mcp::{JsonRpcError, McpRouter, RouterRequest, RouterResponse, ServerNotification};
 use tower_service::Service;
 
@@ -141,30 +153,37 @@ impl Layer<McpRouter> for RouterLayer {
 
     fn layer(&self, router: McpRouter) -> RouterService {
         let registry = ProgressRegistry::default();
-        let router = observe_progress(router, &registry);
+        let (router, flush) = observe_progress(router, &registry);
         let inner = ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::new())
             .option_layer(self.timeout.clone())
             .option_layer(self.progress.clone())
-            .service(Router { router, registry });
+            .service(Router {
+                router,
+                registry,
+                flush,
+            });
         RouterService {
             inner: BoxCloneSyncService::new(inner),
         }
     }
 }
 
-/// Sits between `router` and its transport's notification channel,
-/// recording each progress notification in `registry` on its way out.
-fn observe_progress(router: McpRouter, registry: &ProgressRegistry) -> McpRouter {
+/// Sits between `router` and its transport's notification channel: each
+/// progress notification is checked by `registry` on its way out (recorded
+/// if it belongs to a request in flight and increases, dropped otherwise).
+/// Returns the router, and how to flush what the relay holds.
+fn observe_progress(router: McpRouter, registry: &ProgressRegistry) -> (McpRouter, Option<Flush>) {
     let Some(out) = router.notification_sender().cloned() else {
         // No transport attached yet: nothing to observe, nothing to send.
-        return router;
+        return (router, None);
     };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!("RouterLayer applied outside a tokio runtime: handler progress will not reset idle limits");
-        return router;
+        tracing::warn!("RouterLayer applied outside a tokio runtime: handler progress is not checked and will not reset idle limits");
+        return (router, None);
     };
     let (tx, mut rx) = tower_mcp::notification_channel(out.max_capacity());
+    let (flush_tx, mut flushes) = mpsc::unbounded_channel::<oneshot::Sender<()>>();
     let registry = registry.clone();
     // Ends when the router's senders are all gone, or the transport's
     // receiver is (tower-mcp's stateless HTTP makes one per request):
@@ -172,24 +191,73 @@ fn observe_progress(router: McpRouter, registry: &ProgressRegistry) -> McpRouter
     // keep senders until they find them closed, let go of ours.
     runtime.spawn(async move {
         loop {
-            let notification = tokio::select! {
-                n = rx.recv() => n,
-                () = out.closed() => None,
-            };
-            let Some(notification) = notification else {
-                break;
-            };
-            if let ServerNotification::Progress(p) = &notification {
-                if let Some(token) = request::progress_token(&p.progress_token) {
-                    registry.record(&token, p.progress, p.total, p.message.as_deref());
+            tokio::select! {
+                n = rx.recv() => {
+                    let Some(n) = n else { break };
+                    if !forward(&registry, &out, n) {
+                        break;
+                    }
                 }
-            }
-            if out.send(notification).await.is_err() {
-                break;
+                Some(done) = flushes.recv() => {
+                    // What was queued before the flush was asked for; not
+                    // what a busy reporter queues meanwhile.
+                    let queued = rx.len();
+                    let mut open = true;
+                    for _ in 0..queued {
+                        let Ok(n) = rx.try_recv() else { break };
+                        open = forward(&registry, &out, n);
+                        if !open {
+                            break;
+                        }
+                    }
+                    let _ = done.send(());
+                    if !open {
+                        break;
+                    }
+                }
+                () = out.closed() => break,
             }
         }
     });
-    router.with_notification_sender(tx)
+    (router.with_notification_sender(tx), Some(Flush(flush_tx)))
+}
+
+/// Passes `n` on to the transport unless it is progress the registry
+/// refuses. Without waiting, as tower-mcp's own senders do: a full queue
+/// drops it (so that a request's end never waits for the transport).
+/// `false`: the transport is gone.
+fn forward(registry: &ProgressRegistry, out: &NotificationSender, n: ServerNotification) -> bool {
+    if let ServerNotification::Progress(p) = &n {
+        let admitted = request::progress_token(&p.progress_token)
+            .is_some_and(|t| registry.admit(&t, p.progress, p.total, p.message.as_deref()));
+        if !admitted {
+            return true;
+        }
+    }
+    match out.try_send(n) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            tracing::debug!("notification dropped: the transport's queue is full");
+            true
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+    }
+}
+
+/// Asks the relay of [`observe_progress`] to pass on what the router
+/// queued so far, and waits until it has: a request's progress goes out
+/// (or is refused) while the request is still in flight.
+#[derive(Clone)]
+struct Flush(mpsc::UnboundedSender<oneshot::Sender<()>>);
+
+impl Flush {
+    async fn wait(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.0.send(tx).is_ok() {
+            // An error: the relay is gone, nothing to wait for.
+            let _ = rx.await;
+        }
+    }
 }
 
 /// A tower-mcp `McpRouter` under this crate's layers: a
@@ -289,12 +357,14 @@ impl Drop for Bridge {
     }
 }
 
-/// The innermost service: registers the request's progress tap and calls
-/// the router.
+/// The innermost service: registers the request in the progress registry
+/// (so that its progress goes out only while it runs) and calls the
+/// router.
 #[derive(Clone)]
 struct Router {
     router: McpRouter,
     registry: ProgressRegistry,
+    flush: Option<Flush>,
 }
 
 impl Service<RouterRequest> for Router {
@@ -307,14 +377,22 @@ impl Service<RouterRequest> for Router {
     }
 
     fn call(&mut self, req: RouterRequest) -> Self::Future {
-        let registration = match (req.progress_token(), req.progress_tap()) {
-            (Some(_), Some(tap)) => Some(self.registry.register(tap.clone())),
-            _ => None,
-        };
+        let registration = req.progress_token().map(|token| {
+            self.registry
+                .register(token.clone(), req.progress_tap().cloned())
+        });
+        // The relay passes notifications on in a task of its own: progress
+        // the handler queued before it returned is passed on (or refused)
+        // before the request leaves the registry.
+        let flush = registration.as_ref().and(self.flush.clone());
         let call = self.router.call(req);
         Box::pin(async move {
             let _registration = registration;
-            call.await.map_err(BoxError::from)
+            let out = call.await;
+            if let Some(flush) = flush {
+                flush.wait().await;
+            }
+            out.map_err(BoxError::from)
         })
     }
 }
