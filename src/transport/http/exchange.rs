@@ -131,7 +131,7 @@ impl Exchange {
         // Notifications queued before the end still go first.
         if let Some(n) = self.queued_notification() {
             self.front = Some(n);
-            self.last = last_message(ending);
+            self.last = last_message(&self.id, ending);
             return Poll::Ready(First::Stream);
         }
         self.done = true;
@@ -149,13 +149,16 @@ impl Exchange {
     }
 }
 
-/// What an SSE stream sends last: the response, or nothing (a listen torn
-/// down by the server, or a request the transport cancelled: the stream
-/// just ends).
-fn last_message(ending: Ending) -> Option<Vec<u8>> {
+/// What an SSE stream sends last: the response; for a listen the server
+/// tore down, the `notifications/cancelled` naming it (cancellation.md: the
+/// one message a server cancels with, so that the client does not take the
+/// end for a dropped connection); nothing for a request the transport
+/// cancelled (the stream just ends).
+fn last_message(id: &RequestId, ending: Ending) -> Option<Vec<u8>> {
     match ending {
         Ending::Respond { bytes, .. } => Some(bytes),
-        Ending::TearDown(_) | Ending::Silent(_) => None,
+        Ending::TearDown(reason) => crate::jsonrpc::encode_cancelled(id, reason).ok(),
+        Ending::Silent(_) => None,
     }
 }
 
@@ -183,7 +186,7 @@ impl Stream for Exchange {
                 return Poll::Ready(Some(Ok(event(n))));
             }
             let ending = std::task::ready!(this.poll_call(cx));
-            this.last = last_message(ending);
+            this.last = last_message(&this.id, ending);
         }
     }
 }

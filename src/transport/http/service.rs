@@ -89,8 +89,10 @@ use crate::transport::McpService;
 ///    cancelled the request) is answered with a `-32603` error like any
 ///    other failure.
 /// 5. `subscriptions/listen` streams at once and stays open until the handler
-///    ends (its result, with the subscription id added, closes the stream),
-///    the client closes it (the handler is dropped, token fired), or the
+///    ends (its result, with the subscription id added, closes the stream;
+///    if it ends as [`Cancelled`](crate::Cancelled) on its own — the server
+///    tore the subscription down — a `notifications/cancelled` referencing
+///    the listen id closes it instead), the client closes it (the handler is dropped, token fired), or the
 ///    [shutdown token](StreamableHttpService::shutdown) fires (the handler is
 ///    dropped and the graceful listen result is sent, then the stream closes).
 /// 6. The [shutdown token](StreamableHttpService::shutdown) cancels every
