@@ -156,3 +156,110 @@ async fn the_http_client_ends_a_listen_the_server_tore_down_as_cancelled() {
     );
     shutdown.cancel();
 }
+// ---------------------------------------------------------------------------
+// detached 2025-era handlers: shutdown and the drain grace reach them
+
+#[tokio::test(start_paused = true)]
+async fn a_legacy_request_whose_client_hung_up_is_cancelled_by_shutdown_after_the_grace() {
+    let (recorder, mut events) = Recorder::new();
+    let shutdown = CancellationToken::new();
+    let svc = StreamableHttpService::new(service(recorder))
+        .shutdown(shutdown.clone())
+        .drain_grace(GRACE);
+    let call = start(&svc, legacy_post(1, "work", json!({"ms": 60_000})));
+    assert_eq!(events.next().await, Event::Started(1.into()));
+    // The client hangs up: a 2025 request is detached, not cancelled.
+    call.abort();
+    let _ = call.await;
+    assert!(
+        events.try_next().is_none(),
+        "a disconnect does not cancel it"
+    );
+
+    let t0 = Instant::now();
+    shutdown.cancel();
+    let mut seen = events
+        .until(|e| matches!(e, Event::Dropped(_) | Event::Done(_)))
+        .await;
+    assert_eq!(
+        seen.last(),
+        Some(&Event::Dropped(1.into())),
+        "the detached handler was dropped by the shutdown, not left to finish: {seen:?}"
+    );
+    assert_eq!(t0.elapsed(), GRACE, "dropped when the grace was over");
+    if !seen.iter().any(|e| matches!(e, Event::Token(..))) {
+        seen = events.until(|e| matches!(e, Event::Token(..))).await;
+    }
+    assert!(
+        seen.contains(&Event::Token(1.into(), Some(CancelReason::Shutdown))),
+        "its token fired with Shutdown: {seen:?}"
+    );
+}
+
+/// A response future that records its drop: hyper drops it when the
+/// client's connection is gone, which orders the test after the detach.
+struct NoteDrop<F> {
+    inner: Pin<Box<F>>,
+    recorder: Recorder,
+}
+
+impl<F: Future> Future for NoteDrop<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl<F> Drop for NoteDrop<F> {
+    fn drop(&mut self) {
+        self.recorder.note("response dropped");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn serve_returns_only_after_a_detached_legacy_handler_ended() {
+    let (tools, mut events) = Tools::new();
+    let shutdown = CancellationToken::new();
+    let svc = StreamableHttpService::new(tools.service())
+        .shutdown(shutdown.clone())
+        .drain_grace(GRACE);
+    let recorder = tools.recorder();
+    let app = service_fn(move |req: Request<hyper::body::Incoming>| NoteDrop {
+        inner: Box::pin(svc.clone().oneshot(req)),
+        recorder: recorder.clone(),
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut server = tokio::spawn(serve(listener, app, shutdown.clone()));
+
+    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "wait_release", "arguments": {}}}))
+    .unwrap();
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-11-25\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(&body).await.unwrap();
+    events.until(|e| *e == Event::Started(1.into())).await;
+    drop(client);
+    events
+        .until(|e| *e == Event::Note("response dropped"))
+        .await;
+
+    shutdown.cancel();
+    tokio::select! {
+        biased;
+        seen = events.until(|e| matches!(e, Event::Dropped(_) | Event::Done(_))) => {
+            assert_eq!(seen.last(), Some(&Event::Dropped(1.into())), "{seen:?}");
+        }
+        _ = &mut server => panic!("serve returned while a detached handler still ran"),
+    }
+    tokio::time::timeout(GRACE, server)
+        .await
+        .expect("serve returned once the detached handler ended")
+        .unwrap();
+}
