@@ -32,7 +32,9 @@ const DEFAULT_NOTIFICATION_QUEUE: usize = 32;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LegacyRequests {
     /// Pass it to the MCP service unchanged; a disconnect does not cancel it
-    /// (the handler runs to its end, its answer discarded). The default, as
+    /// (the handler runs on detached, its answer discarded, until its end,
+    /// a legacy session's cancel, or the shutdown after the drain grace;
+    /// `serve` waits for it). The default, as
     /// those revisions say disconnection is not cancellation.
     #[default]
     Serve,

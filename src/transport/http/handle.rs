@@ -15,9 +15,10 @@ use tokio::sync::mpsc;
 use super::body::ResponseBody;
 use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
 use super::drain::{self, ShutdownSignal};
-use super::exchange::{CallFuture, Exchange};
+use super::exchange::{CallFuture, Exchange, Hold};
 use super::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
 use super::response;
+use super::serve::Running;
 use super::session::endpoint::{self, Opened};
 use super::session::JoinError;
 use super::validation::{
@@ -62,7 +63,9 @@ where
     B: Body + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // Held by the call, not by the handler's request: see `Hold`.
+    let running = parts.extensions.remove::<Running>();
     config.origin.check(&parts.headers)?;
     let sessions = config.sessions.as_deref();
     if let (Some(sessions), &HttpMethod::DELETE) = (sessions, &parts.method) {
@@ -97,7 +100,8 @@ where
         }
         _ => None,
     };
-    let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref())?;
+    let hold = Hold { _running: running };
+    let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref(), hold)?;
     let mut res = response::shape(exchange, &config).await;
     if let (Some(opened), Some(sessions)) = (&opened, sessions) {
         opened.finish(sessions, &mut res);
@@ -260,6 +264,7 @@ fn start_call<S: McpService>(
     raw: RawRequest,
     era: Era,
     opened: Option<&Opened>,
+    hold: Hold,
 ) -> Result<Exchange, Rejection> {
     let id = raw.id.clone();
     let is_listen = raw.method == SUBSCRIPTIONS_LISTEN;
@@ -326,5 +331,6 @@ fn start_call<S: McpService>(
             .clone()
             .map(|t| ShutdownSignal::new(t, config.drain_grace, is_listen)),
         !cancel_on_disconnect,
+        hold,
     ))
 }

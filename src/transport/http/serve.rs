@@ -86,7 +86,10 @@ where
 ///   crate's shutdown takes: when it fires the listener is closed, every
 ///   connection is asked to end gracefully (HTTP/1: after the response in
 ///   progress; HTTP/2: `GOAWAY`, the streams in flight run to their end),
-///   and the future returns once they have all closed. Give the same token
+///   and the future returns once they have all closed — and once every
+///   request served has ended, also a 2025-era one whose client hung up
+///   (its handler runs on detached, see
+///   [`LegacyRequests::Serve`](super::LegacyRequests::Serve)). Give the same token
 ///   to [`StreamableHttpService::shutdown`](super::StreamableHttpService::shutdown):
 ///   it cancels the MCP requests in flight (reason `Shutdown`) and gives
 ///   open `subscriptions/listen` streams their graceful result, so the
@@ -250,13 +253,22 @@ impl Server {
     }
 }
 
+/// What [`serve`] puts in each request's extensions: `serve` does not
+/// return while one lives. The adapter keeps it for as long as the
+/// request's call runs — also detached, after its client hung up — so that
+/// `serve` returns only once every request it ran has ended.
+#[derive(Clone, Debug)]
+pub(crate) struct Running {
+    _open: mpsc::Sender<()>,
+}
+
 /// Serves one connection; on shutdown asks it to end gracefully and waits.
 async fn connection<S, B>(
     builder: Arc<auto::Builder<TokioExecutor>>,
     stream: TcpStream,
     service: S,
     shutdown: CancellationToken,
-    _open: mpsc::Sender<()>,
+    open: mpsc::Sender<()>,
 ) where
     S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -265,7 +277,11 @@ async fn connection<S, B>(
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let hyper_service = hyper::service::service_fn(move |req| service.clone().oneshot(req));
+    let running = Running { _open: open };
+    let hyper_service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(running.clone());
+        service.clone().oneshot(req)
+    });
     let conn = builder.serve_connection(TokioIo::new(stream), hyper_service);
     tokio::pin!(conn);
     let ended = tokio::select! {

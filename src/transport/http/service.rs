@@ -113,7 +113,9 @@ use crate::transport::McpService;
 /// whatever the header says (a 2025 header on it is a mismatch): a header
 /// cannot switch the checks, or cancel-on-disconnect, off. By default a
 /// disconnect does **not** cancel it: in those revisions disconnection is not
-/// cancellation, so the handler is left to run to its end and its answer is
+/// cancellation, so the handler is left to run on (until its end, or the
+/// [shutdown](StreamableHttpService::shutdown) after the drain grace, as
+/// any request) and its answer is
 /// discarded. [`LegacyRequests`] changes that. Without
 /// [`legacy_sessions`](StreamableHttpService::legacy_sessions), what the
 /// adapter does not do of the 2025 transport: sessions (`Mcp-Session-Id` is
