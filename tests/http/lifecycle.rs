@@ -263,3 +263,37 @@ async fn serve_returns_only_after_a_detached_legacy_handler_ended() {
         .expect("serve returned once the detached handler ended")
         .unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// the bound on the work one adapter runs
+
+#[tokio::test(start_paused = true)]
+async fn past_the_default_bound_a_request_is_refused_with_503_and_detached_handlers_count() {
+    // The documented default: 1024 requests at once, attached or detached.
+    const BOUND: i64 = 1024;
+    let (tools, mut events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service());
+    for id in 0..BOUND {
+        let call = start(
+            &svc,
+            legacy_post(id, "tools/call", json!({"name": "hang", "arguments": {}})),
+        );
+        events.until(|e| *e == Event::Started(id.into())).await;
+        // Half of them are detached (their clients hung up).
+        if id % 2 == 0 {
+            call.abort();
+            let _ = call.await;
+        }
+    }
+    let echo = tool_call(BOUND, "echo", json!({"text": "one too many"}));
+    let (status, body) = start(&svc, modern_post(&echo)).await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let error: Value = serde_json::from_str(&body).expect("a JSON-RPC error body");
+    assert_eq!(error["id"], BOUND, "{body}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("in flight")),
+        "{body}"
+    );
+}
