@@ -271,6 +271,10 @@ async fn serve_returns_only_after_a_detached_legacy_handler_ended() {
 async fn past_the_default_bound_a_request_is_refused_with_503_and_detached_handlers_count() {
     // The documented default: 1024 requests at once, attached or detached.
     const BOUND: i64 = 1024;
+    assert_eq!(
+        StreamableHttpService::<()>::DEFAULT_MAX_IN_FLIGHT,
+        BOUND as usize
+    );
     let (tools, mut events) = Tools::new();
     let svc = StreamableHttpService::new(tools.service());
     for id in 0..BOUND {
@@ -296,4 +300,48 @@ async fn past_the_default_bound_a_request_is_refused_with_503_and_detached_handl
             .is_some_and(|m| m.contains("in flight")),
         "{body}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bound_counts_a_request_until_its_end_and_takes_any_value() {
+    let (tools, mut events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service()).max_in_flight(0);
+    let held = start(&svc, modern_post(&tool_call(1, "wait_release", json!({}))));
+    events.until(|e| *e == Event::Started(1.into())).await;
+
+    let res = svc
+        .clone()
+        .oneshot(modern_post(&tool_call(2, "echo", json!({"text": "x"}))))
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "0 is taken as 1"
+    );
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(res.headers()["content-type"], "application/json");
+
+    tools.release.notify_one();
+    assert_eq!(held.await.unwrap().0, StatusCode::OK);
+    let (status, body) = start(
+        &svc,
+        modern_post(&tool_call(3, "echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the place was given back at the end: {body}"
+    );
+
+    let huge = StreamableHttpService::new(tools.service()).max_in_flight(usize::MAX);
+    let (status, _) = start(
+        &huge,
+        modern_post(&tool_call(4, "echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK);
 }

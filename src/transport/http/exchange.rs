@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use sse_stream::Sse;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::drain::ShutdownSignal;
 use super::serve::Running;
@@ -44,6 +44,8 @@ pub(crate) enum First {
 pub(crate) struct Hold {
     /// Under [`serve`](super::serve): `serve` does not return while it lives.
     pub(crate) _running: Option<Running>,
+    /// Its place under the adapter's in-flight bound.
+    pub(crate) _permit: Option<OwnedSemaphorePermit>,
 }
 
 /// One request's call, its notification queue, and its outgoing gate.

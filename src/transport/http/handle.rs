@@ -93,6 +93,12 @@ where
         }
     };
     let era = check_metadata(&config, &parts.headers, &raw)?;
+    // Counted from here to the call's end (see `max_in_flight`); refused
+    // before a session is minted or joined.
+    let Ok(permit) = config.in_flight.clone().try_acquire_owned() else {
+        tracing::warn!(request_id = %raw.id, max = config.max_in_flight, "request refused: too many requests in flight");
+        return Ok(response::busy(&raw.id, config.max_in_flight));
+    };
     // Only a legacy request has a session; a modern one ignores the header.
     let opened = match sessions {
         Some(sessions) if era.legacy => {
@@ -100,7 +106,10 @@ where
         }
         _ => None,
     };
-    let hold = Hold { _running: running };
+    let hold = Hold {
+        _running: running,
+        _permit: Some(permit),
+    };
     let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref(), hold)?;
     let mut res = response::shape(exchange, &config).await;
     if let (Some(opened), Some(sessions)) = (&opened, sessions) {

@@ -14,7 +14,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::config::{Config, LegacyRequests, DEFAULT_MAX_BODY_BYTES};
+use super::config::{Config, LegacyRequests, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT};
 use super::future::ResponseFuture;
 use super::handle;
 use super::origin::OriginPolicy;
@@ -144,6 +144,10 @@ impl<S> fmt::Debug for StreamableHttpService<S> {
 impl<S> StreamableHttpService<S> {
     /// The default body limit: 4 MiB.
     pub const DEFAULT_MAX_BODY_BYTES: usize = DEFAULT_MAX_BODY_BYTES;
+
+    /// The default of [`max_in_flight`](Self::max_in_flight): 1024
+    /// requests at once (what the stdio server lets one connection run).
+    pub const DEFAULT_MAX_IN_FLIGHT: usize = DEFAULT_MAX_IN_FLIGHT;
 
     /// The adapter around `inner`, with the defaults: localhost origins only,
     /// 4 MiB bodies, keep-alive every 15 s, SSE after 10 s of silence,
@@ -316,6 +320,24 @@ impl<S> StreamableHttpService<S> {
     /// same token, the server returns once they are all done.
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.config_mut().drain_grace = grace;
+        self
+    }
+
+    /// Bounds the MCP requests this adapter runs at once (default
+    /// [`DEFAULT_MAX_IN_FLIGHT`](Self::DEFAULT_MAX_IN_FLIGHT); at least 1).
+    ///
+    /// Every request whose handler is called counts, from the call until
+    /// its end: attached to its response, detached (a 2025-era request
+    /// whose client hung up runs on, see [`LegacyRequests::Serve`]), and
+    /// open `subscriptions/listen` streams. Notifications, `DELETE` and
+    /// refused requests do not. A request past the bound is answered at
+    /// once, without calling the handler: `503` with `Retry-After: 1` and
+    /// a JSON-RPC error (`-32603`, "the server has its maximum of N
+    /// requests in flight"). The count is shared by the clones of this
+    /// adapter (and by the services a [`StreamableHttpLayer`] made from
+    /// it); each call of this method starts a new one.
+    pub fn max_in_flight(mut self, requests: usize) -> Self {
+        self.config_mut().set_max_in_flight(requests);
         self
     }
 
