@@ -29,7 +29,7 @@ use tower_mcp_cancel::transport::http::{serve, Server, StreamableHttpService};
 use tower_mcp_cancel::{BoxError, CancelReason, Cancelled, McpRequest};
 
 use crate::support::drain::{service, GRACE};
-use crate::support::http::{tool_call, Tools};
+use crate::support::http::{modern_headers, raw_post, read_until, tool_call, Tools};
 
 /// A 2025-era POST (`MCP-Protocol-Version: 2025-11-25`, no modern `_meta`).
 fn legacy_post(id: i64, method: &str, params: Value) -> Request<Full<Bytes>> {
@@ -344,4 +344,128 @@ async fn the_bound_counts_a_request_until_its_end_and_takes_any_value() {
     .await
     .unwrap();
     assert_eq!(status, StatusCode::OK);
+}
+
+// ---------------------------------------------------------------------------
+// connection timers
+
+/// `serve` with `server` on a free loopback port; its address.
+async fn serve_with(server: Server, shutdown: &CancellationToken) -> std::net::SocketAddr {
+    let (tools, _events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server.serve(listener, svc, shutdown.clone()));
+    addr
+}
+
+/// Reads until the server closes the connection; when that was, or `None`
+/// if it was still open after `bound`.
+async fn closed_within(stream: &mut TcpStream, bound: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(bound, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return t0.elapsed(),
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_sends_nothing_is_closed_by_the_header_read_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_inside_the_http2_preface_is_closed_by_the_header_read_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partial_http1_head_is_closed_by_the_header_read_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert!(
+        closed.is_some_and(|t| t <= 2 * Server::DEFAULT_HEADER_READ_TIMEOUT),
+        "{closed:?}"
+    );
+}
+
+/// An echo call over a raw HTTP/1.1 connection, answered `200`.
+async fn echo_over(client: &mut TcpStream) {
+    let headers = modern_headers("echo");
+    let extra: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    client
+        .write_all(&raw_post(
+            &tool_call(1, "echo", json!({"text": "hi"})),
+            &extra,
+        ))
+        .await
+        .unwrap();
+    let answer = read_until(client, "\"hi\"").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_http1_keep_alive_connection_is_closed_by_the_header_read_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    echo_over(&mut client).await;
+    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_header_read_timeout_of_duration_max_is_never_and_does_not_panic() {
+    let shutdown = CancellationToken::new();
+    let server = Server::new().header_read_timeout(Some(Duration::MAX));
+    let addr = serve_with(server, &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    echo_over(&mut client).await;
+}
+
+/// An HTTP/2 frame header and payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http2_connection_that_stops_answering_is_closed_by_keep_alive() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    // The preface and an empty SETTINGS; after that the peer goes quiet and
+    // answers nothing (no SETTINGS ack, no PING ack).
+    client
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    client.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+    let closed = closed_within(&mut client, Duration::from_secs(3600)).await;
+    assert!(closed.is_some(), "a dead HTTP/2 peer holds its socket");
 }
