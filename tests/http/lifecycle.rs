@@ -445,6 +445,24 @@ async fn a_header_read_timeout_of_duration_max_is_never_and_does_not_panic() {
     echo_over(&mut client).await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_http2_keep_alive_of_duration_max_is_never_and_does_not_panic() {
+    use crate::support::http::{post, text, Conn, Proto};
+    let shutdown = CancellationToken::new();
+    let server = Server::new().http2_keep_alive(Some(Duration::MAX));
+    let addr = serve_with(server, &shutdown).await;
+    let mut conn = Conn::connect(addr, Proto::H2).await;
+    let res = conn
+        .send(post(
+            &tool_call(1, "echo", json!({"text": "hi"})),
+            &modern_headers("echo"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(text(res).await.contains("hi"));
+}
+
 /// An HTTP/2 frame header and payload.
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len() as u32;
