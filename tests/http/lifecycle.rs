@@ -487,3 +487,40 @@ async fn an_http2_connection_that_stops_answering_is_closed_by_keep_alive() {
     let closed = closed_within(&mut client, Duration::from_secs(3600)).await;
     assert!(closed.is_some(), "a dead HTTP/2 peer holds its socket");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_its_stream_is_closed_by_the_write_timeout() {
+    use tower_mcp_cancel::notify::RequestContext;
+    let (recorder, mut events) = Recorder::new();
+    // A handler that streams large notifications for as long as it can.
+    let mcp = service_fn(move |req: McpRequest| {
+        let recording = recorder.start(&req);
+        async move {
+            let _recording = recording;
+            let ctx = RequestContext::of(&req);
+            let chunk = "x".repeat(256 << 10);
+            let message = json!({"level": "info", "data": chunk});
+            while ctx.notify("notifications/message", &message).await {}
+            Ok::<Value, BoxError>(json!({"resultType": "complete"}))
+        }
+    });
+    let shutdown = CancellationToken::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Server::new().serve(listener, StreamableHttpService::new(mcp), shutdown.clone()));
+
+    // The client sends its request, then reads nothing.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(addr).await.unwrap();
+    let headers = modern_headers("flood");
+    let extra: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    client
+        .write_all(&raw_post(&tool_call(1, "flood", json!({})), &extra))
+        .await
+        .unwrap();
+    assert_eq!(events.next().await, Event::Started(1.into()));
+    // The handler is dropped when the server gives up on the connection.
+    assert_eq!(events.next().await, Event::Dropped(1.into()));
+    drop(client);
+}
