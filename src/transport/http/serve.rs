@@ -6,6 +6,7 @@
 //!
 //! The settings and why they are the defaults are on [`Server`].
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
@@ -91,6 +93,13 @@ where
 ///   the preface without a timer, so `serve` reads it first), and so is an
 ///   idle HTTP/1 keep-alive connection. hyper only applies it with a
 ///   timer, which `axum::serve` does not set.
+/// * **Write timeout**
+///   ([`DEFAULT_WRITE_TIMEOUT`](Server::DEFAULT_WRITE_TIMEOUT) = 60 s): a
+///   connection whose peer takes none of the bytes the server has to send
+///   for that long — an SSE stream whose reader stopped reading — is
+///   closed, which drops (cancels) its requests. A slow reader that takes
+///   some bytes is not affected. (HTTP/2 flow control that stalls a single
+///   stream while the connection moves is not a stalled write.)
 /// * **HTTP/2 keep-alive pings**
 ///   ([`DEFAULT_HTTP2_KEEP_ALIVE`](Server::DEFAULT_HTTP2_KEEP_ALIVE) = 30 s,
 ///   answered within 20 s): an HTTP/2 connection whose peer stops
@@ -153,6 +162,7 @@ pub struct Server {
     nodelay: bool,
     header_read_timeout: Option<Duration>,
     http2_keep_alive: Option<Duration>,
+    write_timeout: Option<Duration>,
     max_pending_accept_reset_streams: usize,
 }
 
@@ -193,6 +203,9 @@ impl Server {
     /// connection.
     pub const DEFAULT_HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
+    /// The default write timeout: 60 s without the peer taking a byte.
+    pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
     /// The defaults: `TCP_NODELAY`, a 30 s header read timeout, HTTP/2
     /// keep-alive pings every 30 s, 1024 pending reset streams.
     pub fn new() -> Self {
@@ -200,6 +213,7 @@ impl Server {
             nodelay: true,
             header_read_timeout: Some(Self::DEFAULT_HEADER_READ_TIMEOUT),
             http2_keep_alive: Some(Self::DEFAULT_HTTP2_KEEP_ALIVE),
+            write_timeout: Some(Self::DEFAULT_WRITE_TIMEOUT),
             max_pending_accept_reset_streams: Self::DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS,
         }
     }
@@ -218,6 +232,16 @@ impl Server {
     /// huge one is "never").
     pub fn header_read_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.header_read_timeout = timeout.map(|t| t.min(MAX_TIMER));
+        self
+    }
+
+    /// How long a connection may wait for its peer to take any of the
+    /// bytes the server has to send before it is closed, cancelling its
+    /// requests; `None` waits forever (default
+    /// [`DEFAULT_WRITE_TIMEOUT`](Self::DEFAULT_WRITE_TIMEOUT)). Any value is
+    /// accepted (a huge one is "never").
+    pub fn write_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.write_timeout = timeout;
         self
     }
 
@@ -293,6 +317,7 @@ impl Server {
             tokio::spawn(connection(
                 builder.clone(),
                 self.header_read_timeout,
+                self.write_timeout,
                 stream,
                 service.clone(),
                 shutdown.clone(),
@@ -318,6 +343,7 @@ pub(crate) struct Running {
 async fn connection<S, B>(
     builder: Arc<auto::Builder<TokioExecutor>>,
     head_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
     mut stream: TcpStream,
     service: S,
     shutdown: CancellationToken,
@@ -344,7 +370,12 @@ async fn connection<S, B>(
             return;
         }
     };
-    let stream = Rewind { prefix, stream };
+    let stream = Io {
+        prefix,
+        stream,
+        write_timeout,
+        stall: None,
+    };
     let running = Running { _open: open };
     let hyper_service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(running.clone());
@@ -397,14 +428,53 @@ async fn first_bytes(
     }
 }
 
-/// A stream whose first bytes were read already: they are read again
-/// first.
-struct Rewind {
+/// An accepted stream as hyper sees it: its first bytes, read already, are
+/// read again first; a write the peer leaves pending for the write timeout
+/// fails.
+struct Io {
     prefix: Bytes,
     stream: TcpStream,
+    write_timeout: Option<Duration>,
+    /// Running while a write is pending (kept to be reset, not reallocated).
+    stall: Option<(Pin<Box<Sleep>>, bool)>,
 }
 
-impl AsyncRead for Rewind {
+impl Io {
+    /// After a write returned `Pending`: `Pending` too, until the write
+    /// timeout since the first such write, then an error.
+    fn poll_stalled<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let Some(timeout) = self.write_timeout else {
+            return Poll::Pending;
+        };
+        let (sleep, running) = self
+            .stall
+            .get_or_insert_with(|| (Box::pin(tokio::time::sleep(timeout)), true));
+        if !*running {
+            // `checked_add`: a huge timeout is "never", not a panic.
+            if let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) {
+                sleep.as_mut().reset(deadline);
+            } else {
+                return Poll::Pending;
+            }
+            *running = true;
+        }
+        std::task::ready!(sleep.as_mut().poll(cx));
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the peer took nothing within the write timeout",
+        )))
+    }
+
+    /// A write made progress (or failed): the stall is over.
+    fn wrote<T>(&mut self, out: io::Result<T>) -> Poll<io::Result<T>> {
+        if let Some((_, running)) = self.stall.as_mut() {
+            *running = false;
+        }
+        Poll::Ready(out)
+    }
+}
+
+impl AsyncRead for Io {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -420,13 +490,16 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl AsyncWrite for Io {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        match Pin::new(&mut self.stream).poll_write(cx, buf) {
+            Poll::Ready(out) => self.wrote(out),
+            Poll::Pending => self.poll_stalled(cx),
+        }
     }
 
     fn poll_write_vectored(
@@ -434,7 +507,10 @@ impl AsyncWrite for Rewind {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        match Pin::new(&mut self.stream).poll_write_vectored(cx, bufs) {
+            Poll::Ready(out) => self.wrote(out),
+            Poll::Pending => self.poll_stalled(cx),
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
