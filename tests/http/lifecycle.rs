@@ -524,3 +524,57 @@ async fn a_client_that_stops_reading_its_stream_is_closed_by_the_write_timeout()
     assert_eq!(events.next().await, Event::Dropped(1.into()));
     drop(client);
 }
+
+// ---------------------------------------------------------------------------
+// a request body that stalls
+
+/// A POST whose body sends `{` and then nothing more.
+fn stalled_post() -> Request<impl http_body::Body<Data = Bytes, Error = Infallible> + Send + 'static>
+{
+    use futures_util::StreamExt;
+    use http_body::Frame;
+    let frames =
+        futures_util::stream::iter([Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"{")))])
+            .chain(futures_util::stream::pending());
+    Request::post("http://127.0.0.1/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .body(http_body_util::StreamBody::new(frames))
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_body_that_stalls_is_refused_with_408_after_the_body_timeout() {
+    let (tools, _events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service());
+    let t0 = Instant::now();
+    let res = tokio::time::timeout(Duration::from_secs(3600), svc.oneshot(stalled_post()))
+        .await
+        .expect("a stalled body is not waited for forever")
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_secs(30),
+        "the documented default"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_answers_a_request_whose_body_is_still_coming_with_503() {
+    let (tools, _events) = Tools::new();
+    let shutdown = CancellationToken::new();
+    let svc = StreamableHttpService::new(tools.service()).shutdown(shutdown.clone());
+    let call = tokio::spawn(svc.oneshot(stalled_post()));
+    tokio::task::yield_now().await;
+    shutdown.cancel();
+    let t0 = Instant::now();
+    let res = tokio::time::timeout(Duration::from_secs(3600), call)
+        .await
+        .expect("the shutdown reaches a body read")
+        .unwrap()
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+}
