@@ -30,6 +30,8 @@ const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// stdio server lets one connection run.
 pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 const DEFAULT_NOTIFICATION_QUEUE: usize = 32;
+/// The default of [`StreamableHttpService::body_timeout`](super::StreamableHttpService::body_timeout).
+pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the adapter does with a request from an earlier revision
 /// (`MCP-Protocol-Version: 2025-…`).
@@ -62,6 +64,7 @@ pub(crate) struct Config {
     pub(crate) missing_version_legacy: bool,
     pub(crate) sse_after: Option<Duration>,
     pub(crate) drain_grace: Duration,
+    pub(crate) body_timeout: Option<Duration>,
     /// The 2025-era sessions, when on (shared by the adapter's clones).
     pub(crate) sessions: Option<Arc<Sessions>>,
     /// The bound on the requests running at once, attached or detached
@@ -95,6 +98,7 @@ impl Default for Config {
             missing_version_legacy: false,
             sse_after: Some(DEFAULT_SSE_AFTER),
             drain_grace: crate::transport::DEFAULT_DRAIN_GRACE,
+            body_timeout: Some(DEFAULT_BODY_TIMEOUT),
             sessions: None,
             in_flight: Arc::new(Semaphore::new(DEFAULT_MAX_IN_FLIGHT)),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
@@ -114,6 +118,7 @@ impl fmt::Debug for Config {
             .field("missing_version_legacy", &self.missing_version_legacy)
             .field("sse_after", &self.sse_after)
             .field("drain_grace", &self.drain_grace)
+            .field("body_timeout", &self.body_timeout)
             .field("sessions", &self.sessions)
             .field("max_in_flight", &self.max_in_flight)
             .field(

@@ -4,8 +4,9 @@
 //! one the [adapter's docs](super::StreamableHttpService) list.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use http::request::Parts;
 use http::{header, HeaderMap, Method as HttpMethod, Request, Response, StatusCode};
 use http_body::Body;
@@ -76,7 +77,7 @@ where
     }
     check_accept(&parts.headers)?;
     check_content_type(&parts.headers)?;
-    let bytes = read_body(body, &parts.headers, config.max_body_bytes).await?;
+    let bytes = read_body(body, &parts.headers, &config).await?;
     let raw = match decode(&bytes)? {
         // Draining: no new work. A legacy session's cancel and `DELETE` are
         // still served, they only end work.
@@ -118,14 +119,17 @@ where
     Ok(res)
 }
 
-/// Reads the body, up to `limit` bytes (`413` beyond, also when a
+/// Reads the body, up to the limit (`413` beyond, also when a
 /// `RequestBodyLimitLayer` outside cut it; a declared `Content-Length` over
-/// the limit is refused before reading).
-async fn read_body<B>(body: B, headers: &HeaderMap, limit: usize) -> Result<Bytes, Rejection>
+/// the limit is refused before reading), each frame within the body
+/// timeout of the one before (`408` otherwise). The shutdown ends the wait
+/// (`503`): a client still sending must not hold the drain.
+async fn read_body<B>(body: B, headers: &HeaderMap, config: &Config) -> Result<Bytes, Rejection>
 where
     B: Body,
     B::Error: Into<BoxError>,
 {
+    let limit = config.max_body_bytes;
     let too_large = || {
         Rejection::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -143,8 +147,38 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
+    let shutdown = async {
+        match &config.shutdown {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let read = tokio::select! {
+        // A body already here is read: a session's cancel is still served
+        // while draining.
+        biased;
+        read = collect(Limited::new(body, limit), config.body_timeout) => read,
+        () = shutdown => {
+            return Err(Rejection::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                ErrorObject::new(
+                    ErrorObject::INTERNAL_ERROR,
+                    "Service Unavailable: the server is shutting down",
+                ),
+            ))
+        }
+    };
+    match read {
+        Ok(Some(bytes)) => Ok(bytes),
+        Ok(None) => Err(Rejection::new(
+            StatusCode::REQUEST_TIMEOUT,
+            None,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                "Request Timeout: the request body stalled past the body timeout",
+            ),
+        )),
         Err(e) if is_length_limit(&*e) => Err(too_large()),
         Err(e) => Err(Rejection::new(
             StatusCode::BAD_REQUEST,
@@ -154,6 +188,35 @@ where
                 format!("could not read the request body: {e}"),
             ),
         )),
+    }
+}
+
+/// Collects `body`, each frame within `idle` of the previous one (`None`:
+/// a frame did not come in time).
+async fn collect<B>(body: B, idle: Option<Duration>) -> Result<Option<Bytes>, BoxError>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut buf = BytesMut::new();
+    loop {
+        let next = body.frame();
+        let frame = match idle {
+            None => next.await,
+            Some(idle) => match tokio::time::timeout(idle, next).await {
+                Ok(frame) => frame,
+                Err(_) => return Ok(None),
+            },
+        };
+        match frame {
+            None => return Ok(Some(buf.freeze())),
+            Some(frame) => {
+                if let Ok(data) = frame.map_err(Into::into)?.into_data() {
+                    buf.put(data);
+                }
+            }
+        }
     }
 }
 

@@ -14,7 +14,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::config::{Config, LegacyRequests, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT};
+use super::config::{
+    Config, LegacyRequests, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
+};
 use super::future::ResponseFuture;
 use super::handle;
 use super::origin::OriginPolicy;
@@ -145,6 +147,9 @@ impl<S> StreamableHttpService<S> {
     /// The default body limit: 4 MiB.
     pub const DEFAULT_MAX_BODY_BYTES: usize = DEFAULT_MAX_BODY_BYTES;
 
+    /// The default of [`body_timeout`](Self::body_timeout): 30 s.
+    pub const DEFAULT_BODY_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
+
     /// The default of [`max_in_flight`](Self::max_in_flight): 1024
     /// requests at once (what the stdio server lets one connection run).
     pub const DEFAULT_MAX_IN_FLIGHT: usize = DEFAULT_MAX_IN_FLIGHT;
@@ -174,6 +179,18 @@ impl<S> StreamableHttpService<S> {
     /// Sets the body size limit; larger bodies get `413`.
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.config_mut().max_body_bytes = limit;
+        self
+    }
+
+    /// Sets how long the request body may stall: a body whose next chunk
+    /// does not come within this time of the previous one (or of the
+    /// request head) is refused with `408` and the handler is not called.
+    /// A slow upload that keeps sending is not affected. `None`: no timer
+    /// (default [`DEFAULT_BODY_TIMEOUT`](Self::DEFAULT_BODY_TIMEOUT); any
+    /// value is accepted). The [shutdown token](Self::shutdown) also ends
+    /// the wait for a body, with `503`.
+    pub fn body_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config_mut().body_timeout = timeout;
         self
     }
 
