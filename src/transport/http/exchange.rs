@@ -77,7 +77,6 @@ impl Exchange {
         is_listen: bool,
         shutdown: Option<ShutdownSignal>,
         detach_on_drop: bool,
-        hold: Hold,
     ) -> Self {
         Self {
             call: Some(call),
@@ -90,8 +89,14 @@ impl Exchange {
             last: None,
             done: false,
             detach_on_drop,
-            hold,
+            hold: Hold::default(),
         }
+    }
+
+    /// Gives the exchange what its request holds until the call ended.
+    pub(crate) fn holding(mut self, hold: Hold) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// Polls the call (and shutdown); `Ready` once it ended. The request's

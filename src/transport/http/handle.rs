@@ -403,6 +403,6 @@ fn start_call<S: McpService>(
             .clone()
             .map(|t| ShutdownSignal::new(t, config.drain_grace, is_listen)),
         !cancel_on_disconnect,
-        hold,
-    ))
+    )
+    .holding(hold))
 }
