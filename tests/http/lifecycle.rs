@@ -1,8 +1,11 @@
 //! The server's lifecycle: work it runs outside a request's response
-//! (a 2025-era handler whose client hung up) is reached by shutdown and the
-//! drain grace, counted by the in-flight bound, and waited for by `serve`;
-//! a `subscriptions/listen` the server tears down ends with
-//! `notifications/cancelled`; every connection state has a timer.
+//! (a 2025-era handler whose client hung up) is reached by shutdown, the
+//! drain grace and a session's `DELETE`, counted by the in-flight bound,
+//! and waited for by `serve`; a `subscriptions/listen` the server tears
+//! down ends with `notifications/cancelled`; every state in which a peer
+//! holds a connection has a timer (no first byte, inside the HTTP/2
+//! preface, a partial or idle HTTP/1 head, a silent HTTP/2 peer, a stalled
+//! body, a reader that stopped reading).
 //!
 //! Time is paused in every test. The adapter is called directly where no
 //! socket is needed; `serve` tests run the server in the test's runtime on
@@ -579,4 +582,85 @@ async fn shutdown_answers_a_request_whose_body_is_still_coming_with_503() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(t0.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_delete_reaches_a_detached_handler_and_gives_its_place_back() {
+    use tower_mcp_cancel::transport::http::headers::MCP_SESSION_ID_HEADER;
+    use tower_mcp_cancel::transport::http::LegacySessions;
+    let (tools, mut events) = Tools::new();
+    let inner = tools.service();
+    let mcp = service_fn(move |req: McpRequest| {
+        let inner = inner.clone();
+        async move {
+            if req.method() == "initialize" {
+                return Ok::<_, BoxError>(json!({"protocolVersion": "2025-11-25"}));
+            }
+            inner.oneshot(req).await
+        }
+    });
+    let svc = StreamableHttpService::new(mcp)
+        .legacy_sessions(LegacySessions::new())
+        .max_in_flight(1);
+    let init = legacy_post(
+        0,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25",
+        "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}),
+    );
+    let res = svc.clone().oneshot(init).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let session = res.headers()[MCP_SESSION_ID_HEADER].clone();
+    let in_session = |mut req: Request<Full<Bytes>>| {
+        req.headers_mut()
+            .insert(MCP_SESSION_ID_HEADER, session.clone());
+        req
+    };
+
+    let call = start(
+        &svc,
+        in_session(legacy_post(
+            1,
+            "tools/call",
+            json!({"name": "hang", "arguments": {}}),
+        )),
+    );
+    events.until(|e| *e == Event::Started(1.into())).await;
+    call.abort();
+    let _ = call.await;
+    let echo = || {
+        in_session(legacy_post(
+            2,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        ))
+    };
+    let (status, _) = start(&svc, echo()).await.unwrap();
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the detached handler holds the place"
+    );
+
+    let delete = in_session(
+        Request::delete("http://127.0.0.1/mcp")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    );
+    assert_eq!(
+        svc.clone().oneshot(delete).await.unwrap().status(),
+        StatusCode::OK
+    );
+    events.until(|e| *e == Event::Dropped(1.into())).await;
+
+    let res = svc
+        .clone()
+        .oneshot(legacy_post(
+            3,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "the place was given back");
 }
