@@ -12,6 +12,7 @@ mod client;
 mod drain;
 mod legacy_checks;
 mod legacy_client;
+mod lifecycle;
 mod missing_version;
 mod param_headers;
 mod serve;

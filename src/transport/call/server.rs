@@ -13,7 +13,7 @@
 //! | --- | --- |
 //! | the handler returned `Ok(result)` | `Respond` with the result; for `subscriptions/listen`, with `resultType: "complete"` and `_meta["io.modelcontextprotocol/subscriptionId"]` added if absent |
 //! | the handler returned an error, or ended as [`Cancelled`] on its own, or a limit inside the stack fired | `Respond` with the JSON-RPC error (a `Cancelled` nobody asked for is `-32603`) |
-//! | a `subscriptions/listen` ended as [`Cancelled`] without a transport cancel | `TearDown` (stdio: `notifications/cancelled`; HTTP: the stream closes) |
+//! | a `subscriptions/listen` ended as [`Cancelled`] without a transport cancel | `TearDown`: `notifications/cancelled` referencing it (HTTP: as the stream's last event) |
 //! | the transport cancelled it: the peer's `notifications/cancelled`, the transport closed | `Silent`: nothing at all (a disconnect drops the call: nothing is decided) |
 //! | the server shut down | `Silent`, except a `subscriptions/listen`, which gets its graceful result (`Respond`) |
 
@@ -78,8 +78,8 @@ pub(crate) enum Ending {
         error_code: Option<i64>,
     },
     /// A `subscriptions/listen` stream torn down by the server without a
-    /// result, for this reason (stdio sends it; HTTP just closes the stream).
-    TearDown(#[cfg_attr(not(feature = "stdio"), allow(dead_code))] String),
+    /// result, for this reason: both transports send `notifications/cancelled`.
+    TearDown(String),
     /// Write nothing: the transport cancelled the request, for this reason
     /// (HTTP answers a shutdown before the first byte with `503`).
     Silent(#[cfg_attr(not(feature = "http"), allow(dead_code))] CancelReason),

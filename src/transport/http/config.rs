@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::origin::OriginPolicy;
@@ -25,14 +26,21 @@ pub const DEFAULT_SSE_AFTER: Duration = Duration::from_secs(10);
 /// The default body limit: 4 MiB.
 pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
 const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The default bound on the requests one adapter runs at once: what the
+/// stdio server lets one connection run.
+pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 const DEFAULT_NOTIFICATION_QUEUE: usize = 32;
+/// The default of [`StreamableHttpService::body_timeout`](super::StreamableHttpService::body_timeout).
+pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the adapter does with a request from an earlier revision
 /// (`MCP-Protocol-Version: 2025-…`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LegacyRequests {
     /// Pass it to the MCP service unchanged; a disconnect does not cancel it
-    /// (the handler runs to its end, its answer discarded). The default, as
+    /// (the handler runs on detached, its answer discarded, until its end,
+    /// a legacy session's cancel, or the shutdown after the drain grace;
+    /// `serve` waits for it). The default, as
     /// those revisions say disconnection is not cancellation.
     #[default]
     Serve,
@@ -56,8 +64,23 @@ pub(crate) struct Config {
     pub(crate) missing_version_legacy: bool,
     pub(crate) sse_after: Option<Duration>,
     pub(crate) drain_grace: Duration,
+    pub(crate) body_timeout: Option<Duration>,
     /// The 2025-era sessions, when on (shared by the adapter's clones).
     pub(crate) sessions: Option<Arc<Sessions>>,
+    /// The bound on the requests running at once, attached or detached
+    /// (shared by the adapter's clones), and its size.
+    pub(crate) in_flight: Arc<Semaphore>,
+    pub(crate) max_in_flight: usize,
+}
+
+impl Config {
+    /// Bounds the requests running at once to `max` (1 ..= the most a
+    /// semaphore holds), with a new, empty count.
+    pub(crate) fn set_max_in_flight(&mut self, max: usize) {
+        let max = max.clamp(1, Semaphore::MAX_PERMITS);
+        self.max_in_flight = max;
+        self.in_flight = Arc::new(Semaphore::new(max));
+    }
 }
 
 impl Default for Config {
@@ -75,7 +98,10 @@ impl Default for Config {
             missing_version_legacy: false,
             sse_after: Some(DEFAULT_SSE_AFTER),
             drain_grace: crate::transport::DEFAULT_DRAIN_GRACE,
+            body_timeout: Some(DEFAULT_BODY_TIMEOUT),
             sessions: None,
+            in_flight: Arc::new(Semaphore::new(DEFAULT_MAX_IN_FLIGHT)),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }
@@ -92,7 +118,13 @@ impl fmt::Debug for Config {
             .field("missing_version_legacy", &self.missing_version_legacy)
             .field("sse_after", &self.sse_after)
             .field("drain_grace", &self.drain_grace)
+            .field("body_timeout", &self.body_timeout)
             .field("sessions", &self.sessions)
+            .field("max_in_flight", &self.max_in_flight)
+            .field(
+                "running",
+                &(self.max_in_flight - self.in_flight.available_permits()),
+            )
             .finish()
     }
 }

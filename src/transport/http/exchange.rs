@@ -5,7 +5,10 @@
 //! and fires its [`Cancellation`](crate::Cancellation) with
 //! [`CancelReason::ClientDisconnected`] — unless the request is a legacy one
 //! whose disconnect does not cancel, in which case the call is detached and
-//! runs to its end, answered to nobody.
+//! runs on, answered to nobody: still cancelled by the shutdown (after the
+//! drain grace) as an attached one would be, and still holding what the
+//! request holds ([`Hold`]: its place under the in-flight bound, and
+//! `serve`'s wait for it) until it ends.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,9 +17,10 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use sse_stream::Sse;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::drain::ShutdownSignal;
+use super::serve::Running;
 use crate::jsonrpc::RequestId;
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::transport::call::server::Ending;
@@ -32,6 +36,16 @@ pub(crate) enum First {
     Done(Ending),
     /// A notification came first: switch to SSE, starting with it.
     Stream,
+}
+
+/// What a request holds until its call ended, also when it runs on
+/// detached after its client hung up; only its drop matters.
+#[derive(Debug, Default)]
+pub(crate) struct Hold {
+    /// Under [`serve`](super::serve): `serve` does not return while it lives.
+    pub(crate) _running: Option<Running>,
+    /// Its place under the adapter's in-flight bound.
+    pub(crate) _permit: Option<OwnedSemaphorePermit>,
 }
 
 /// One request's call, its notification queue, and its outgoing gate.
@@ -51,6 +65,7 @@ pub(crate) struct Exchange {
     done: bool,
     /// A legacy request whose disconnect must not cancel: detach on drop.
     detach_on_drop: bool,
+    hold: Hold,
 }
 
 impl Exchange {
@@ -74,20 +89,20 @@ impl Exchange {
             last: None,
             done: false,
             detach_on_drop,
+            hold: Hold::default(),
         }
+    }
+
+    /// Gives the exchange what its request holds until the call ended.
+    pub(crate) fn holding(mut self, hold: Hold) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// Polls the call (and shutdown); `Ready` once it ended. The request's
     /// gate is closed then, so every message of it is already queued.
     fn poll_call(&mut self, cx: &mut Context<'_>) -> Poll<Ending> {
-        if let Some(shutdown) = self.shutdown.as_mut() {
-            if shutdown.poll_fire(cx).is_ready() {
-                // The call sees the cancel first thing and ends as the
-                // lifecycle says (a listen stream: its graceful result).
-                self.shutdown = None;
-                self.scope.cancellation().cancel(CancelReason::Shutdown);
-            }
-        }
+        poll_shutdown(&mut self.shutdown, &self.scope, cx);
         let Some(call) = self.call.as_mut() else {
             return Poll::Ready(Ending::Silent(CancelReason::ClientDisconnected));
         };
@@ -131,7 +146,7 @@ impl Exchange {
         // Notifications queued before the end still go first.
         if let Some(n) = self.queued_notification() {
             self.front = Some(n);
-            self.last = last_message(ending);
+            self.last = last_message(&self.id, ending);
             return Poll::Ready(First::Stream);
         }
         self.done = true;
@@ -149,13 +164,16 @@ impl Exchange {
     }
 }
 
-/// What an SSE stream sends last: the response, or nothing (a listen torn
-/// down by the server, or a request the transport cancelled: the stream
-/// just ends).
-fn last_message(ending: Ending) -> Option<Vec<u8>> {
+/// What an SSE stream sends last: the response; for a listen the server
+/// tore down, the `notifications/cancelled` naming it (cancellation.md: the
+/// one message a server cancels with, so that the client does not take the
+/// end for a dropped connection); nothing for a request the transport
+/// cancelled (the stream just ends).
+fn last_message(id: &RequestId, ending: Ending) -> Option<Vec<u8>> {
     match ending {
         Ending::Respond { bytes, .. } => Some(bytes),
-        Ending::TearDown(_) | Ending::Silent(_) => None,
+        Ending::TearDown(reason) => crate::jsonrpc::encode_cancelled(id, reason).ok(),
+        Ending::Silent(_) => None,
     }
 }
 
@@ -183,9 +201,39 @@ impl Stream for Exchange {
                 return Poll::Ready(Some(Ok(event(n))));
             }
             let ending = std::task::ready!(this.poll_call(cx));
-            this.last = last_message(ending);
+            this.last = last_message(&this.id, ending);
         }
     }
+}
+
+/// Fires the request's cancellation with [`CancelReason::Shutdown`] once
+/// the shutdown signal (after the drain grace) is ready: the call then sees
+/// the cancel first thing and ends as the lifecycle says (a listen stream:
+/// its graceful result).
+fn poll_shutdown(shutdown: &mut Option<ShutdownSignal>, scope: &Scope, cx: &mut Context<'_>) {
+    if let Some(signal) = shutdown.as_mut() {
+        if signal.poll_fire(cx).is_ready() {
+            *shutdown = None;
+            scope.cancellation().cancel(CancelReason::Shutdown);
+        }
+    }
+}
+
+/// A call whose client hung up, run to its end — or until the shutdown
+/// cancels it, as it would cancel the call attached — then its hold let go.
+async fn detached(
+    mut call: CallFuture,
+    scope: Scope,
+    mut shutdown: Option<ShutdownSignal>,
+    hold: Hold,
+) {
+    std::future::poll_fn(|cx| {
+        poll_shutdown(&mut shutdown, &scope, cx);
+        call.as_mut().poll(cx)
+    })
+    .await;
+    scope.end();
+    drop(hold);
 }
 
 impl Drop for Exchange {
@@ -193,14 +241,15 @@ impl Drop for Exchange {
         let Some(call) = self.call.take() else { return };
         if self.detach_on_drop {
             // Legacy request (2025-xx): disconnection is not cancellation.
-            // Let the handler run to its end; its answer goes nowhere.
+            // Let the handler run on; its answer goes nowhere.
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 tracing::info!(request_id = %self.id, "legacy client disconnected; handler left running (disconnect is not cancellation before 2026-07-28)");
-                let scope = self.scope.clone();
-                handle.spawn(async move {
-                    let _ = call.await;
-                    scope.end();
-                });
+                handle.spawn(detached(
+                    call,
+                    self.scope.clone(),
+                    self.shutdown.take(),
+                    std::mem::take(&mut self.hold),
+                ));
                 return;
             }
         }

@@ -4,8 +4,9 @@
 //! one the [adapter's docs](super::StreamableHttpService) list.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use http::request::Parts;
 use http::{header, HeaderMap, Method as HttpMethod, Request, Response, StatusCode};
 use http_body::Body;
@@ -15,9 +16,10 @@ use tokio::sync::mpsc;
 use super::body::ResponseBody;
 use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
 use super::drain::{self, ShutdownSignal};
-use super::exchange::{CallFuture, Exchange};
+use super::exchange::{CallFuture, Exchange, Hold};
 use super::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
 use super::response;
+use super::serve::Running;
 use super::session::endpoint::{self, Opened};
 use super::session::JoinError;
 use super::validation::{
@@ -62,7 +64,9 @@ where
     B: Body + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // Held by the call, not by the handler's request: see `Hold`.
+    let running = parts.extensions.remove::<Running>();
     config.origin.check(&parts.headers)?;
     let sessions = config.sessions.as_deref();
     if let (Some(sessions), &HttpMethod::DELETE) = (sessions, &parts.method) {
@@ -73,7 +77,7 @@ where
     }
     check_accept(&parts.headers)?;
     check_content_type(&parts.headers)?;
-    let bytes = read_body(body, &parts.headers, config.max_body_bytes).await?;
+    let bytes = read_body(body, &parts.headers, &config).await?;
     let raw = match decode(&bytes)? {
         // Draining: no new work. A legacy session's cancel and `DELETE` are
         // still served, they only end work.
@@ -90,6 +94,12 @@ where
         }
     };
     let era = check_metadata(&config, &parts.headers, &raw)?;
+    // Counted from here to the call's end (see `max_in_flight`); refused
+    // before a session is minted or joined.
+    let Ok(permit) = config.in_flight.clone().try_acquire_owned() else {
+        tracing::warn!(request_id = %raw.id, max = config.max_in_flight, "request refused: too many requests in flight");
+        return Ok(response::busy(&raw.id, config.max_in_flight));
+    };
     // Only a legacy request has a session; a modern one ignores the header.
     let opened = match sessions {
         Some(sessions) if era.legacy => {
@@ -97,7 +107,11 @@ where
         }
         _ => None,
     };
-    let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref())?;
+    let hold = Hold {
+        _running: running,
+        _permit: Some(permit),
+    };
+    let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref(), hold)?;
     let mut res = response::shape(exchange, &config).await;
     if let (Some(opened), Some(sessions)) = (&opened, sessions) {
         opened.finish(sessions, &mut res);
@@ -105,14 +119,17 @@ where
     Ok(res)
 }
 
-/// Reads the body, up to `limit` bytes (`413` beyond, also when a
+/// Reads the body, up to the limit (`413` beyond, also when a
 /// `RequestBodyLimitLayer` outside cut it; a declared `Content-Length` over
-/// the limit is refused before reading).
-async fn read_body<B>(body: B, headers: &HeaderMap, limit: usize) -> Result<Bytes, Rejection>
+/// the limit is refused before reading), each frame within the body
+/// timeout of the one before (`408` otherwise). The shutdown ends the wait
+/// (`503`): a client still sending must not hold the drain.
+async fn read_body<B>(body: B, headers: &HeaderMap, config: &Config) -> Result<Bytes, Rejection>
 where
     B: Body,
     B::Error: Into<BoxError>,
 {
+    let limit = config.max_body_bytes;
     let too_large = || {
         Rejection::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -130,8 +147,38 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
+    let shutdown = async {
+        match &config.shutdown {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let read = tokio::select! {
+        // A body already here is read: a session's cancel is still served
+        // while draining.
+        biased;
+        read = collect(Limited::new(body, limit), config.body_timeout) => read,
+        () = shutdown => {
+            return Err(Rejection::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                ErrorObject::new(
+                    ErrorObject::INTERNAL_ERROR,
+                    "Service Unavailable: the server is shutting down",
+                ),
+            ))
+        }
+    };
+    match read {
+        Ok(Some(bytes)) => Ok(bytes),
+        Ok(None) => Err(Rejection::new(
+            StatusCode::REQUEST_TIMEOUT,
+            None,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                "Request Timeout: the request body stalled past the body timeout",
+            ),
+        )),
         Err(e) if is_length_limit(&*e) => Err(too_large()),
         Err(e) => Err(Rejection::new(
             StatusCode::BAD_REQUEST,
@@ -141,6 +188,35 @@ where
                 format!("could not read the request body: {e}"),
             ),
         )),
+    }
+}
+
+/// Collects `body`, each frame within `idle` of the previous one (`None`:
+/// a frame did not come in time).
+async fn collect<B>(body: B, idle: Option<Duration>) -> Result<Option<Bytes>, BoxError>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut buf = BytesMut::new();
+    loop {
+        let next = body.frame();
+        let frame = match idle {
+            None => next.await,
+            Some(idle) => match tokio::time::timeout(idle, next).await {
+                Ok(frame) => frame,
+                Err(_) => return Ok(None),
+            },
+        };
+        match frame {
+            None => return Ok(Some(buf.freeze())),
+            Some(frame) => {
+                if let Ok(data) = frame.map_err(Into::into)?.into_data() {
+                    buf.put(data);
+                }
+            }
+        }
     }
 }
 
@@ -260,6 +336,7 @@ fn start_call<S: McpService>(
     raw: RawRequest,
     era: Era,
     opened: Option<&Opened>,
+    hold: Hold,
 ) -> Result<Exchange, Rejection> {
     let id = raw.id.clone();
     let is_listen = raw.method == SUBSCRIPTIONS_LISTEN;
@@ -326,5 +403,6 @@ fn start_call<S: McpService>(
             .clone()
             .map(|t| ShutdownSignal::new(t, config.drain_grace, is_listen)),
         !cancel_on_disconnect,
-    ))
+    )
+    .holding(hold))
 }

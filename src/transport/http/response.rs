@@ -13,7 +13,7 @@ use super::config::Config;
 use super::exchange::{Exchange, First};
 use super::headers::X_ACCEL_BUFFERING;
 use super::validation::Rejection;
-use crate::jsonrpc::ErrorObject;
+use crate::jsonrpc::{ErrorObject, RequestId};
 use crate::transport::call::server::Ending;
 use crate::CancelReason;
 
@@ -85,6 +85,22 @@ fn status_for(code: Option<i64>) -> StatusCode {
         ) => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     }
+}
+
+/// `503` with `Retry-After: 1` and a JSON-RPC error: the adapter runs its
+/// [maximum](super::StreamableHttpService::max_in_flight) of requests.
+pub(crate) fn busy(id: &RequestId, max: usize) -> Response<ResponseBody> {
+    let mut res = rejected(Rejection::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        Some(id.clone()),
+        ErrorObject::new(
+            ErrorObject::INTERNAL_ERROR,
+            format!("Service Unavailable: the server has its maximum of {max} requests in flight; try again later"),
+        ),
+    ));
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
 }
 
 /// A status without a body.

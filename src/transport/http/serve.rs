@@ -6,16 +6,23 @@
 //!
 //! The settings and why they are the defaults are on [`Server`].
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use bytes::{Buf, Bytes};
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
@@ -77,16 +84,34 @@ where
 ///   limit still exists (it bounds the accept queue against the
 ///   CVE-2023-44487 "rapid reset" attack), at five times hyper's 200
 ///   concurrent streams, the same as h2's own limit for locally reset streams.
-/// * **HTTP/1 header read timeout**
+/// * **Header read timeout**
 ///   ([`DEFAULT_HEADER_READ_TIMEOUT`](Server::DEFAULT_HEADER_READ_TIMEOUT)
 ///   = 30 s): a connection that does not finish sending its request head in
-///   time is closed, so a slow client cannot hold sockets. hyper only
-///   applies it with a timer, which `axum::serve` does not set.
+///   time is closed, so a slow client cannot hold sockets — from the
+///   accept on: a connection that sends nothing, or stops inside the
+///   HTTP/2 preface, is closed by it too (hyper-util's auto builder reads
+///   the preface without a timer, so `serve` reads it first), and so is an
+///   idle HTTP/1 keep-alive connection. hyper only applies it with a
+///   timer, which `axum::serve` does not set.
+/// * **Write timeout**
+///   ([`DEFAULT_WRITE_TIMEOUT`](Server::DEFAULT_WRITE_TIMEOUT) = 60 s): a
+///   connection whose peer takes none of the bytes the server has to send
+///   for that long — an SSE stream whose reader stopped reading — is
+///   closed, which drops (cancels) its requests. A slow reader that takes
+///   some bytes is not affected. (HTTP/2 flow control that stalls a single
+///   stream while the connection moves is not a stalled write.)
+/// * **HTTP/2 keep-alive pings**
+///   ([`DEFAULT_HTTP2_KEEP_ALIVE`](Server::DEFAULT_HTTP2_KEEP_ALIVE) = 30 s,
+///   answered within 20 s): an HTTP/2 connection whose peer stops
+///   answering — gone without a FIN, or holding the socket — is closed.
 /// * **Graceful shutdown through a `CancellationToken`**, the one the
 ///   crate's shutdown takes: when it fires the listener is closed, every
 ///   connection is asked to end gracefully (HTTP/1: after the response in
 ///   progress; HTTP/2: `GOAWAY`, the streams in flight run to their end),
-///   and the future returns once they have all closed. Give the same token
+///   and the future returns once they have all closed — and once every
+///   request served has ended, also a 2025-era one whose client hung up
+///   (its handler runs on detached, see
+///   [`LegacyRequests::Serve`](super::LegacyRequests::Serve)). Give the same token
 ///   to [`StreamableHttpService::shutdown`](super::StreamableHttpService::shutdown):
 ///   it cancels the MCP requests in flight (reason `Shutdown`) and gives
 ///   open `subscriptions/listen` streams their graceful result, so the
@@ -114,7 +139,11 @@ where
 /// builder
 ///     .http2()
 ///     .timer(TokioTimer::new())
+///     .keep_alive_interval(Duration::from_secs(30))
+///     .keep_alive_timeout(Duration::from_secs(20))
 ///     .max_pending_accept_reset_streams(1024);
+/// // and a timeout on the first bytes (see `serve`'s source): the auto
+/// // builder reads the HTTP/2 preface without one.
 /// ```
 ///
 /// To change one of them:
@@ -132,6 +161,8 @@ where
 pub struct Server {
     nodelay: bool,
     header_read_timeout: Option<Duration>,
+    http2_keep_alive: Option<Duration>,
+    write_timeout: Option<Duration>,
     max_pending_accept_reset_streams: usize,
 }
 
@@ -145,6 +176,18 @@ impl Default for Server {
 /// it does not spin while the process is out of file descriptors.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// How long a peer has to answer an HTTP/2 keep-alive ping (hyper's
+/// default).
+const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The longest timer handed to hyper, which adds it to an `Instant` (a
+/// `Duration::MAX` would overflow and panic): ten years, "never" in
+/// practice.
+const MAX_TIMER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The HTTP/2 client preface (RFC 9113, 3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 impl Server {
     /// The default HTTP/1 header read timeout: 30 s (hyper's own default,
     /// which hyper only enforces when a timer is set, as here).
@@ -155,12 +198,22 @@ impl Server {
     /// [`Server`]).
     pub const DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 1024;
 
-    /// The defaults: `TCP_NODELAY`, a 30 s header read timeout, 1024
-    /// pending reset streams.
+    /// The default interval of HTTP/2 keep-alive pings: 30 s (hyper sends
+    /// none by default); a ping not answered within 20 s closes the
+    /// connection.
+    pub const DEFAULT_HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
+
+    /// The default write timeout: 60 s without the peer taking a byte.
+    pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// The defaults: `TCP_NODELAY`, a 30 s header read timeout, HTTP/2
+    /// keep-alive pings every 30 s, 1024 pending reset streams.
     pub fn new() -> Self {
         Server {
             nodelay: true,
             header_read_timeout: Some(Self::DEFAULT_HEADER_READ_TIMEOUT),
+            http2_keep_alive: Some(Self::DEFAULT_HTTP2_KEEP_ALIVE),
+            write_timeout: Some(Self::DEFAULT_WRITE_TIMEOUT),
             max_pending_accept_reset_streams: Self::DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS,
         }
     }
@@ -171,10 +224,33 @@ impl Server {
         self
     }
 
-    /// The HTTP/1 header read timeout; `None` disables it (default
+    /// The header read timeout; `None` disables it (default
     /// [`DEFAULT_HEADER_READ_TIMEOUT`](Self::DEFAULT_HEADER_READ_TIMEOUT)).
+    /// It bounds the wait for the first bytes of a connection and for the
+    /// rest of the HTTP/2 preface, then (HTTP/1) for each request head,
+    /// also on an idle keep-alive connection. Any value is accepted (a
+    /// huge one is "never").
     pub fn header_read_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.header_read_timeout = timeout;
+        self.header_read_timeout = timeout.map(|t| t.min(MAX_TIMER));
+        self
+    }
+
+    /// How long a connection may wait for its peer to take any of the
+    /// bytes the server has to send before it is closed, cancelling its
+    /// requests; `None` waits forever (default
+    /// [`DEFAULT_WRITE_TIMEOUT`](Self::DEFAULT_WRITE_TIMEOUT)). Any value is
+    /// accepted (a huge one is "never").
+    pub fn write_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// The interval of HTTP/2 keep-alive pings; `None` sends none (default
+    /// [`DEFAULT_HTTP2_KEEP_ALIVE`](Self::DEFAULT_HTTP2_KEEP_ALIVE)). A ping
+    /// not answered within 20 s closes the connection. Any value is
+    /// accepted (a huge one is "never").
+    pub fn http2_keep_alive(mut self, interval: Option<Duration>) -> Self {
+        self.http2_keep_alive = interval.map(|t| t.min(MAX_TIMER));
         self
     }
 
@@ -195,6 +271,8 @@ impl Server {
         builder
             .http2()
             .timer(TokioTimer::new())
+            .keep_alive_interval(self.http2_keep_alive)
+            .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT)
             .max_pending_accept_reset_streams(self.max_pending_accept_reset_streams);
         builder
     }
@@ -238,6 +316,8 @@ impl Server {
             }
             tokio::spawn(connection(
                 builder.clone(),
+                self.header_read_timeout,
+                self.write_timeout,
                 stream,
                 service.clone(),
                 shutdown.clone(),
@@ -250,13 +330,24 @@ impl Server {
     }
 }
 
+/// What [`serve`] puts in each request's extensions: `serve` does not
+/// return while one lives. The adapter keeps it for as long as the
+/// request's call runs — also detached, after its client hung up — so that
+/// `serve` returns only once every request it ran has ended.
+#[derive(Clone, Debug)]
+pub(crate) struct Running {
+    _open: mpsc::Sender<()>,
+}
+
 /// Serves one connection; on shutdown asks it to end gracefully and waits.
 async fn connection<S, B>(
     builder: Arc<auto::Builder<TokioExecutor>>,
-    stream: TcpStream,
+    head_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+    mut stream: TcpStream,
     service: S,
     shutdown: CancellationToken,
-    _open: mpsc::Sender<()>,
+    open: mpsc::Sender<()>,
 ) where
     S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -265,7 +356,31 @@ async fn connection<S, B>(
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let hyper_service = hyper::service::service_fn(move |req| service.clone().oneshot(req));
+    // The first bytes, with the head timer hyper-util's auto builder does
+    // not run; the shutdown ends the wait too.
+    let first = tokio::select! {
+        first = first_bytes(&mut stream, head_timeout) => first,
+        _ = shutdown.cancelled() => return,
+    };
+    let prefix = match first {
+        Ok(Some(prefix)) => prefix,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(error = %e, "connection closed before its first request");
+            return;
+        }
+    };
+    let stream = Io {
+        prefix,
+        stream,
+        write_timeout,
+        stall: None,
+    };
+    let running = Running { _open: open };
+    let hyper_service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(running.clone());
+        service.clone().oneshot(req)
+    });
     let conn = builder.serve_connection(TokioIo::new(stream), hyper_service);
     tokio::pin!(conn);
     let ended = tokio::select! {
@@ -278,6 +393,136 @@ async fn connection<S, B>(
     // A client going away mid-request is the normal way to cancel.
     if let Err(e) = ended {
         tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Reads a new connection's first bytes, up to what tells HTTP/2 (its
+/// whole 24-byte preface) from HTTP/1 (anything else), within `timeout`.
+/// `None`: the peer closed it first; an error of kind `TimedOut`: it was
+/// too slow.
+async fn first_bytes(
+    stream: &mut TcpStream,
+    timeout: Option<Duration>,
+) -> io::Result<Option<Bytes>> {
+    let read = async {
+        let mut buf = Vec::with_capacity(H2_PREFACE.len());
+        while buf.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(&buf) {
+            let n = (&mut *stream)
+                .take((H2_PREFACE.len() - buf.len()) as u64)
+                .read_buf(&mut buf)
+                .await?;
+            if n == 0 {
+                return Ok(None);
+            }
+        }
+        Ok(Some(Bytes::from(buf)))
+    };
+    match timeout {
+        None => read.await,
+        Some(t) => tokio::time::timeout(t, read).await.unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no request head within the header read timeout",
+            ))
+        }),
+    }
+}
+
+/// An accepted stream as hyper sees it: its first bytes, read already, are
+/// read again first; a write the peer leaves pending for the write timeout
+/// fails.
+struct Io {
+    prefix: Bytes,
+    stream: TcpStream,
+    write_timeout: Option<Duration>,
+    /// Running while a write is pending (kept to be reset, not reallocated).
+    stall: Option<(Pin<Box<Sleep>>, bool)>,
+}
+
+impl Io {
+    /// After a write returned `Pending`: `Pending` too, until the write
+    /// timeout since the first such write, then an error.
+    fn poll_stalled<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let Some(timeout) = self.write_timeout else {
+            return Poll::Pending;
+        };
+        let (sleep, running) = self
+            .stall
+            .get_or_insert_with(|| (Box::pin(tokio::time::sleep(timeout)), true));
+        if !*running {
+            // `checked_add`: a huge timeout is "never", not a panic.
+            if let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) {
+                sleep.as_mut().reset(deadline);
+            } else {
+                return Poll::Pending;
+            }
+            *running = true;
+        }
+        std::task::ready!(sleep.as_mut().poll(cx));
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the peer took nothing within the write timeout",
+        )))
+    }
+
+    /// A write made progress (or failed): the stall is over.
+    fn wrote<T>(&mut self, out: io::Result<T>) -> Poll<io::Result<T>> {
+        if let Some((_, running)) = self.stall.as_mut() {
+            *running = false;
+        }
+        Poll::Ready(out)
+    }
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.prefix.has_remaining() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix[..n]);
+            self.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.stream).poll_write(cx, buf) {
+            Poll::Ready(out) => self.wrote(out),
+            Poll::Pending => self.poll_stalled(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.stream).poll_write_vectored(cx, bufs) {
+            Poll::Ready(out) => self.wrote(out),
+            Poll::Pending => self.poll_stalled(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 

@@ -14,7 +14,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::config::{Config, LegacyRequests, DEFAULT_MAX_BODY_BYTES};
+use super::config::{
+    Config, LegacyRequests, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
+};
 use super::future::ResponseFuture;
 use super::handle;
 use super::origin::OriginPolicy;
@@ -89,8 +91,10 @@ use crate::transport::McpService;
 ///    cancelled the request) is answered with a `-32603` error like any
 ///    other failure.
 /// 5. `subscriptions/listen` streams at once and stays open until the handler
-///    ends (its result, with the subscription id added, closes the stream),
-///    the client closes it (the handler is dropped, token fired), or the
+///    ends (its result, with the subscription id added, closes the stream;
+///    if it ends as [`Cancelled`](crate::Cancelled) on its own — the server
+///    tore the subscription down — a `notifications/cancelled` referencing
+///    the listen id closes it instead), the client closes it (the handler is dropped, token fired), or the
 ///    [shutdown token](StreamableHttpService::shutdown) fires (the handler is
 ///    dropped and the graceful listen result is sent, then the stream closes).
 /// 6. The [shutdown token](StreamableHttpService::shutdown) cancels every
@@ -111,7 +115,9 @@ use crate::transport::McpService;
 /// whatever the header says (a 2025 header on it is a mismatch): a header
 /// cannot switch the checks, or cancel-on-disconnect, off. By default a
 /// disconnect does **not** cancel it: in those revisions disconnection is not
-/// cancellation, so the handler is left to run to its end and its answer is
+/// cancellation, so the handler is left to run on (until its end, or the
+/// [shutdown](StreamableHttpService::shutdown) after the drain grace, as
+/// any request) and its answer is
 /// discarded. [`LegacyRequests`] changes that. Without
 /// [`legacy_sessions`](StreamableHttpService::legacy_sessions), what the
 /// adapter does not do of the 2025 transport: sessions (`Mcp-Session-Id` is
@@ -141,6 +147,13 @@ impl<S> StreamableHttpService<S> {
     /// The default body limit: 4 MiB.
     pub const DEFAULT_MAX_BODY_BYTES: usize = DEFAULT_MAX_BODY_BYTES;
 
+    /// The default of [`body_timeout`](Self::body_timeout): 30 s.
+    pub const DEFAULT_BODY_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
+
+    /// The default of [`max_in_flight`](Self::max_in_flight): 1024
+    /// requests at once (what the stdio server lets one connection run).
+    pub const DEFAULT_MAX_IN_FLIGHT: usize = DEFAULT_MAX_IN_FLIGHT;
+
     /// The adapter around `inner`, with the defaults: localhost origins only,
     /// 4 MiB bodies, keep-alive every 15 s, SSE after 10 s of silence,
     /// 2026-07-28 supported, earlier revisions served without
@@ -166,6 +179,18 @@ impl<S> StreamableHttpService<S> {
     /// Sets the body size limit; larger bodies get `413`.
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.config_mut().max_body_bytes = limit;
+        self
+    }
+
+    /// Sets how long the request body may stall: a body whose next chunk
+    /// does not come within this time of the previous one (or of the
+    /// request head) is refused with `408` and the handler is not called.
+    /// A slow upload that keeps sending is not affected. `None`: no timer
+    /// (default [`DEFAULT_BODY_TIMEOUT`](Self::DEFAULT_BODY_TIMEOUT); any
+    /// value is accepted). The [shutdown token](Self::shutdown) also ends
+    /// the wait for a body, with `503`.
+    pub fn body_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config_mut().body_timeout = timeout;
         self
     }
 
@@ -312,6 +337,24 @@ impl<S> StreamableHttpService<S> {
     /// same token, the server returns once they are all done.
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.config_mut().drain_grace = grace;
+        self
+    }
+
+    /// Bounds the MCP requests this adapter runs at once (default
+    /// [`DEFAULT_MAX_IN_FLIGHT`](Self::DEFAULT_MAX_IN_FLIGHT); at least 1).
+    ///
+    /// Every request whose handler is called counts, from the call until
+    /// its end: attached to its response, detached (a 2025-era request
+    /// whose client hung up runs on, see [`LegacyRequests::Serve`]), and
+    /// open `subscriptions/listen` streams. Notifications, `DELETE` and
+    /// refused requests do not. A request past the bound is answered at
+    /// once, without calling the handler: `503` with `Retry-After: 1` and
+    /// a JSON-RPC error (`-32603`, "the server has its maximum of N
+    /// requests in flight"). The count is shared by the clones of this
+    /// adapter (and by the services a [`StreamableHttpLayer`] made from
+    /// it); each call of this method starts a new one.
+    pub fn max_in_flight(mut self, requests: usize) -> Self {
+        self.config_mut().set_max_in_flight(requests);
         self
     }
 

@@ -1,6 +1,7 @@
 //! The answer to one POST, in either shape: a JSON body, or an SSE stream
-//! whose progress goes to the request's route and whose final response ends
-//! the call; each SSE event bounded in size.
+//! whose progress goes to the request's route and whose final response (or
+//! the server's `notifications/cancelled` of a torn-down listen) ends the
+//! call; each SSE event bounded in size.
 
 use std::fmt;
 use std::pin::Pin;
@@ -15,8 +16,8 @@ use http_body_util::{BodyExt, Limited};
 use sse_stream::SseStream;
 
 use super::HttpClientError;
-use crate::error::BoxError;
-use crate::jsonrpc::{Message, RequestId, PROGRESS};
+use crate::error::{BoxError, Cancelled};
+use crate::jsonrpc::{Message, RequestId, CANCELLED, PROGRESS};
 use crate::transport::call::client::{outcome, route_progress, Route};
 
 const MAX_RESPONSE_BYTES: usize = 64 << 20;
@@ -171,6 +172,17 @@ where
             Ok(Message::Notification(n)) if n.method == PROGRESS => {
                 route_progress(n.params.as_deref(), |t| route.tap_for(t));
             }
+            // The server tore the request down (a `subscriptions/listen`,
+            // the one request a server cancels): no result will follow.
+            Ok(Message::Notification(n)) if n.method == CANCELLED => match n.cancel_request() {
+                Some((cancelled, reason)) if cancelled == *id => {
+                    tracing::debug!(request_id = %id, %reason, "server ended the request (subscription torn down)");
+                    return Err(Box::new(Cancelled::new(reason)));
+                }
+                _ => {
+                    tracing::debug!(request_id = %id, "notifications/cancelled for another request on this stream ignored");
+                }
+            },
             Ok(Message::Notification(n)) => {
                 tracing::debug!(request_id = %id, method = ?n.method, "notification on the response stream");
             }

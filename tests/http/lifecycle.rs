@@ -1,0 +1,666 @@
+//! The server's lifecycle: work it runs outside a request's response
+//! (a 2025-era handler whose client hung up) is reached by shutdown, the
+//! drain grace and a session's `DELETE`, counted by the in-flight bound,
+//! and waited for by `serve`; a `subscriptions/listen` the server tears
+//! down ends with `notifications/cancelled`; every state in which a peer
+//! holds a connection has a timer (no first byte, inside the HTTP/2
+//! preface, a partial or idle HTTP/1 head, a silent HTTP/2 peer, a stalled
+//! body, a reader that stopped reading).
+//!
+//! Time is paused in every test. The adapter is called directly where no
+//! socket is needed; `serve` tests run the server in the test's runtime on
+//! loopback sockets, where the paused clock advances only once no socket
+//! event is ready (tokio polls the sockets before it moves the clock).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower::{service_fn, Service, ServiceExt};
+use tower_mcp_cancel::test_util::{Event, Recorder};
+use tower_mcp_cancel::transport::http::{serve, Server, StreamableHttpService};
+use tower_mcp_cancel::{BoxError, CancelReason, Cancelled, McpRequest};
+
+use crate::support::drain::{service, GRACE};
+use crate::support::http::{modern_headers, raw_post, read_until, tool_call, Tools};
+
+/// A 2025-era POST (`MCP-Protocol-Version: 2025-11-25`, no modern `_meta`).
+fn legacy_post(id: i64, method: &str, params: Value) -> Request<Full<Bytes>> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    Request::post("http://127.0.0.1/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(Full::new(serde_json::to_vec(&body).unwrap().into()))
+        .unwrap()
+}
+
+/// A 2026 POST of `body` (which carries its `_meta`).
+fn modern_post(body: &Value) -> Request<Full<Bytes>> {
+    let method = body["method"].as_str().unwrap();
+    let mut b = Request::post("http://127.0.0.1/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = body["params"]["name"].as_str() {
+        b = b.header("mcp-name", name);
+    }
+    b.body(Full::new(serde_json::to_vec(body).unwrap().into()))
+        .unwrap()
+}
+
+/// Starts a request whose response is awaited in a task: aborting the task
+/// is the client hanging up.
+fn start<S>(svc: &S, req: Request<Full<Bytes>>) -> tokio::task::JoinHandle<(StatusCode, String)>
+where
+    S: Service<
+            Request<Full<Bytes>>,
+            Response = Response<tower_mcp_cancel::transport::http::ResponseBody>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    let svc = svc.clone();
+    tokio::spawn(async move {
+        let res = svc.oneshot(req).await.unwrap();
+        let status = res.status();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    })
+}
+
+/// The JSON-RPC messages of an SSE body (its `data:` lines) or a JSON body.
+fn messages(body: &str) -> Vec<Value> {
+    let data: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    if data.is_empty() {
+        serde_json::from_str(body).into_iter().collect()
+    } else {
+        data
+    }
+}
+
+// ---------------------------------------------------------------------------
+// subscriptions/listen torn down by the server
+
+#[tokio::test(start_paused = true)]
+async fn a_listen_torn_down_by_the_server_ends_its_stream_with_notifications_cancelled() {
+    let mcp = service_fn(|req: McpRequest| async move {
+        assert_eq!(req.method(), "subscriptions/listen");
+        Err::<Value, BoxError>(Box::new(Cancelled::new(CancelReason::Other(
+            "subscription closed by the server".into(),
+        ))))
+    });
+    let svc = StreamableHttpService::new(mcp);
+    let listen = json!({"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen", "params": {
+    "notifications": {"toolsListChanged": true},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    }}});
+    let (status, body) = start(&svc, modern_post(&listen)).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let last = messages(&body).pop().unwrap_or(Value::Null);
+    assert_eq!(last["method"], "notifications/cancelled", "{body}");
+    assert_eq!(last["params"]["requestId"], 7, "{body}");
+    assert!(last["params"]["reason"].is_string(), "{body}");
+    assert!(last.get("id").is_none(), "a notification: {body}");
+}
+
+#[tokio::test]
+async fn the_http_client_ends_a_listen_the_server_tore_down_as_cancelled() {
+    use tower_mcp_cancel::transport::http::HttpClient;
+    let mcp = service_fn(|req: McpRequest| async move {
+        if req.method() == "subscriptions/listen" {
+            return Err::<Value, BoxError>(Box::new(Cancelled::new(CancelReason::Other(
+                "subscription closed by the server".into(),
+            ))));
+        }
+        Ok(json!({"resultType": "complete"}))
+    });
+    let shutdown = CancellationToken::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(
+        listener,
+        StreamableHttpService::new(mcp),
+        shutdown.clone(),
+    ));
+
+    let client = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
+    let listen = McpRequest::new(7, "subscriptions/listen")
+        .with_params(json!({"notifications": {"toolsListChanged": true}}));
+    let err = tokio::time::timeout(crate::support::http::WAIT, client.oneshot(listen))
+        .await
+        .expect("the call ended")
+        .expect_err("a torn-down listen has no result");
+    let cancelled = err
+        .downcast_ref::<Cancelled>()
+        .unwrap_or_else(|| panic!("not Cancelled: {err}"));
+    assert!(
+        matches!(cancelled.reason(), CancelReason::Peer(Some(r)) if r.contains("subscription closed")),
+        "{cancelled:?}"
+    );
+    shutdown.cancel();
+}
+// ---------------------------------------------------------------------------
+// detached 2025-era handlers: shutdown and the drain grace reach them
+
+#[tokio::test(start_paused = true)]
+async fn a_legacy_request_whose_client_hung_up_is_cancelled_by_shutdown_after_the_grace() {
+    let (recorder, mut events) = Recorder::new();
+    let shutdown = CancellationToken::new();
+    let svc = StreamableHttpService::new(service(recorder))
+        .shutdown(shutdown.clone())
+        .drain_grace(GRACE);
+    let call = start(&svc, legacy_post(1, "work", json!({"ms": 60_000})));
+    assert_eq!(events.next().await, Event::Started(1.into()));
+    // The client hangs up: a 2025 request is detached, not cancelled.
+    call.abort();
+    let _ = call.await;
+    assert!(
+        events.try_next().is_none(),
+        "a disconnect does not cancel it"
+    );
+
+    let t0 = Instant::now();
+    shutdown.cancel();
+    let mut seen = events
+        .until(|e| matches!(e, Event::Dropped(_) | Event::Done(_)))
+        .await;
+    assert_eq!(
+        seen.last(),
+        Some(&Event::Dropped(1.into())),
+        "the detached handler was dropped by the shutdown, not left to finish: {seen:?}"
+    );
+    assert_eq!(t0.elapsed(), GRACE, "dropped when the grace was over");
+    if !seen.iter().any(|e| matches!(e, Event::Token(..))) {
+        seen = events.until(|e| matches!(e, Event::Token(..))).await;
+    }
+    assert!(
+        seen.contains(&Event::Token(1.into(), Some(CancelReason::Shutdown))),
+        "its token fired with Shutdown: {seen:?}"
+    );
+}
+
+/// A response future that records its drop: hyper drops it when the
+/// client's connection is gone, which orders the test after the detach.
+struct NoteDrop<F> {
+    inner: Pin<Box<F>>,
+    recorder: Recorder,
+}
+
+impl<F: Future> Future for NoteDrop<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl<F> Drop for NoteDrop<F> {
+    fn drop(&mut self) {
+        self.recorder.note("response dropped");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn serve_returns_only_after_a_detached_legacy_handler_ended() {
+    let (tools, mut events) = Tools::new();
+    let shutdown = CancellationToken::new();
+    let svc = StreamableHttpService::new(tools.service())
+        .shutdown(shutdown.clone())
+        .drain_grace(GRACE);
+    let recorder = tools.recorder();
+    let app = service_fn(move |req: Request<hyper::body::Incoming>| NoteDrop {
+        inner: Box::pin(svc.clone().oneshot(req)),
+        recorder: recorder.clone(),
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut server = tokio::spawn(serve(listener, app, shutdown.clone()));
+
+    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "wait_release", "arguments": {}}}))
+    .unwrap();
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-11-25\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(&body).await.unwrap();
+    events.until(|e| *e == Event::Started(1.into())).await;
+    drop(client);
+    events
+        .until(|e| *e == Event::Note("response dropped"))
+        .await;
+
+    shutdown.cancel();
+    tokio::select! {
+        biased;
+        seen = events.until(|e| matches!(e, Event::Dropped(_) | Event::Done(_))) => {
+            assert_eq!(seen.last(), Some(&Event::Dropped(1.into())), "{seen:?}");
+        }
+        _ = &mut server => panic!("serve returned while a detached handler still ran"),
+    }
+    tokio::time::timeout(GRACE, server)
+        .await
+        .expect("serve returned once the detached handler ended")
+        .unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// the bound on the work one adapter runs
+
+#[tokio::test(start_paused = true)]
+async fn past_the_default_bound_a_request_is_refused_with_503_and_detached_handlers_count() {
+    // The documented default: 1024 requests at once, attached or detached.
+    const BOUND: i64 = 1024;
+    assert_eq!(
+        StreamableHttpService::<()>::DEFAULT_MAX_IN_FLIGHT,
+        BOUND as usize
+    );
+    let (tools, mut events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service());
+    for id in 0..BOUND {
+        let call = start(
+            &svc,
+            legacy_post(id, "tools/call", json!({"name": "hang", "arguments": {}})),
+        );
+        events.until(|e| *e == Event::Started(id.into())).await;
+        // Half of them are detached (their clients hung up).
+        if id % 2 == 0 {
+            call.abort();
+            let _ = call.await;
+        }
+    }
+    let echo = tool_call(BOUND, "echo", json!({"text": "one too many"}));
+    let (status, body) = start(&svc, modern_post(&echo)).await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let error: Value = serde_json::from_str(&body).expect("a JSON-RPC error body");
+    assert_eq!(error["id"], BOUND, "{body}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("in flight")),
+        "{body}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bound_counts_a_request_until_its_end_and_takes_any_value() {
+    let (tools, mut events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service()).max_in_flight(0);
+    let held = start(&svc, modern_post(&tool_call(1, "wait_release", json!({}))));
+    events.until(|e| *e == Event::Started(1.into())).await;
+
+    let res = svc
+        .clone()
+        .oneshot(modern_post(&tool_call(2, "echo", json!({"text": "x"}))))
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "0 is taken as 1"
+    );
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(res.headers()["content-type"], "application/json");
+
+    tools.release.notify_one();
+    assert_eq!(held.await.unwrap().0, StatusCode::OK);
+    let (status, body) = start(
+        &svc,
+        modern_post(&tool_call(3, "echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the place was given back at the end: {body}"
+    );
+
+    let huge = StreamableHttpService::new(tools.service()).max_in_flight(usize::MAX);
+    let (status, _) = start(
+        &huge,
+        modern_post(&tool_call(4, "echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK);
+}
+
+// ---------------------------------------------------------------------------
+// connection timers
+
+/// `serve` with `server` on a free loopback port; its address.
+async fn serve_with(server: Server, shutdown: &CancellationToken) -> std::net::SocketAddr {
+    let (tools, _events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server.serve(listener, svc, shutdown.clone()));
+    addr
+}
+
+/// Reads until the server closes the connection; when that was, or `None`
+/// if it was still open after `bound`.
+async fn closed_within(stream: &mut TcpStream, bound: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(bound, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return t0.elapsed(),
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_sends_nothing_is_closed_by_the_header_read_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_inside_the_http2_preface_is_closed_by_the_header_read_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partial_http1_head_is_closed_by_the_header_read_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert!(
+        closed.is_some_and(|t| t <= 2 * Server::DEFAULT_HEADER_READ_TIMEOUT),
+        "{closed:?}"
+    );
+}
+
+/// An echo call over a raw HTTP/1.1 connection, answered `200`.
+async fn echo_over(client: &mut TcpStream) {
+    let headers = modern_headers("echo");
+    let extra: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    client
+        .write_all(&raw_post(
+            &tool_call(1, "echo", json!({"text": "hi"})),
+            &extra,
+        ))
+        .await
+        .unwrap();
+    let answer = read_until(client, "\"hi\"").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_http1_keep_alive_connection_is_closed_by_the_header_read_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    echo_over(&mut client).await;
+    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_header_read_timeout_of_duration_max_is_never_and_does_not_panic() {
+    let shutdown = CancellationToken::new();
+    let server = Server::new().header_read_timeout(Some(Duration::MAX));
+    let addr = serve_with(server, &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    echo_over(&mut client).await;
+}
+
+// Real time: HTTP/2 sends a request's head and body as separate frames,
+// and a paused clock could jump past the body timeout between them.
+#[tokio::test]
+async fn an_http2_keep_alive_of_duration_max_is_never_and_does_not_panic() {
+    use crate::support::http::{post, text, Conn, Proto};
+    let shutdown = CancellationToken::new();
+    let server = Server::new().http2_keep_alive(Some(Duration::MAX));
+    let addr = serve_with(server, &shutdown).await;
+    let mut conn = Conn::connect(addr, Proto::H2).await;
+    let res = conn
+        .send(post(
+            &tool_call(1, "echo", json!({"text": "hi"})),
+            &modern_headers("echo"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(text(res).await.contains("hi"));
+}
+
+/// An HTTP/2 frame header and payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http2_connection_that_stops_answering_is_closed_by_keep_alive() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    // The preface and an empty SETTINGS; after that the peer goes quiet and
+    // answers nothing (no SETTINGS ack, no PING ack).
+    client
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    client.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+    let closed = closed_within(&mut client, Duration::from_secs(3600)).await;
+    assert!(closed.is_some(), "a dead HTTP/2 peer holds its socket");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_its_stream_is_closed_by_the_write_timeout() {
+    use tower_mcp_cancel::notify::RequestContext;
+    let (recorder, mut events) = Recorder::new();
+    // A handler that streams large notifications for as long as it can.
+    let mcp = service_fn(move |req: McpRequest| {
+        let recording = recorder.start(&req);
+        async move {
+            let _recording = recording;
+            let ctx = RequestContext::of(&req);
+            let chunk = "x".repeat(256 << 10);
+            let message = json!({"level": "info", "data": chunk});
+            while ctx.notify("notifications/message", &message).await {}
+            Ok::<Value, BoxError>(json!({"resultType": "complete"}))
+        }
+    });
+    let shutdown = CancellationToken::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Server::new().serve(listener, StreamableHttpService::new(mcp), shutdown.clone()));
+
+    // The client sends its request, then reads nothing.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(addr).await.unwrap();
+    let headers = modern_headers("flood");
+    let extra: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    client
+        .write_all(&raw_post(&tool_call(1, "flood", json!({})), &extra))
+        .await
+        .unwrap();
+    assert_eq!(events.next().await, Event::Started(1.into()));
+    // The handler is dropped when the server gives up on the connection.
+    assert_eq!(events.next().await, Event::Dropped(1.into()));
+    drop(client);
+}
+
+// ---------------------------------------------------------------------------
+// a request body that stalls
+
+/// A POST whose body sends `{` and then nothing more.
+fn stalled_post() -> Request<impl http_body::Body<Data = Bytes, Error = Infallible> + Send + 'static>
+{
+    use futures_util::StreamExt;
+    use http_body::Frame;
+    let frames =
+        futures_util::stream::iter([Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"{")))])
+            .chain(futures_util::stream::pending());
+    Request::post("http://127.0.0.1/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .body(http_body_util::StreamBody::new(frames))
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_body_that_stalls_is_refused_with_408_after_the_body_timeout() {
+    let (tools, _events) = Tools::new();
+    let svc = StreamableHttpService::new(tools.service());
+    let t0 = Instant::now();
+    let res = tokio::time::timeout(Duration::from_secs(3600), svc.oneshot(stalled_post()))
+        .await
+        .expect("a stalled body is not waited for forever")
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_secs(30),
+        "the documented default"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_answers_a_request_whose_body_is_still_coming_with_503() {
+    let (tools, _events) = Tools::new();
+    let shutdown = CancellationToken::new();
+    let svc = StreamableHttpService::new(tools.service()).shutdown(shutdown.clone());
+    let call = tokio::spawn(svc.oneshot(stalled_post()));
+    tokio::task::yield_now().await;
+    shutdown.cancel();
+    let t0 = Instant::now();
+    let res = tokio::time::timeout(Duration::from_secs(3600), call)
+        .await
+        .expect("the shutdown reaches a body read")
+        .unwrap()
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_delete_reaches_a_detached_handler_and_gives_its_place_back() {
+    use tower_mcp_cancel::transport::http::headers::MCP_SESSION_ID_HEADER;
+    use tower_mcp_cancel::transport::http::LegacySessions;
+    let (tools, mut events) = Tools::new();
+    let inner = tools.service();
+    let mcp = service_fn(move |req: McpRequest| {
+        let inner = inner.clone();
+        async move {
+            if req.method() == "initialize" {
+                return Ok::<_, BoxError>(json!({"protocolVersion": "2025-11-25"}));
+            }
+            inner.oneshot(req).await
+        }
+    });
+    let svc = StreamableHttpService::new(mcp)
+        .legacy_sessions(LegacySessions::new())
+        .max_in_flight(1);
+    let init = legacy_post(
+        0,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25",
+        "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}),
+    );
+    let res = svc.clone().oneshot(init).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let session = res.headers()[MCP_SESSION_ID_HEADER].clone();
+    let in_session = |mut req: Request<Full<Bytes>>| {
+        req.headers_mut()
+            .insert(MCP_SESSION_ID_HEADER, session.clone());
+        req
+    };
+
+    let call = start(
+        &svc,
+        in_session(legacy_post(
+            1,
+            "tools/call",
+            json!({"name": "hang", "arguments": {}}),
+        )),
+    );
+    events.until(|e| *e == Event::Started(1.into())).await;
+    call.abort();
+    let _ = call.await;
+    let echo = || {
+        in_session(legacy_post(
+            2,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        ))
+    };
+    let (status, _) = start(&svc, echo()).await.unwrap();
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the detached handler holds the place"
+    );
+
+    let delete = in_session(
+        Request::delete("http://127.0.0.1/mcp")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    );
+    assert_eq!(
+        svc.clone().oneshot(delete).await.unwrap().status(),
+        StatusCode::OK
+    );
+    events.until(|e| *e == Event::Dropped(1.into())).await;
+
+    let res = svc
+        .clone()
+        .oneshot(legacy_post(
+            3,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "the place was given back");
+}
