@@ -350,3 +350,141 @@ async fn legacy_requests_carry_no_2026_meta() {
     assert_eq!(r["content"][0]["text"], "meta");
     session_of(&c);
 }
+
+/// A modern server (the adapter, 2026 only) behind a front that refuses a
+/// `tools/call` of the tool `refuse-<status>` with that status and an id-less
+/// JSON-RPC error (what a gateway, an auth layer or a rate limiter sends);
+/// every JSON-RPC method that reaches the front is recorded.
+async fn refusing_modern_server() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    Events,
+) {
+    let (tools, events) = Tools::new();
+    let adapter = StreamableHttpService::new(tools.service());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let methods = seen.clone();
+    let front = service_fn(move |req: Request<Incoming>| {
+        let adapter = adapter.clone();
+        let methods = methods.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let json: Value = serde_json::from_slice(&body).unwrap_or_default();
+            if let Some(m) = json["method"].as_str() {
+                methods.lock().unwrap().push(m.to_owned());
+            }
+            let refuse = json["params"]["name"]
+                .as_str()
+                .and_then(|n| n.strip_prefix("refuse-"))
+                .and_then(|s| s.parse::<u16>().ok());
+            if let Some(status) = refuse {
+                let body =
+                    r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"refused"}}"#;
+                let res = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(
+                        Full::new(Bytes::from(body))
+                            .map_err(|never| match never {})
+                            .boxed_unsync(),
+                    )
+                    .unwrap();
+                return Ok::<_, Infallible>(res);
+            }
+            let req = Request::from_parts(parts, Full::new(body));
+            let res = match adapter.oneshot(req).await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            };
+            Ok(res.map(|b| b.map_err(BoxError::from).boxed_unsync()))
+        }
+    });
+    let addr = serve(front, Proto::H1, tools.recorder()).await;
+    (addr, seen, events)
+}
+
+/// Only a `400` without a recognized modern error means "2025 server": any
+/// other refusal of the first request (`401`, `403`, `404`, `405`, `413`,
+/// `429`) is that call's error, no `initialize` is sent, and the client
+/// stays modern for the next call.
+#[tokio::test]
+async fn only_a_400_without_a_modern_error_falls_back_to_initialize() {
+    for status in [401u16, 403, 404, 405, 413, 429] {
+        let (addr, seen, _events) = refusing_modern_server().await;
+        let mut c = client(addr);
+        let err = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call(&format!("refuse-{status}"), json!({}))),
+        )
+        .await
+        .unwrap_err();
+        match err.downcast_ref::<tower_mcp_cancel::transport::http::HttpClientError>() {
+            Some(tower_mcp_cancel::transport::http::HttpClientError::Status {
+                status: s, ..
+            }) => {
+                assert_eq!(s.as_u16(), status, "{err}")
+            }
+            _ => panic!("{status}: not the refusal's status error: {err}"),
+        }
+        assert!(
+            !matches!(c.server_era(), ServerEra::Legacy { .. }),
+            "{status}: {:?}",
+            c.server_era()
+        );
+        let r = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call("echo", json!({"text": "still modern"}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r["content"][0]["text"], "still modern");
+        assert_eq!(c.server_era(), ServerEra::Modern, "{status}");
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            !seen.iter().any(|m| m == "initialize"),
+            "{status}: the client sent initialize: {seen:?}"
+        );
+    }
+}
+
+/// The adapter's own `413` (a body over its limit) is the call's error: a
+/// modern server that refuses one large request is not taken for a 2025
+/// one.
+#[tokio::test]
+async fn a_413_from_a_modern_server_is_the_calls_error() {
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s.max_body_bytes(2048)).await;
+    let mut c = client(addr);
+    let big = "x".repeat(4096);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({ "text": big }))),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("413"),
+        "the 413 itself, not a failed initialize: {err}"
+    );
+    assert!(!matches!(c.server_era(), ServerEra::Legacy { .. }));
+    let r = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "small"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["content"][0]["text"], "small");
+    assert_eq!(c.server_era(), ServerEra::Modern);
+}
