@@ -307,3 +307,51 @@ async fn a_progress_observer_gets_a_token_without_a_progress_reset_layer() {
         assert_eq!(got, vec![1.0, 2.0, 3.0], "{proto:?}");
     }
 }
+
+/// The example binary `name` (`target/<profile>/examples/`), built if it is
+/// not there yet.
+fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+        assert!(status.success(), "building the example {name} failed");
+    }
+    bin
+}
+
+/// `mcp_call --url` against an endpoint it cannot reach fails once, saying
+/// why: a transport error is not the spec's signal of a 2025 server, so it
+/// does not "try initialize" (which would only fail the same way again).
+#[tokio::test]
+async fn mcp_call_does_not_try_initialize_after_a_transport_error() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut cmd = tokio::process::Command::new(example("mcp_call"));
+    cmd.args(["--url", &format!("http://127.0.0.1:{closed}/mcp"), "echo"])
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("mcp_call exits")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(!stderr.contains("trying initialize"), "{stderr}");
+    assert_eq!(
+        stderr.matches("connection refused").count(),
+        1,
+        "one failure, said once: {stderr}"
+    );
+}
