@@ -308,6 +308,91 @@ async fn a_progress_observer_gets_a_token_without_a_progress_reset_layer() {
     }
 }
 
+/// A `tools/call` of `name` with `args`, under the caller's `id` and
+/// progress token `token`.
+fn call_as(id: i64, token: &str, name: &str, args: serde_json::Value) -> McpRequest {
+    McpRequest::new(id, "tools/call")
+        .with_params(json!({"name": name, "arguments": args, "_meta": {"progressToken": token}}))
+}
+
+fn refused_as_duplicate(out: Result<serde_json::Value, tower_mcp_cancel::BoxError>, what: &str) {
+    let err = out.expect_err(what);
+    let e = err
+        .downcast_ref::<ErrorObject>()
+        .unwrap_or_else(|| panic!("{what}: not a JSON-RPC error: {err}"));
+    assert_eq!(e.code, ErrorObject::INVALID_REQUEST, "{what}: {err}");
+    assert!(e.message.contains("in flight"), "{what}: {err}");
+}
+
+/// Ids and progress tokens are unique among one client's calls in flight:
+/// with a call under id 1 and token "p" on the server, a second call with
+/// id 1, or with token "p", is refused (`-32600`) without being sent; an id
+/// the client assigns is not 1; once the first call is answered, both are
+/// free again. Run against a modern server here, and against a 2025 one in
+/// its session in `legacy_client`.
+pub(crate) async fn ids_and_tokens_stay_unique(
+    mut c: HttpClient,
+    tools: &Tools,
+    events: &mut Events,
+) {
+    let first = tokio::spawn(
+        c.clone()
+            .oneshot(call_as(1, "p", "wait_release", json!({}))),
+    );
+    let started = events.until(|e| matches!(e, Event::Started(_))).await;
+    assert_eq!(started.last(), Some(&Event::Started(RequestId::Number(1))));
+
+    let same_id = bounded(c.ready().await.unwrap().call(call_as(
+        1,
+        "q",
+        "echo",
+        json!({"text": "same id"}),
+    )))
+    .await;
+    refused_as_duplicate(same_id, "the same id");
+    let same_token = bounded(c.ready().await.unwrap().call(call_as(
+        2,
+        "p",
+        "echo",
+        json!({"text": "same token"}),
+    )))
+    .await;
+    refused_as_duplicate(same_token, "the same token");
+
+    // An id the client assigns avoids the one in flight.
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "assigned"}))),
+    )
+    .await
+    .unwrap();
+    let done = events.until(|e| matches!(e, Event::Done(_))).await;
+    let Some(Event::Done(assigned)) = done.last() else {
+        unreachable!()
+    };
+    assert_ne!(assigned, &RequestId::Number(1), "{done:?}");
+
+    tools.release.notify_one();
+    bounded(first).await.unwrap().unwrap();
+    let again = bounded(c.ready().await.unwrap().call(call_as(
+        1,
+        "p",
+        "echo",
+        json!({"text": "free again"}),
+    )))
+    .await
+    .unwrap();
+    assert_eq!(again["content"][0]["text"], "free again");
+}
+
+#[tokio::test]
+async fn ids_and_tokens_are_unique_among_calls_in_flight() {
+    let (addr, tools, mut events) = serve_tools(Proto::H1, |s| s).await;
+    ids_and_tokens_stay_unique(client(addr, Proto::H1), &tools, &mut events).await;
+}
+
 /// The example binary `name` (`target/<profile>/examples/`), built if it is
 /// not there yet.
 fn example(name: &str) -> std::path::PathBuf {

@@ -488,3 +488,13 @@ async fn a_413_from_a_modern_server_is_the_calls_error() {
     assert_eq!(r["content"][0]["text"], "small");
     assert_eq!(c.server_era(), ServerEra::Modern);
 }
+
+/// The uniqueness of ids and progress tokens among calls in flight holds in
+/// a 2025 session too.
+#[tokio::test]
+async fn ids_and_tokens_are_unique_in_a_legacy_session() {
+    let (addr, tools, mut events) = legacy_server().await;
+    let c = client(addr);
+    crate::client::ids_and_tokens_stay_unique(c.clone(), &tools, &mut events).await;
+    session_of(&c);
+}
