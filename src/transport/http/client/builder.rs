@@ -39,10 +39,11 @@ impl HttpClientBuilder {
         self
     }
 
-    /// Whether a server that answers the first (modern) request with a `4xx`
-    /// without a recognized modern error is spoken to in its 2025 revision:
-    /// `initialize`, then its session (default: on; the spec's dual-era
-    /// client). Off: such answers are errors.
+    /// Whether a server that answers the first (modern) request with
+    /// `400 Bad Request` whose body is not a recognized modern error is
+    /// spoken to in its 2025 revision: `initialize`, then its session
+    /// (default: on; the spec's dual-era client). Off: such answers are
+    /// errors. Other refusals are errors either way.
     pub fn legacy_fallback(mut self, on: bool) -> Self {
         self.legacy_fallback = on;
         self

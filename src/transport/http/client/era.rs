@@ -4,13 +4,17 @@
 //! ends the session.
 //!
 //! Detection follows the spec's Backward Compatibility rule: the first
-//! request goes out modern; a `4xx` whose body is not a recognized modern
-//! JSON-RPC error (`HeaderMismatch`, `MissingRequiredClientCapability`,
-//! `UnsupportedProtocolVersion`) means a legacy server, and the client falls
-//! back to `initialize` (then `notifications/initialized`) and sends the
-//! request again in the legacy shape. The result is kept for the client's
-//! lifetime (its clones share it); a legacy session the server ended
-//! (`404`) is initialized again once.
+//! request goes out modern; a `400 Bad Request` whose body is not a
+//! recognized modern JSON-RPC error (`HeaderMismatch`,
+//! `MissingRequiredClientCapability`, `UnsupportedProtocolVersion`, or any
+//! error answering the request itself) means a legacy server, and the
+//! client falls back to `initialize` (then `notifications/initialized`) and
+//! sends the request again in the legacy shape. Nothing else is that
+//! signal: another status (`401`, `404`, `413`, `429`, …) or a connection
+//! failure is the call's error, and the era stays as it was. A success or a
+//! modern error makes the client modern. The result is kept for the
+//! client's lifetime (its clones share it); a legacy session the server
+//! ended (`404`) is initialized again once.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -163,7 +167,7 @@ impl EraCell {
     }
 }
 
-/// The modern request got a `4xx` without a recognized modern error body:
+/// The modern request got a `400` without a recognized modern error body:
 /// the server is of an earlier era.
 #[derive(Debug)]
 pub(super) struct NotModern(pub(super) StatusCode);

@@ -18,8 +18,9 @@
 //! per spec when its limit fires.
 //!
 //! **Both eras**: the first request goes out in the 2026 shape. A server
-//! that answers it with a `4xx` without a modern error (a 2025-era server,
-//! e.g. "Server not initialized") is spoken to in its revision from then on:
+//! that answers it with `400 Bad Request` whose body is not a recognized
+//! modern error (a 2025-era server, e.g. "Server not initialized" or
+//! "Unsupported protocol version") is spoken to in its revision from then on:
 //! the client sends `initialize` and `notifications/initialized`, keeps the
 //! `Mcp-Session-Id` and the negotiated `MCP-Protocol-Version` for every later
 //! request, and a dropped call also POSTs `notifications/cancelled` (its id,
@@ -28,7 +29,9 @@
 //! [`HttpClient::close`] `DELETE`s the session (the last clone's drop does
 //! it in the background); a session the server ended (`404`) is initialized
 //! again. [`HttpClient::server_era`] tells what was found. The same layer
-//! stack works on both.
+//! stack works on both. That `400` is the spec's only signal: any other
+//! refusal (`401`, `403`, `404`, `413`, `429`, …) or a connection failure
+//! is the error of that call, and the client stays in its era.
 //!
 //! **HTTPS** (feature `tls`): rustls with ring through hyper-rustls, the
 //! platform's roots (or `SSL_CERT_FILE` / `SSL_CERT_DIR`) and
@@ -337,9 +340,6 @@ impl Service<McpRequest> for HttpClient {
                                         Err(e) => Err(e),
                                     }
                                 } else {
-                                    if probe && answered(&out) {
-                                        inner.era.modern();
-                                    }
                                     out
                                 }
                             }
@@ -368,15 +368,6 @@ impl Service<McpRequest> for HttpClient {
             }
             .instrument(span),
         )
-    }
-}
-
-/// Whether the server answered at all (a result or a JSON-RPC error), as
-/// opposed to a transport failure.
-fn answered(out: &Result<serde_json::Value, BoxError>) -> bool {
-    match out {
-        Ok(_) => true,
-        Err(e) => e.is::<crate::jsonrpc::ErrorObject>(),
     }
 }
 
