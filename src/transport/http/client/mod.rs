@@ -33,6 +33,14 @@
 //! refusal (`401`, `403`, `404`, `413`, `429`, …) or a connection failure
 //! is the error of that call, and the client stays in its era.
 //!
+//! **Ids and progress tokens** are unique among the client's calls in flight
+//! (its clones share them), in both eras: those the client assigns skip the
+//! ones in use, and a call whose own id or token is already in flight fails
+//! at once with `-32600` without being sent — the rule of the stdio client
+//! too. In a 2025 session, a cancelled call's id stays in use until its
+//! `notifications/cancelled` is posted, so that no later call is cancelled
+//! by it.
+//!
 //! **HTTPS** (feature `tls`): rustls with ring through hyper-rustls, the
 //! platform's roots (or `SSL_CERT_FILE` / `SSL_CERT_DIR`) and
 //! `HttpClientBuilder::tls_root_certificate`. A connection failure is an
@@ -85,7 +93,9 @@ use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
 use crate::observe::{Era, Transport};
 use crate::protocol::PROTOCOL_VERSION;
-use crate::transport::call::client::{Abandon, CallGuard, Outbound, ResponseFuture, Route};
+use crate::transport::call::client::{
+    Abandon, CallGuard, Outbound, Pending, ResponseFuture, Route,
+};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
 use crate::{CancelReason, McpRequest};
 
@@ -122,6 +132,8 @@ struct Inner {
     client_info: Option<serde_json::Value>,
     headers: HeaderMap,
     outbound: Outbound,
+    /// The ids and progress tokens of the calls in flight.
+    in_flight: Arc<Mutex<Pending<()>>>,
     tools: RwLock<ToolHeaderMap>,
     relist_on_mismatch: bool,
     era: EraCell,
@@ -137,6 +149,39 @@ impl Inner {
     fn tools_mut(&self) -> RwLockWriteGuard<'_, ToolHeaderMap> {
         self.tools.write().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A request's id (and progress token) in the client's table of calls in
+/// flight, until it is dropped.
+struct Lease {
+    table: Arc<Mutex<Pending<()>>>,
+    id: RequestId,
+}
+
+impl Lease {
+    /// A fresh id for a request of the client's own (`initialize`, a
+    /// `tools/list` again).
+    fn fresh(inner: &Inner) -> Self {
+        let id = lock(&inner.in_flight).fresh(&inner.outbound, ());
+        Self {
+            table: inner.in_flight.clone(),
+            id,
+        }
+    }
+
+    fn id(&self) -> &RequestId {
+        &self.id
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        lock(&self.table).take(&self.id);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for Inner {
@@ -258,11 +303,18 @@ impl Service<McpRequest> for HttpClient {
 
     fn call(&mut self, mut req: McpRequest) -> ResponseFuture {
         let inner = self.inner.clone();
-        // Each call is its own stream: neither its id nor its progress
-        // token need avoid others' (a caller's observer without a
+        // Unique among the calls in flight, though each is its own stream:
+        // the server sees them all (a caller's observer without a
         // ProgressResetLayer above gets a token here).
-        let id = inner.outbound.assign_id(&mut req, |_| false);
-        let route = inner.outbound.route(&mut req, |_| false);
+        let registered = lock(&inner.in_flight).register(&inner.outbound, &mut req, |_| false, ());
+        let (id, route) = match registered {
+            Ok(r) => r,
+            Err(e) => return ResponseFuture::new(async move { Err(Box::new(e) as BoxError) }),
+        };
+        let lease = Lease {
+            table: inner.in_flight.clone(),
+            id: id.clone(),
+        };
         let era = inner.era.get();
         // Everything that needs the request is done before the future, so
         // the future holds only what it sends and where progress goes (and,
@@ -287,6 +339,7 @@ impl Service<McpRequest> for HttpClient {
             CancelHttp {
                 inner: inner.clone(),
                 sent_in: sent_in.clone(),
+                lease: Some(lease),
             },
             Transport::Http,
             Some(span_era),
@@ -408,9 +461,12 @@ async fn legacy_call(
 /// (HTTP/1.1: the connection is closed, not reused; HTTP/2: the stream is
 /// reset). On a legacy connection, where a closed stream is not a
 /// cancellation, `notifications/cancelled` is posted too, from a task.
+/// Holds the call's id in flight: released with the call, or, in a legacy
+/// session, once its cancel is posted.
 struct CancelHttp {
     inner: Arc<Inner>,
     sent_in: SentIn,
+    lease: Option<Lease>,
 }
 
 impl CancelHttp {
@@ -430,9 +486,9 @@ impl Abandon for CancelHttp {
         })
     }
 
-    fn cancel(&mut self, id: &RequestId, reason: CancelReason) {
-        if let Some(legacy) = self.legacy() {
-            era::spawn_cancel(&self.inner, &legacy, id, &reason);
+    fn cancel(&mut self, _id: &RequestId, reason: CancelReason) {
+        if let (Some(legacy), Some(lease)) = (self.legacy(), self.lease.take()) {
+            era::spawn_cancel(&self.inner, &legacy, lease, &reason);
         }
     }
 }
