@@ -114,6 +114,10 @@ async fn connect_errors_say_what_failed() {
     let (kind, detail) = connect_error(&err);
     assert_eq!(kind, ConnectErrorKind::Tls, "{err}");
     assert!(detail.contains("UnknownIssuer"), "{err}");
+    assert!(
+        detail.contains("not signed by an authority this client trusts"),
+        "in words: {err}"
+    );
     assert!(err.to_string().contains("TLS handshake failed"), "{err}");
 
     // Trusted, but not for that name: TLS, the name.
@@ -133,6 +137,10 @@ async fn connect_errors_say_what_failed() {
     let (kind, detail) = connect_error(&err);
     assert_eq!(kind, ConnectErrorKind::Tls, "{err}");
     assert!(detail.contains("not valid for name"), "{err}");
+    assert!(
+        detail.contains("not valid for the host name in the URL"),
+        "in words: {err}"
+    );
 
     // Nobody listening: refused.
     let closed = {

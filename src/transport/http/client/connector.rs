@@ -308,4 +308,54 @@ mod tests {
             assert_eq!(target, "example.test");
         }
     }
+
+    /// Each TLS failure a user meets reads as what happened and what to
+    /// do, and keeps rustls' own words for a search.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_failures_are_explained() {
+        use rustls::{AlertDescription, CertificateError, Error, InvalidMessage, OtherError};
+        let other = |name: &str| {
+            let e: Box<dyn std::error::Error + Send + Sync> = name.into();
+            Error::InvalidCertificate(CertificateError::Other(OtherError(e.into())))
+        };
+        let cases = [
+            (
+                other("CaUsedAsEndEntity"),
+                "presented a CA certificate as its own",
+            ),
+            (other("UnsupportedCertVersion"), "X.509 version 1"),
+            (
+                Error::InvalidCertificate(CertificateError::UnknownIssuer),
+                "not signed by an authority this client trusts",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::Expired),
+                "has expired",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::NotValidYet),
+                "not valid yet",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::InvalidPurpose),
+                "serverAuth",
+            ),
+            (
+                Error::InvalidMessage(InvalidMessage::InvalidContentType),
+                "use http://",
+            ),
+            (
+                Error::AlertReceived(AlertDescription::CertificateRequired),
+                "client certificate",
+            ),
+        ];
+        for (e, words) in cases {
+            let text = explain_tls(&e);
+            assert!(text.contains(words), "{e:?}: {text}");
+            assert!(text.ends_with(&format!("(rustls: {e})")), "{text}");
+        }
+        // Unknown to us: rustls' text alone.
+        assert_eq!(explain_tls(&other("Novel")), other("Novel").to_string());
+    }
 }
