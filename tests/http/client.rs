@@ -440,3 +440,45 @@ async fn mcp_call_does_not_try_initialize_after_a_transport_error() {
         "one failure, said once: {stderr}"
     );
 }
+
+/// Runs `mcp_call` with `args` (bounded): its exit status, stdout, stderr.
+async fn mcp_call(args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let mut cmd = tokio::process::Command::new(example("mcp_call"));
+    cmd.args(args).kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("mcp_call exits")
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A modern server that does not implement `server/discover` answers it
+/// with a modern `-32601`: `mcp_call --url` stays modern and calls the tool,
+/// instead of sending it an `initialize` it cannot know.
+#[tokio::test]
+async fn mcp_call_stays_modern_with_a_server_without_server_discover() {
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s).await;
+    let url = format!("http://{addr}/mcp");
+    let (status, out, err) = mcp_call(&["--url", &url, "echo", "text=modern"]).await;
+    assert!(status.success(), "{out}\n{err}");
+    assert!(out.contains("\"modern\""), "{out}");
+    assert!(!err.contains("initialize"), "{err}");
+}
+
+/// A refusal of the call that is not the spec's `400` is reported once, as
+/// the refusal: no `initialize`, no second attempt.
+#[tokio::test]
+async fn mcp_call_reports_a_refusal_without_trying_initialize() {
+    let (addr, seen, _events) = crate::legacy_client::refusing_modern_server().await;
+    let url = format!("http://{addr}/mcp");
+    let (status, out, err) = mcp_call(&["--url", &url, "refuse-401"]).await;
+    assert!(!status.success(), "{out}\n{err}");
+    assert!(err.contains("refused"), "{err}");
+    assert!(!err.contains("trying initialize"), "{err}");
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.iter().any(|m| m == "initialize"), "{seen:?}");
+}

@@ -355,7 +355,7 @@ async fn legacy_requests_carry_no_2026_meta() {
 /// `tools/call` of the tool `refuse-<status>` with that status and an id-less
 /// JSON-RPC error (what a gateway, an auth layer or a rate limiter sends);
 /// every JSON-RPC method that reaches the front is recorded.
-async fn refusing_modern_server() -> (
+pub(crate) async fn refusing_modern_server() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     Events,
