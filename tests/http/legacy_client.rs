@@ -32,6 +32,18 @@ use crate::support::http::{bounded, serve, serve_tools, Event, Events, Proto, To
 /// `Mcp-Method`) get `400` with an id-less error; the rest goes to the
 /// adapter with legacy sessions. `initialize` is answered as 2025 servers do.
 async fn legacy_server() -> (std::net::SocketAddr, Tools, Events) {
+    legacy_server_holding_cancels(None).await
+}
+
+/// [`legacy_server`], whose front, given `hold`, reports each
+/// `notifications/cancelled` that reaches it on `hold.0` and passes it on
+/// only when `hold.1` is notified.
+async fn legacy_server_holding_cancels(
+    hold: Option<(
+        tokio::sync::mpsc::UnboundedSender<()>,
+        std::sync::Arc<tokio::sync::Notify>,
+    )>,
+) -> (std::net::SocketAddr, Tools, Events) {
     let (tools, events) = Tools::new();
     let inner = tools.service();
     let mcp = service_fn(move |req: McpRequest| {
@@ -51,7 +63,22 @@ async fn legacy_server() -> (std::net::SocketAddr, Tools, Events) {
     let adapter = StreamableHttpService::new(mcp).legacy_sessions(LegacySessions::new());
     let front = service_fn(move |req: Request<Incoming>| {
         let adapter = adapter.clone();
+        let hold = hold.clone();
         async move {
+            let (parts, body) = req.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            if let Some((arrived, release)) = &hold {
+                let json: Value = serde_json::from_slice(&body).unwrap_or_default();
+                if json["method"] == "notifications/cancelled" {
+                    let _ = arrived.send(());
+                    release.notified().await;
+                }
+            }
+            let req = Request::from_parts(parts, Full::new(body));
             if req.headers().contains_key("mcp-method") {
                 let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: Server not initialized"}}"#;
                 let res = Response::builder()
@@ -501,4 +528,76 @@ async fn ids_and_tokens_are_unique_in_a_legacy_session() {
     let c = client(addr);
     crate::client::ids_and_tokens_stay_unique(c.clone(), &tools, &mut events).await;
     session_of(&c);
+}
+
+/// In a 2025 session a cancelled call's id stays in flight until its
+/// `notifications/cancelled` is posted: a call reusing the id before that
+/// is refused (it would otherwise be the one the late cancel names), and
+/// accepted once the cancel went through.
+#[tokio::test]
+async fn a_cancelled_id_is_in_flight_until_its_cancel_is_posted() {
+    let (arrived_tx, mut arrived) = tokio::sync::mpsc::unbounded_channel();
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (addr, _tools, mut events) =
+        legacy_server_holding_cancels(Some((arrived_tx, release.clone()))).await;
+    let mut c = client(addr);
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    session_of(&c);
+    events.until(|e| matches!(e, Event::Done(_))).await;
+    let as_5 = |name: &str| {
+        McpRequest::new(5, "tools/call")
+            .with_params(json!({"name": name, "arguments": {"text": "again"}}))
+    };
+    let mut hang = Box::pin(c.ready().await.unwrap().call(as_5("hang")));
+    tokio::select! {
+        out = &mut hang => panic!("hang answered: {out:?}"),
+        _ = events.until(|e| matches!(e, Event::Started(_))) => {}
+    }
+    drop(hang);
+    bounded(arrived.recv())
+        .await
+        .expect("the cancel reached the server");
+
+    let early = bounded(c.ready().await.unwrap().call(as_5("echo"))).await;
+    let err = early.expect_err("id 5 is still being cancelled");
+    let refusal = err.downcast_ref::<tower_mcp_cancel::jsonrpc::ErrorObject>();
+    assert_eq!(
+        refusal.map(|e| e.code),
+        Some(tower_mcp_cancel::jsonrpc::ErrorObject::INVALID_REQUEST),
+        "{err}"
+    );
+    // The client's refusal: the request was not sent (the session would
+    // refuse it too, as "Invalid Request: …").
+    assert!(
+        refusal.is_some_and(|e| e.message.starts_with("a request with id 5")),
+        "{err}"
+    );
+
+    release.notify_one();
+    events.until(|e| matches!(e, Event::Dropped(_))).await;
+    // The id is released when the cancel's answer has come back, which the
+    // client sees a moment after the server dropped the handler.
+    let r = bounded(async {
+        loop {
+            match c.ready().await.unwrap().call(as_5("echo")).await {
+                Ok(r) => return r,
+                Err(e)
+                    if e.downcast_ref::<tower_mcp_cancel::jsonrpc::ErrorObject>()
+                        .is_some() =>
+                {
+                    tokio::task::yield_now().await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(r["content"][0]["text"], "again");
 }
