@@ -194,8 +194,9 @@ impl Drop for Inner {
 }
 
 /// The Streamable HTTP client: `Service<McpRequest, Response = serde_json::Value>`.
-/// See the [module docs](self). Clones share the connection pool, the id
-/// counter and what is known of the server's era (and its legacy session).
+/// See the [module docs](self). Clones share the connection pool, the ids
+/// and progress tokens in flight and what is known of the server's era (and
+/// its legacy session).
 #[derive(Clone)]
 pub struct HttpClient {
     inner: Arc<Inner>,
@@ -309,7 +310,9 @@ impl Service<McpRequest> for HttpClient {
         let registered = lock(&inner.in_flight).register(&inner.outbound, &mut req, |_| false, ());
         let (id, route) = match registered {
             Ok(r) => r,
-            Err(e) => return ResponseFuture::new(async move { Err(Box::new(e) as BoxError) }),
+            Err(refused) => {
+                return ResponseFuture::new(async move { Err(Box::new(refused) as BoxError) })
+            }
         };
         let lease = Lease {
             table: inner.in_flight.clone(),
