@@ -22,7 +22,11 @@
 //! ```
 //!
 //! It probes with `server/discover` (2026-07-28) and falls back to the
-//! `initialize` handshake for older servers. The result is printed as JSON on
+//! `initialize` handshake for older servers on the spec's signals only: over
+//! stdio, an error answer that is not a recognized modern error, or no
+//! answer in time; over HTTP, the client's own detection (a `400` without a
+//! modern error). A connection or TLS failure, or any other HTTP status, is
+//! reported as it is. The result is printed as JSON on
 //! stdout. Ctrl-C drops the call — over stdio the client sends
 //! `notifications/cancelled`, over HTTP it closes the response stream, which
 //! is the cancellation there — says so, and exits with status 130; a timeout
@@ -44,7 +48,7 @@ use tokio::process::Command;
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::cancel::drop_with_reason;
-use tower_mcp_cancel::jsonrpc::PROTOCOL_VERSION_META;
+use tower_mcp_cancel::jsonrpc::{ErrorObject, PROTOCOL_VERSION_META};
 use tower_mcp_cancel::transport::http::{HttpClient, ServerEra};
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{
@@ -185,14 +189,19 @@ pub enum Era {
     Legacy,
 }
 
-/// Probes with `server/discover`; on any error falls back to `initialize`
-/// (sent through `svc`) and `notify("notifications/initialized")` — unless
-/// `initialized()` says the transport already did (`HttpClient` falls back
-/// to a legacy server's `initialize` session by itself).
+/// Probes with `server/discover`. Over stdio (`http_era` is `None`), a
+/// legacy server is one that answers with an error that is not a
+/// recognized modern error, or not at all within the probe's timeout: then
+/// `initialize` is sent through `svc`, and
+/// `notify("notifications/initialized")`. Over HTTP, `HttpClient` falls
+/// back to a legacy server's `initialize` session by itself, and
+/// `http_era()` tells what it found: a modern server that does not
+/// implement `server/discover` is modern all the same. Anything else — a
+/// transport, TLS or HTTP failure, a modern error — is the error.
 pub async fn negotiate<S>(
     svc: S,
     notify: impl FnOnce(&str) -> Result<(), BoxError>,
-    initialized: impl Fn() -> bool,
+    http_era: Option<impl Fn() -> ServerEra>,
 ) -> Result<Era, BoxError>
 where
     S: Service<McpRequest, Response = Value, Error = BoxError> + Clone,
@@ -205,6 +214,20 @@ where
         .service(svc.clone())
         .oneshot(probe)
         .await;
+    if let Some(http_era) = http_era {
+        return match (http_era(), probed) {
+            (ServerEra::Legacy { .. }, _) => Ok(Era::Legacy),
+            (_, Ok(_)) => Ok(Era::Modern),
+            // Answered in the modern shape (e.g. -32601: no server/discover).
+            (ServerEra::Modern, Err(e))
+                if e.downcast_ref::<ErrorObject>()
+                    .is_some_and(|e| !is_modern_error(e)) =>
+            {
+                Ok(Era::Modern)
+            }
+            (_, Err(e)) => Err(e),
+        };
+    }
     match probed {
         Ok(r)
             if r["supportedVersions"]
@@ -213,10 +236,20 @@ where
         {
             return Ok(Era::Modern)
         }
-        Ok(_) if initialized() => return Ok(Era::Legacy),
-        Ok(_) => {}
-        Err(_) if initialized() => return Ok(Era::Legacy),
-        Err(e) => eprintln!("mcp-call: server/discover failed ({e}); trying initialize"),
+        Ok(r) if r["supportedVersions"].is_array() => {
+            let versions = &r["supportedVersions"];
+            return Err(format!("the server supports {versions}, not {MODERN}").into());
+        }
+        Ok(_) => eprintln!("mcp-call: server/discover answered oddly; trying initialize"),
+        Err(e) if e.is::<Elapsed>() => {
+            eprintln!("mcp-call: no answer to server/discover; trying initialize");
+        }
+        Err(e) => match e.downcast_ref::<ErrorObject>() {
+            Some(o) if !is_modern_error(o) => {
+                eprintln!("mcp-call: server/discover refused ({o}); trying initialize");
+            }
+            _ => return Err(e),
+        },
     }
     let init = McpRequest::without_id("initialize").with_params(json!({
         "protocolVersion": LEGACY,
@@ -230,6 +263,16 @@ where
         .await?;
     notify("notifications/initialized")?;
     Ok(Era::Legacy)
+}
+
+/// The errors by which a modern server says it is one (so no fallback).
+fn is_modern_error(e: &ErrorObject) -> bool {
+    matches!(
+        e.code,
+        ErrorObject::HEADER_MISMATCH
+            | ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | ErrorObject::UNSUPPORTED_PROTOCOL_VERSION
+    )
 }
 
 /// Calls `tool` with `arguments` over any transport service, under
@@ -366,11 +409,10 @@ async fn main() -> ExitCode {
         let how =
             "closed the response stream (and posted notifications/cancelled on a legacy session)";
         let era = client.clone();
-        let initialized = move || matches!(era.server_era(), ServerEra::Legacy { .. });
         let code = run(
             client.clone(),
             |_| Ok(()),
-            initialized,
+            Some(move || era.server_era()),
             args,
             how,
             &mut interrupt,
@@ -394,7 +436,7 @@ async fn main() -> ExitCode {
     let code = run(
         client.clone(),
         |m| client.notify(m, &json!({})),
-        || false,
+        None::<fn() -> ServerEra>,
         args,
         how,
         &mut interrupt,
@@ -407,7 +449,7 @@ async fn main() -> ExitCode {
 async fn run<S>(
     svc: S,
     notify: impl FnOnce(&str) -> Result<(), BoxError>,
-    initialized: impl Fn() -> bool,
+    http_era: Option<impl Fn() -> ServerEra>,
     args: Args,
     how: &str,
     interrupt: &mut Interrupt,
@@ -417,7 +459,7 @@ where
     S::Future: Send + 'static,
 {
     let negotiated = tokio::select! {
-        r = negotiate(svc.clone(), notify, initialized) => r,
+        r = negotiate(svc.clone(), notify, http_era) => r,
         () = interrupt.recv() => {
             say(&format!("interrupted; {how}"));
             return ExitCode::from(130);

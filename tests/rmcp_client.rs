@@ -52,6 +52,11 @@ fn handler(rec: Recorder) -> BoxCloneService<McpRequest, Value, BoxError> {
                     p.finish();
                     Ok(json!({"content": [{"type": "text", "text": "done"}]}))
                 }
+                // What reached the server: the request's id and token.
+                ("tools/call", Some("wire")) => {
+                    let wire = json!({"id": req.id(), "token": req.progress_token()});
+                    Ok(json!({"content": [{"type": "text", "text": wire.to_string()}]}))
+                }
                 (m, _) => Err(format!("unexpected {m}").into()),
             }
         }
@@ -154,5 +159,36 @@ async fn without_the_layer_progress_reaches_the_callers_observer() {
     // report may lose the race with the answer; the earlier ones were seen.
     assert!(seen.len() >= 9, "{seen:?}");
     assert_eq!(seen[..9], (1..=9).map(f64::from).collect::<Vec<_>>());
+    running.cancel().await.unwrap();
+}
+
+/// Ids and progress tokens are unique among the calls in flight with the
+/// rmcp client too: rmcp gives every request its own id and token, so a
+/// caller's id and token that another call in flight carries never reach
+/// the server twice.
+#[tokio::test(start_paused = true)]
+async fn ids_and_tokens_are_unique_among_calls_in_flight() {
+    let (running, mut ev) = start().await;
+    let client = RmcpClient::new(&running);
+    let as_caller = |tool: &str| {
+        McpRequest::new(7, "tools/call")
+            .with_params(json!({"name": tool, "arguments": {}, "_meta": {"progressToken": "p"}}))
+    };
+    let first = tokio::spawn(client.clone().oneshot(as_caller("hang")));
+    let started = ev.until(|e| matches!(e, Event::Started(_))).await;
+    let Some(Event::Started(first_id)) = started.last().cloned() else {
+        unreachable!()
+    };
+    let out = client.clone().oneshot(as_caller("wire")).await.unwrap();
+    let wire: Value = serde_json::from_str(out["content"][0]["text"].as_str().unwrap()).unwrap();
+    let second_id: tower_mcp_cancel::jsonrpc::RequestId =
+        serde_json::from_value(wire["id"].clone()).unwrap();
+    assert_ne!(second_id, first_id, "{wire}");
+    assert!(
+        !wire["token"].is_null(),
+        "rmcp gives every request a token: {wire}"
+    );
+    assert_ne!(wire["token"], "p", "{wire}");
+    first.abort();
     running.cancel().await.unwrap();
 }

@@ -307,3 +307,183 @@ async fn a_progress_observer_gets_a_token_without_a_progress_reset_layer() {
         assert_eq!(got, vec![1.0, 2.0, 3.0], "{proto:?}");
     }
 }
+
+/// A `tools/call` of `name` with `args`, under the caller's `id` and
+/// progress token `token`.
+fn call_as(id: i64, token: &str, name: &str, args: serde_json::Value) -> McpRequest {
+    McpRequest::new(id, "tools/call")
+        .with_params(json!({"name": name, "arguments": args, "_meta": {"progressToken": token}}))
+}
+
+fn refused_as_duplicate(out: Result<serde_json::Value, tower_mcp_cancel::BoxError>, what: &str) {
+    let err = out.expect_err(what);
+    let e = err
+        .downcast_ref::<ErrorObject>()
+        .unwrap_or_else(|| panic!("{what}: not a JSON-RPC error: {err}"));
+    assert_eq!(e.code, ErrorObject::INVALID_REQUEST, "{what}: {err}");
+    // The client's refusal, not the server's (a 2025 session refuses a
+    // duplicate id too, as "Invalid Request: …"): it was never sent.
+    assert!(
+        e.message.starts_with("a request with id") || e.message.starts_with("progress token"),
+        "{what}: {err}"
+    );
+}
+
+/// Ids and progress tokens are unique among one client's calls in flight:
+/// with a call under id 1 and token "p" on the server, a second call with
+/// id 1, or with token "p", is refused (`-32600`) without being sent; an id
+/// the client assigns is not 1; once the first call is answered, both are
+/// free again. Run against a modern server here, and against a 2025 one in
+/// its session in `legacy_client`.
+pub(crate) async fn ids_and_tokens_stay_unique(
+    mut c: HttpClient,
+    tools: &Tools,
+    events: &mut Events,
+) {
+    let first = tokio::spawn(
+        c.clone()
+            .oneshot(call_as(1, "p", "wait_release", json!({}))),
+    );
+    let started = events.until(|e| matches!(e, Event::Started(_))).await;
+    assert_eq!(started.last(), Some(&Event::Started(RequestId::Number(1))));
+
+    let same_id = bounded(c.ready().await.unwrap().call(call_as(
+        1,
+        "q",
+        "echo",
+        json!({"text": "same id"}),
+    )))
+    .await;
+    refused_as_duplicate(same_id, "the same id");
+    let same_token = bounded(c.ready().await.unwrap().call(call_as(
+        2,
+        "p",
+        "echo",
+        json!({"text": "same token"}),
+    )))
+    .await;
+    refused_as_duplicate(same_token, "the same token");
+
+    // An id the client assigns avoids the one in flight.
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "assigned"}))),
+    )
+    .await
+    .unwrap();
+    let done = events.until(|e| matches!(e, Event::Done(_))).await;
+    let Some(Event::Done(assigned)) = done.last() else {
+        unreachable!()
+    };
+    assert_ne!(assigned, &RequestId::Number(1), "{done:?}");
+
+    tools.release.notify_one();
+    bounded(first).await.unwrap().unwrap();
+    let again = bounded(c.ready().await.unwrap().call(call_as(
+        1,
+        "p",
+        "echo",
+        json!({"text": "free again"}),
+    )))
+    .await
+    .unwrap();
+    assert_eq!(again["content"][0]["text"], "free again");
+}
+
+#[tokio::test]
+async fn ids_and_tokens_are_unique_among_calls_in_flight() {
+    let (addr, tools, mut events) = serve_tools(Proto::H1, |s| s).await;
+    ids_and_tokens_stay_unique(client(addr, Proto::H1), &tools, &mut events).await;
+}
+
+/// The example binary `name` (`target/<profile>/examples/`), built if it is
+/// not there yet.
+fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+        assert!(status.success(), "building the example {name} failed");
+    }
+    bin
+}
+
+/// `mcp_call --url` against an endpoint it cannot reach fails once, saying
+/// why: a transport error is not the spec's signal of a 2025 server, so it
+/// does not "try initialize" (which would only fail the same way again).
+#[tokio::test]
+async fn mcp_call_does_not_try_initialize_after_a_transport_error() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut cmd = tokio::process::Command::new(example("mcp_call"));
+    cmd.args(["--url", &format!("http://127.0.0.1:{closed}/mcp"), "echo"])
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("mcp_call exits")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(!stderr.contains("trying initialize"), "{stderr}");
+    assert_eq!(
+        stderr.matches("connection refused").count(),
+        1,
+        "one failure, said once: {stderr}"
+    );
+}
+
+/// Runs `mcp_call` with `args` (bounded): its exit status, stdout, stderr.
+async fn mcp_call(args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let mut cmd = tokio::process::Command::new(example("mcp_call"));
+    cmd.args(args).kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("mcp_call exits")
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A modern server that does not implement `server/discover` answers it
+/// with a modern `-32601`: `mcp_call --url` stays modern and calls the tool,
+/// instead of sending it an `initialize` it cannot know.
+#[tokio::test]
+async fn mcp_call_stays_modern_with_a_server_without_server_discover() {
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s).await;
+    let url = format!("http://{addr}/mcp");
+    let (status, out, err) = mcp_call(&["--url", &url, "echo", "text=modern"]).await;
+    assert!(status.success(), "{out}\n{err}");
+    assert!(out.contains("\"modern\""), "{out}");
+    assert!(!err.contains("initialize"), "{err}");
+}
+
+/// A refusal of the call that is not the spec's `400` is reported once, as
+/// the refusal: no `initialize`, no second attempt.
+#[tokio::test]
+async fn mcp_call_reports_a_refusal_without_trying_initialize() {
+    let (addr, seen, _events) = crate::legacy_client::refusing_modern_server().await;
+    let url = format!("http://{addr}/mcp");
+    let (status, out, err) = mcp_call(&["--url", &url, "refuse-401"]).await;
+    assert!(!status.success(), "{out}\n{err}");
+    assert!(err.contains("refused"), "{err}");
+    assert!(!err.contains("trying initialize"), "{err}");
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.iter().any(|m| m == "initialize"), "{seen:?}");
+}

@@ -32,6 +32,18 @@ use crate::support::http::{bounded, serve, serve_tools, Event, Events, Proto, To
 /// `Mcp-Method`) get `400` with an id-less error; the rest goes to the
 /// adapter with legacy sessions. `initialize` is answered as 2025 servers do.
 async fn legacy_server() -> (std::net::SocketAddr, Tools, Events) {
+    legacy_server_holding_cancels(None).await
+}
+
+/// [`legacy_server`], whose front, given `hold`, reports each
+/// `notifications/cancelled` that reaches it on `hold.0` and passes it on
+/// only when `hold.1` is notified.
+async fn legacy_server_holding_cancels(
+    hold: Option<(
+        tokio::sync::mpsc::UnboundedSender<()>,
+        std::sync::Arc<tokio::sync::Notify>,
+    )>,
+) -> (std::net::SocketAddr, Tools, Events) {
     let (tools, events) = Tools::new();
     let inner = tools.service();
     let mcp = service_fn(move |req: McpRequest| {
@@ -51,7 +63,22 @@ async fn legacy_server() -> (std::net::SocketAddr, Tools, Events) {
     let adapter = StreamableHttpService::new(mcp).legacy_sessions(LegacySessions::new());
     let front = service_fn(move |req: Request<Incoming>| {
         let adapter = adapter.clone();
+        let hold = hold.clone();
         async move {
+            let (parts, body) = req.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            if let Some((arrived, release)) = &hold {
+                let json: Value = serde_json::from_slice(&body).unwrap_or_default();
+                if json["method"] == "notifications/cancelled" {
+                    let _ = arrived.send(());
+                    release.notified().await;
+                }
+            }
+            let req = Request::from_parts(parts, Full::new(body));
             if req.headers().contains_key("mcp-method") {
                 let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: Server not initialized"}}"#;
                 let res = Response::builder()
@@ -349,4 +376,228 @@ async fn legacy_requests_carry_no_2026_meta() {
     let r = bounded(c.ready().await.unwrap().call(req)).await.unwrap();
     assert_eq!(r["content"][0]["text"], "meta");
     session_of(&c);
+}
+
+/// A modern server (the adapter, 2026 only) behind a front that refuses a
+/// `tools/call` of the tool `refuse-<status>` with that status and an id-less
+/// JSON-RPC error (what a gateway, an auth layer or a rate limiter sends);
+/// every JSON-RPC method that reaches the front is recorded.
+pub(crate) async fn refusing_modern_server() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    Events,
+) {
+    let (tools, events) = Tools::new();
+    let adapter = StreamableHttpService::new(tools.service());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let methods = seen.clone();
+    let front = service_fn(move |req: Request<Incoming>| {
+        let adapter = adapter.clone();
+        let methods = methods.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let json: Value = serde_json::from_slice(&body).unwrap_or_default();
+            if let Some(m) = json["method"].as_str() {
+                methods.lock().unwrap().push(m.to_owned());
+            }
+            let refuse = json["params"]["name"]
+                .as_str()
+                .and_then(|n| n.strip_prefix("refuse-"))
+                .and_then(|s| s.parse::<u16>().ok());
+            if let Some(status) = refuse {
+                let body =
+                    r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"refused"}}"#;
+                let res = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(
+                        Full::new(Bytes::from(body))
+                            .map_err(|never| match never {})
+                            .boxed_unsync(),
+                    )
+                    .unwrap();
+                return Ok::<_, Infallible>(res);
+            }
+            let req = Request::from_parts(parts, Full::new(body));
+            let res = match adapter.oneshot(req).await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            };
+            Ok(res.map(|b| b.map_err(BoxError::from).boxed_unsync()))
+        }
+    });
+    let addr = serve(front, Proto::H1, tools.recorder()).await;
+    (addr, seen, events)
+}
+
+/// Only a `400` without a recognized modern error means "2025 server": any
+/// other refusal of the first request (`401`, `403`, `404`, `405`, `413`,
+/// `429`) is that call's error, no `initialize` is sent, and the client
+/// stays modern for the next call.
+#[tokio::test]
+async fn only_a_400_without_a_modern_error_falls_back_to_initialize() {
+    for status in [401u16, 403, 404, 405, 413, 429] {
+        let (addr, seen, _events) = refusing_modern_server().await;
+        let mut c = client(addr);
+        let err = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call(&format!("refuse-{status}"), json!({}))),
+        )
+        .await
+        .unwrap_err();
+        // The refusal itself (its JSON-RPC error, or its status), not the
+        // failure of an initialize sent after it.
+        let refusal = match err.downcast_ref::<tower_mcp_cancel::transport::http::HttpClientError>()
+        {
+            Some(tower_mcp_cancel::transport::http::HttpClientError::Status {
+                status: s, ..
+            }) => s.as_u16() == status,
+            _ => err
+                .downcast_ref::<tower_mcp_cancel::jsonrpc::ErrorObject>()
+                .is_some_and(|e| e.message == "refused"),
+        };
+        assert!(refusal, "{status}: not the refusal itself: {err}");
+        assert!(
+            !matches!(c.server_era(), ServerEra::Legacy { .. }),
+            "{status}: {:?}",
+            c.server_era()
+        );
+        let r = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call("echo", json!({"text": "still modern"}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r["content"][0]["text"], "still modern");
+        assert_eq!(c.server_era(), ServerEra::Modern, "{status}");
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            !seen.iter().any(|m| m == "initialize"),
+            "{status}: the client sent initialize: {seen:?}"
+        );
+    }
+}
+
+/// The adapter's own `413` (a body over its limit) is the call's error: a
+/// modern server that refuses one large request is not taken for a 2025
+/// one.
+#[tokio::test]
+async fn a_413_from_a_modern_server_is_the_calls_error() {
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s.max_body_bytes(2048)).await;
+    let mut c = client(addr);
+    let big = "x".repeat(4096);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({ "text": big }))),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("Payload Too Large"),
+        "the 413 itself, not a failed initialize: {err}"
+    );
+    assert!(!matches!(c.server_era(), ServerEra::Legacy { .. }));
+    let r = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "small"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["content"][0]["text"], "small");
+    assert_eq!(c.server_era(), ServerEra::Modern);
+}
+
+/// The uniqueness of ids and progress tokens among calls in flight holds in
+/// a 2025 session too.
+#[tokio::test]
+async fn ids_and_tokens_are_unique_in_a_legacy_session() {
+    let (addr, tools, mut events) = legacy_server().await;
+    let c = client(addr);
+    crate::client::ids_and_tokens_stay_unique(c.clone(), &tools, &mut events).await;
+    session_of(&c);
+}
+
+/// In a 2025 session a cancelled call's id stays in flight until its
+/// `notifications/cancelled` is posted: a call reusing the id before that
+/// is refused (it would otherwise be the one the late cancel names), and
+/// accepted once the cancel went through.
+#[tokio::test]
+async fn a_cancelled_id_is_in_flight_until_its_cancel_is_posted() {
+    let (arrived_tx, mut arrived) = tokio::sync::mpsc::unbounded_channel();
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (addr, _tools, mut events) =
+        legacy_server_holding_cancels(Some((arrived_tx, release.clone()))).await;
+    let mut c = client(addr);
+    bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap();
+    session_of(&c);
+    events.until(|e| matches!(e, Event::Done(_))).await;
+    let as_5 = |name: &str| {
+        McpRequest::new(5, "tools/call")
+            .with_params(json!({"name": name, "arguments": {"text": "again"}}))
+    };
+    let mut hang = Box::pin(c.ready().await.unwrap().call(as_5("hang")));
+    tokio::select! {
+        out = &mut hang => panic!("hang answered: {out:?}"),
+        _ = events.until(|e| matches!(e, Event::Started(_))) => {}
+    }
+    drop(hang);
+    bounded(arrived.recv())
+        .await
+        .expect("the cancel reached the server");
+
+    let early = bounded(c.ready().await.unwrap().call(as_5("echo"))).await;
+    let err = early.expect_err("id 5 is still being cancelled");
+    let refusal = err.downcast_ref::<tower_mcp_cancel::jsonrpc::ErrorObject>();
+    assert_eq!(
+        refusal.map(|e| e.code),
+        Some(tower_mcp_cancel::jsonrpc::ErrorObject::INVALID_REQUEST),
+        "{err}"
+    );
+    // The client's refusal: the request was not sent (the session would
+    // refuse it too, as "Invalid Request: …").
+    assert!(
+        refusal.is_some_and(|e| e.message.starts_with("a request with id 5")),
+        "{err}"
+    );
+
+    release.notify_one();
+    events.until(|e| matches!(e, Event::Dropped(_))).await;
+    // The id is released when the cancel's answer has come back, which the
+    // client sees a moment after the server dropped the handler.
+    let r = bounded(async {
+        loop {
+            match c.ready().await.unwrap().call(as_5("echo")).await {
+                Ok(r) => return r,
+                Err(e)
+                    if e.downcast_ref::<tower_mcp_cancel::jsonrpc::ErrorObject>()
+                        .is_some() =>
+                {
+                    tokio::task::yield_now().await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(r["content"][0]["text"], "again");
 }

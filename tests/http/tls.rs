@@ -114,6 +114,10 @@ async fn connect_errors_say_what_failed() {
     let (kind, detail) = connect_error(&err);
     assert_eq!(kind, ConnectErrorKind::Tls, "{err}");
     assert!(detail.contains("UnknownIssuer"), "{err}");
+    assert!(
+        detail.contains("not signed by an authority this client trusts"),
+        "in words: {err}"
+    );
     assert!(err.to_string().contains("TLS handshake failed"), "{err}");
 
     // Trusted, but not for that name: TLS, the name.
@@ -133,6 +137,10 @@ async fn connect_errors_say_what_failed() {
     let (kind, detail) = connect_error(&err);
     assert_eq!(kind, ConnectErrorKind::Tls, "{err}");
     assert!(detail.contains("not valid for name"), "{err}");
+    assert!(
+        detail.contains("not valid for the host name in the URL"),
+        "in words: {err}"
+    );
 
     // Nobody listening: refused.
     let closed = {
@@ -152,4 +160,36 @@ async fn connect_errors_say_what_failed() {
         .await
         .unwrap_err();
     assert_eq!(connect_error(&err).0, ConnectErrorKind::Dns, "{err}");
+}
+
+/// The certificate most test setups make (`openssl req -x509 …`): self-signed
+/// with `basicConstraints CA:TRUE`. rustls rightly refuses a CA certificate
+/// as the server's own (curl accepts it); the error says so in words, and
+/// what to do, instead of `Other(OtherError(CaUsedAsEndEntity))`.
+#[tokio::test]
+async fn a_ca_certificate_served_as_the_servers_own_is_explained() {
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let der = cert.der().to_vec();
+    let addr = https_server(der.clone(), key.serialize_der()).await;
+    let mut c = HttpClient::builder(
+        format!("https://localhost:{}/mcp", addr.port())
+            .parse()
+            .unwrap(),
+    )
+    .tls_root_certificate(der)
+    .build();
+    let err = bounded(c.ready().await.unwrap().call(echo()))
+        .await
+        .unwrap_err();
+    let (kind, detail) = connect_error(&err);
+    assert_eq!(kind, ConnectErrorKind::Tls, "{err}");
+    assert!(
+        detail.contains("presented a CA certificate as its own"),
+        "{err}"
+    );
+    assert!(detail.contains("CA:FALSE"), "what to do: {err}");
 }

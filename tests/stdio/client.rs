@@ -409,3 +409,32 @@ async fn a_cancelled_id_is_reserved_for_a_bounded_time_and_count() {
     assert!(!reserved(&mut peer, &client, "b").await);
     assert!(!reserved(&mut peer, &client, "c").await);
 }
+
+/// A progress token is unique among the calls in flight whether or not
+/// anyone listens to its progress: a second call with a token already on
+/// the wire is refused with `-32600`, even without a `ProgressObserver` or
+/// `ProgressResetLayer` on either call.
+#[tokio::test(start_paused = true)]
+async fn a_progress_token_in_flight_is_refused_even_unobserved() {
+    let (mut peer, mut client) = client();
+    let with_token = |id: i64| {
+        McpRequest::new(id, "tools/call")
+            .with_params(json!({"name": "slow", "arguments": {}, "_meta": {"progressToken": "p"}}))
+    };
+    let first = tokio::spawn(client.clone().oneshot(with_token(1)));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.ready().await.unwrap().call(with_token(2)),
+    )
+    .await
+    .expect("refused at once, not sent");
+    let err = second.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<ErrorObject>().map(|e| e.code),
+        Some(ErrorObject::INVALID_REQUEST),
+        "{err}"
+    );
+    peer.send(respond(&json!(1))).await;
+    first.await.unwrap().unwrap();
+}

@@ -302,3 +302,23 @@ async fn wait_for(lines: &mut Lines<BufReader<ChildStderr>>, seen: &mut Vec<Stri
     .unwrap_or(false);
     assert!(found, "no `{want}` on stderr; saw {seen:#?}");
 }
+
+/// A stdio server that goes away before it answers `server/discover` is not
+/// a 2025-era server (those answer with an error, or stay silent): `mcp_call`
+/// reports the closed connection once instead of "trying initialize" on it.
+#[cfg(unix)]
+#[tokio::test]
+async fn mcp_call_does_not_try_initialize_on_a_closed_connection() {
+    let mut cmd = Command::new(example("mcp_call"));
+    cmd.args(["--", "true", "echo"])
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(BOUND, cmd.output())
+        .await
+        .expect("mcp_call exits")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(!stderr.contains("trying initialize"), "{stderr}");
+    assert!(stderr.contains("connection closed"), "{stderr}");
+}

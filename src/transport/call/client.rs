@@ -8,14 +8,14 @@
 //!   client's own for the observer.
 //! * [`route_progress`]: a `notifications/progress` from the server, to the
 //!   tap of its token.
-//! * [`Pending`]: the table of the requests waiting on one connection (stdio)
-//!   and their progress routes; ids and tokens unique among them.
+//! * [`Pending`]: the table of one client's requests in flight (a stdio
+//!   connection's, an HTTP client's) and their progress routes, which keeps
+//!   the one rule of both clients: ids and tokens are unique among them.
 //! * [`CallGuard`]: a call dropped before its answer is cancelled, and the
 //!   reason of the drop logged, once; the transport says what cancelling is
 //!   ([`Abandon`]).
 //! * [`ResponseFuture`]: the response future of both clients.
 
-#[cfg(feature = "stdio")]
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -168,34 +168,40 @@ pub(crate) fn route_progress(
     }
 }
 
-#[cfg(feature = "stdio")]
-/// The requests waiting for their answers on one connection, each with a
-/// `T` of the transport's, and their progress routes by token.
+/// One client's requests in flight, each with a `T` of the transport's, and
+/// the progress tokens they carry on the wire (with the tap their progress
+/// goes to, if anyone listens).
+///
+/// The rule both clients keep, in both eras: **an id or a progress token
+/// is unique among one client's requests in flight.** The ids and tokens
+/// the client assigns skip those in use; a caller's own id or token that is
+/// already in flight is refused with `-32600` and the request is not sent
+/// (it is not rewritten: the id and token the caller chose are the ones on
+/// the wire, in the server's logs and in its cancellations).
 pub(crate) struct Pending<T> {
     calls: HashMap<RequestId, (T, Option<ProgressToken>)>,
-    taps: HashMap<ProgressToken, ProgressTap>,
+    tokens: HashMap<ProgressToken, Option<ProgressTap>>,
 }
 
-#[cfg(feature = "stdio")]
 impl<T> Pending<T> {
     pub(crate) fn new() -> Self {
         Self {
             calls: HashMap::new(),
-            taps: HashMap::new(),
+            tokens: HashMap::new(),
         }
     }
 
     /// Adds `req` with `value`: its id (given one unique among the pending
-    /// and `reserved` ids when it has none) and its progress route. A
-    /// request whose own id is pending or reserved, or whose progress token
-    /// is in use, is refused with `-32600`.
+    /// and `reserved` ids when it has none) and its progress route, which is
+    /// returned. A request whose own id is pending or reserved, or whose
+    /// progress token is in use, is refused with `-32600`.
     pub(crate) fn register(
         &mut self,
         out: &Outbound,
         req: &mut McpRequest,
         reserved: impl Fn(&RequestId) -> bool,
         value: T,
-    ) -> Result<RequestId, ErrorObject> {
+    ) -> Result<(RequestId, Route), ErrorObject> {
         let invalid = |m: String| ErrorObject::new(ErrorObject::INVALID_REQUEST, m);
         match req.id() {
             Some(id) if self.calls.contains_key(id) => {
@@ -210,52 +216,61 @@ impl<T> Pending<T> {
             }
             _ => {}
         }
-        let id = out.assign_id(req, |id| self.calls.contains_key(id) || reserved(id));
-        let route = out.route(req, |t| self.taps.contains_key(t));
-        if let Some(t) = route.token.as_ref().filter(|t| self.taps.contains_key(*t)) {
+        if let Some(t) = req
+            .progress_token()
+            .filter(|t| self.tokens.contains_key(*t))
+        {
             return Err(invalid(format!(
                 "progress token {t} is already in use by a request in flight"
             )));
         }
-        let routed = match route {
-            Route {
-                token: Some(t),
-                tap: Some(tap),
-            } => {
-                self.taps.insert(t.clone(), tap);
-                Some(t)
-            }
-            _ => None,
-        };
-        self.calls.insert(id.clone(), (value, routed));
-        Ok(id)
+        let id = out.assign_id(req, |id| self.calls.contains_key(id) || reserved(id));
+        let route = out.route(req, |t| self.tokens.contains_key(t));
+        if let Some(t) = &route.token {
+            self.tokens.insert(t.clone(), route.tap.clone());
+        }
+        self.calls.insert(id.clone(), (value, route.token.clone()));
+        Ok((id, route))
+    }
+
+    /// Adds a request of the client's own (no params, no progress) under a
+    /// fresh id, which is returned.
+    #[cfg(feature = "http")]
+    pub(crate) fn fresh(&mut self, out: &Outbound, value: T) -> RequestId {
+        let id = out.next_id(|id| self.calls.contains_key(id));
+        self.calls.insert(id.clone(), (value, None));
+        id
     }
 
     /// Removes a pending request and its progress route.
     pub(crate) fn take(&mut self, id: &RequestId) -> Option<T> {
         let (value, token) = self.calls.remove(id)?;
         if let Some(t) = &token {
-            self.taps.remove(t);
+            self.tokens.remove(t);
         }
         Some(value)
     }
 
+    #[cfg(feature = "stdio")]
     pub(crate) fn get(&self, id: &RequestId) -> Option<&T> {
         self.calls.get(id).map(|(v, _)| v)
     }
 
     /// The progress route of `token`.
+    #[cfg(feature = "stdio")]
     pub(crate) fn tap(&self, token: &ProgressToken) -> Option<ProgressTap> {
-        self.taps.get(token).cloned()
+        self.tokens.get(token).cloned().flatten()
     }
 
+    #[cfg(feature = "stdio")]
     pub(crate) fn len(&self) -> usize {
         self.calls.len()
     }
 
     /// Removes every pending request (the connection closed).
+    #[cfg(feature = "stdio")]
     pub(crate) fn drain(&mut self) -> Vec<T> {
-        self.taps.clear();
+        self.tokens.clear();
         self.calls.drain().map(|(_, (v, _))| v).collect()
     }
 }
@@ -440,11 +455,11 @@ mod tests {
         let mut table = Pending::new();
         let reserved = |id: &RequestId| *id == RequestId::Number(2);
         let mut first = McpRequest::without_id("a");
-        let id = table.register(&out, &mut first, reserved, 'a').unwrap();
+        let (id, _) = table.register(&out, &mut first, reserved, 'a').unwrap();
         assert_eq!(id, RequestId::Number(1));
         assert_eq!(first.id(), Some(&id));
         let mut second = observed(McpRequest::without_id("b"));
-        let id = table.register(&out, &mut second, reserved, 'b').unwrap();
+        let (id, _) = table.register(&out, &mut second, reserved, 'b').unwrap();
         assert_eq!(id, RequestId::Number(3), "2 is reserved");
         let token = second.progress_token().cloned().expect("a token");
         assert!(table.tap(&token).is_some());

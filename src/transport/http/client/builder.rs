@@ -1,7 +1,7 @@
 //! [`HttpClientBuilder`]: the HTTP client's protocol version, client info,
 //! extra headers and known tool schemas.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use hyper_util::client::legacy::Client;
@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use super::connector::{connector, TlsSettings};
 use super::era::{EraCell, MAX_PENDING_CANCELS};
 use super::{HttpClient, Inner};
-use crate::transport::call::client::Outbound;
+use crate::transport::call::client::{Outbound, Pending};
 use crate::transport::http::param_headers::ToolHeaderMap;
 
 /// Configures an [`HttpClient`].
@@ -39,10 +39,11 @@ impl HttpClientBuilder {
         self
     }
 
-    /// Whether a server that answers the first (modern) request with a `4xx`
-    /// without a recognized modern error is spoken to in its 2025 revision:
-    /// `initialize`, then its session (default: on; the spec's dual-era
-    /// client). Off: such answers are errors.
+    /// Whether a server that answers the first (modern) request with
+    /// `400 Bad Request` whose body is not a recognized modern error is
+    /// spoken to in its 2025 revision: `initialize`, then its session
+    /// (default: on; the spec's dual-era client). Off: such answers are
+    /// errors. Other refusals are errors either way.
     pub fn legacy_fallback(mut self, on: bool) -> Self {
         self.legacy_fallback = on;
         self
@@ -126,6 +127,7 @@ impl HttpClientBuilder {
                 client_info: self.client_info,
                 headers: self.headers,
                 outbound: Outbound::new(),
+                in_flight: Arc::new(Mutex::new(Pending::new())),
                 tools: RwLock::new(self.tools),
                 relist_on_mismatch: self.relist_on_mismatch,
                 era: EraCell::new(self.legacy_fallback),

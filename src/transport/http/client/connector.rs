@@ -148,7 +148,7 @@ fn connect_kind(e: &(dyn StdError + 'static)) -> (ConnectErrorKind, String) {
     while let Some(err) = cur {
         #[cfg(feature = "tls")]
         if let Some(tls) = err.downcast_ref::<rustls::Error>() {
-            return (ConnectErrorKind::Tls, tls.to_string());
+            return (ConnectErrorKind::Tls, explain_tls(tls));
         }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             if io.kind() == std::io::ErrorKind::ConnectionRefused {
@@ -176,6 +176,118 @@ fn connect_kind(e: &(dyn StdError + 'static)) -> (ConnectErrorKind, String) {
     (ConnectErrorKind::Other, deepest)
 }
 
+/// rustls' reason in words — what happened and what to do — followed by
+/// rustls' own text, which names the error for a search
+/// (`invalid peer certificate: UnknownIssuer`).
+#[cfg(feature = "tls")]
+fn explain_tls(e: &rustls::Error) -> String {
+    use rustls::{AlertDescription as A, CertificateError as C, Error as E};
+    const TRUST: &str = "SSL_CERT_FILE, SSL_CERT_DIR or HttpClientBuilder::tls_root_certificate";
+    let raw = e.to_string();
+    #[allow(deprecated)] // UnsupportedSignatureAlgorithm: still what older peers yield
+    let why: Option<String> = match e {
+        E::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => Some(format!(
+                "the server's certificate is not signed by an authority this client trusts \
+                 (it is self-signed, or from a private CA); trust that CA's certificate \
+                 ({TRUST}), or use a certificate from a public CA"
+            )),
+            C::NotValidForName | C::NotValidForNameContext { .. } => Some(
+                "the server's certificate is not valid for the host name in the URL; use a \
+                 name the certificate lists (its subjectAltName), or issue one that lists \
+                 this name"
+                    .into(),
+            ),
+            C::Expired | C::ExpiredContext { .. } => Some(
+                "the server's certificate has expired (or this machine's clock is wrong); \
+                 renew the certificate"
+                    .into(),
+            ),
+            C::NotValidYet | C::NotValidYetContext { .. } => Some(
+                "the server's certificate is not valid yet; check the clocks of both machines"
+                    .into(),
+            ),
+            C::Revoked => Some("the server's certificate has been revoked".into()),
+            C::BadEncoding => Some("the server's certificate is malformed".into()),
+            C::BadSignature => Some(
+                "a signature in the server's certificate chain does not verify: the \
+                 certificate was not signed by the trusted certificate of that name"
+                    .into(),
+            ),
+            C::UnsupportedSignatureAlgorithm
+            | C::UnsupportedSignatureAlgorithmContext { .. }
+            | C::UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => Some(
+                "the server's certificate is signed with an algorithm this client does not \
+                 accept; issue it with ECDSA (P-256, P-384), Ed25519 or RSA (2048 bits or \
+                 more) and SHA-256 or stronger"
+                    .into(),
+            ),
+            C::InvalidPurpose | C::InvalidPurposeContext { .. } => Some(
+                "the server's certificate is not allowed for TLS server authentication; \
+                 issue it with extendedKeyUsage serverAuth"
+                    .into(),
+            ),
+            // rustls passes these webpki errors on by name only.
+            C::Other(other) => webpki_reason(&other.to_string()).map(str::to_owned),
+            _ => None,
+        },
+        E::InvalidMessage(_) => Some(
+            "the server did not answer in TLS: does it speak plain HTTP on this port (then \
+             use http://)?"
+                .into(),
+        ),
+        E::NoCertificatesPresented => Some("the server presented no certificate".into()),
+        E::PeerIncompatible(_) => Some(
+            "the server and this client have no TLS version or cipher suite in common (this \
+             client speaks TLS 1.2 and 1.3)"
+                .into(),
+        ),
+        E::AlertReceived(A::CertificateRequired) => {
+            Some("the server requires a client certificate, which this client does not send".into())
+        }
+        E::AlertReceived(A::HandshakeFailure | A::ProtocolVersion) => Some(
+            "the server refused the handshake: no TLS version or cipher suite in common (this \
+             client speaks TLS 1.2 and 1.3)"
+                .into(),
+        ),
+        _ => None,
+    };
+    match why {
+        Some(why) => format!("{why} (rustls: {raw})"),
+        None => raw,
+    }
+}
+
+/// The words for the webpki errors rustls reports as
+/// `CertificateError::Other`, which it displays by their variant's name.
+#[cfg(feature = "tls")]
+fn webpki_reason(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "CaUsedAsEndEntity" => {
+            "the server presented a CA certificate as its own certificate (basicConstraints \
+             CA:TRUE), which rustls refuses (curl accepts it); issue a leaf certificate for \
+             the server's name signed by that CA (basicConstraints CA:FALSE) and keep \
+             trusting the CA, or, for a self-signed test certificate, make it a leaf \
+             (`openssl req -x509 … -addext basicConstraints=critical,CA:FALSE`) and trust it"
+        }
+        "EndEntityUsedAsCa" => {
+            "the server's certificate chain has a leaf certificate (basicConstraints \
+             CA:FALSE) as an issuer; issue the server's certificate from a CA certificate"
+        }
+        "UnsupportedCertVersion" => {
+            "the server's certificate is an X.509 version 1 certificate; issue a version 3 \
+             one (with a subjectAltName)"
+        }
+        "UnsupportedCriticalExtension" => {
+            "the server's certificate has a critical extension this client cannot process"
+        }
+        "PathLenConstraintViolated" | "NameConstraintViolation" => {
+            "the server's certificate chain breaks a constraint of one of its CAs"
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +307,55 @@ mod tests {
             assert_eq!(kind, ConnectErrorKind::TlsNotEnabled);
             assert_eq!(target, "example.test");
         }
+    }
+
+    /// Each TLS failure a user meets reads as what happened and what to
+    /// do, and keeps rustls' own words for a search.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_failures_are_explained() {
+        use rustls::{AlertDescription, CertificateError, Error, InvalidMessage, OtherError};
+        let other = |name: &str| {
+            let e: Box<dyn std::error::Error + Send + Sync> = name.into();
+            Error::InvalidCertificate(CertificateError::Other(OtherError(e.into())))
+        };
+        let cases = [
+            (
+                other("CaUsedAsEndEntity"),
+                "presented a CA certificate as its own",
+            ),
+            (other("UnsupportedCertVersion"), "X.509 version 1"),
+            (
+                Error::InvalidCertificate(CertificateError::UnknownIssuer),
+                "not signed by an authority this client trusts",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::Expired),
+                "has expired",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::NotValidYet),
+                "not valid yet",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::InvalidPurpose),
+                "serverAuth",
+            ),
+            (
+                Error::InvalidMessage(InvalidMessage::InvalidContentType),
+                "use http://",
+            ),
+            (
+                Error::AlertReceived(AlertDescription::CertificateRequired),
+                "client certificate",
+            ),
+        ];
+        for (e, words) in cases {
+            let text = explain_tls(&e);
+            assert!(text.contains(words), "{e:?}: {text}");
+            assert!(text.ends_with(&format!("(rustls: {e})")), "{text}");
+        }
+        // Unknown to us: rustls' text alone.
+        assert_eq!(explain_tls(&other("Novel")), other("Novel").to_string());
     }
 }

@@ -4,13 +4,17 @@
 //! ends the session.
 //!
 //! Detection follows the spec's Backward Compatibility rule: the first
-//! request goes out modern; a `4xx` whose body is not a recognized modern
-//! JSON-RPC error (`HeaderMismatch`, `MissingRequiredClientCapability`,
-//! `UnsupportedProtocolVersion`) means a legacy server, and the client falls
-//! back to `initialize` (then `notifications/initialized`) and sends the
-//! request again in the legacy shape. The result is kept for the client's
-//! lifetime (its clones share it); a legacy session the server ended
-//! (`404`) is initialized again once.
+//! request goes out modern; a `400 Bad Request` whose body is not a
+//! recognized modern JSON-RPC error (`HeaderMismatch`,
+//! `MissingRequiredClientCapability`, `UnsupportedProtocolVersion`, or any
+//! error answering the request itself) means a legacy server, and the
+//! client falls back to `initialize` (then `notifications/initialized`) and
+//! sends the request again in the legacy shape. Nothing else is that
+//! signal: another status (`401`, `404`, `413`, `429`, …) or a connection
+//! failure is the call's error, and the era stays as it was. A success or a
+//! modern error makes the client modern. The result is kept for the
+//! client's lifetime (its clones share it); a legacy session the server
+//! ended (`404`) is initialized again once.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -22,7 +26,7 @@ use serde_json::value::RawValue;
 
 use super::request::{send, CLIENT_CAPABILITIES_META, CLIENT_INFO_META};
 use super::response::read_response;
-use super::{HttpClientError, Inner};
+use super::{HttpClientError, Inner, Lease};
 use crate::error::BoxError;
 use crate::jsonrpc::{self, ErrorObject, Message, RequestId, PROTOCOL_VERSION_META};
 use crate::protocol::LEGACY_VERSIONS;
@@ -163,7 +167,7 @@ impl EraCell {
     }
 }
 
-/// The modern request got a `4xx` without a recognized modern error body:
+/// The modern request got a `400` without a recognized modern error body:
 /// the server is of an earlier era.
 #[derive(Debug)]
 pub(super) struct NotModern(pub(super) StatusCode);
@@ -217,7 +221,8 @@ pub(super) fn is_modern_error(body: &[u8], id: &RequestId) -> bool {
 /// offered), then `notifications/initialized`.
 async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
     let offered = LEGACY_VERSIONS.last().copied().unwrap_or("2025-11-25");
-    let id = inner.outbound.next_id(|_| false);
+    let lease = Lease::fresh(inner);
+    let id = lease.id();
     let info = inner.client_info.clone().unwrap_or_else(
         || serde_json::json!({"name": env!("CARGO_PKG_NAME"), "version": env!("CARGO_PKG_VERSION")}),
     );
@@ -226,7 +231,7 @@ async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
         "capabilities": {},
         "clientInfo": info,
     }))?;
-    let body = jsonrpc::encode_request(&id, "initialize", Some(&params))?;
+    let body = jsonrpc::encode_request(id, "initialize", Some(&params))?;
     let mut req = Request::post(inner.uri.clone())
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
@@ -234,7 +239,7 @@ async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
     add_extra_headers(inner, &mut req);
     let res = send(&inner.client, req).await?;
     let session = res.headers().get(MCP_SESSION_ID_HEADER).cloned();
-    let result = read_response(res, &id, Route::default()).await?;
+    let result = read_response(res, id, Route::default()).await?;
     let version = result["protocolVersion"].as_str().unwrap_or_default();
     if !LEGACY_VERSIONS.contains(&version) {
         return Err(HttpClientError::InvalidResponse(format!(
@@ -311,14 +316,17 @@ pub(super) fn prepare(
     Ok(req)
 }
 
-/// Posts `notifications/cancelled` for request `id` of the legacy session,
-/// in a task (the caller is not held up), bounded in time and in number.
+/// Posts `notifications/cancelled` for the request of `lease` in the legacy
+/// session, in a task (the caller is not held up), bounded in time and in
+/// number; the id stays in flight until then, so that a later call under it
+/// is not the one cancelled.
 pub(super) fn spawn_cancel(
     inner: &Arc<Inner>,
     legacy: &Arc<Legacy>,
-    id: &RequestId,
+    lease: Lease,
     reason: &CancelReason,
 ) {
+    let id = lease.id();
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(request_id = %id, "no runtime to post notifications/cancelled");
         return;
@@ -345,9 +353,9 @@ pub(super) fn spawn_cancel(
         }
     };
     let client = inner.client.clone();
-    let id = id.clone();
     handle.spawn(async move {
-        let _permit = permit;
+        let (_permit, id) = (permit, lease.id().clone());
+        let _lease = lease;
         match tokio::time::timeout(BACKGROUND_POST_TIMEOUT, send(&client, req)).await {
             Ok(Ok(res)) => {
                 tracing::debug!(request_id = %id, status = %res.status(), "notifications/cancelled posted")

@@ -35,8 +35,9 @@ pub enum HttpClientError {
         kind: ConnectErrorKind,
         /// The `host:port` of the endpoint.
         target: String,
-        /// The underlying error's message (for TLS, rustls' reason, e.g.
-        /// `invalid peer certificate: UnknownIssuer`).
+        /// The underlying error's message. For TLS, what happened and what
+        /// to do, in words, then rustls' reason in parentheses (e.g.
+        /// `(rustls: invalid peer certificate: UnknownIssuer)`).
         detail: String,
     },
 }

@@ -18,8 +18,9 @@
 //! per spec when its limit fires.
 //!
 //! **Both eras**: the first request goes out in the 2026 shape. A server
-//! that answers it with a `4xx` without a modern error (a 2025-era server,
-//! e.g. "Server not initialized") is spoken to in its revision from then on:
+//! that answers it with `400 Bad Request` whose body is not a recognized
+//! modern error (a 2025-era server, e.g. "Server not initialized" or
+//! "Unsupported protocol version") is spoken to in its revision from then on:
 //! the client sends `initialize` and `notifications/initialized`, keeps the
 //! `Mcp-Session-Id` and the negotiated `MCP-Protocol-Version` for every later
 //! request, and a dropped call also POSTs `notifications/cancelled` (its id,
@@ -28,7 +29,17 @@
 //! [`HttpClient::close`] `DELETE`s the session (the last clone's drop does
 //! it in the background); a session the server ended (`404`) is initialized
 //! again. [`HttpClient::server_era`] tells what was found. The same layer
-//! stack works on both.
+//! stack works on both. That `400` is the spec's only signal: any other
+//! refusal (`401`, `403`, `404`, `413`, `429`, …) or a connection failure
+//! is the error of that call, and the client stays in its era.
+//!
+//! **Ids and progress tokens** are unique among the client's calls in flight
+//! (its clones share them), in both eras: those the client assigns skip the
+//! ones in use, and a call whose own id or token is already in flight fails
+//! at once with `-32600` without being sent — the rule of the stdio client
+//! too. In a 2025 session, a cancelled call's id stays in use until its
+//! `notifications/cancelled` is posted, so that no later call is cancelled
+//! by it.
 //!
 //! **HTTPS** (feature `tls`): rustls with ring through hyper-rustls, the
 //! platform's roots (or `SSL_CERT_FILE` / `SSL_CERT_DIR`) and
@@ -82,7 +93,9 @@ use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
 use crate::observe::{Era, Transport};
 use crate::protocol::PROTOCOL_VERSION;
-use crate::transport::call::client::{Abandon, CallGuard, Outbound, ResponseFuture, Route};
+use crate::transport::call::client::{
+    Abandon, CallGuard, Outbound, Pending, ResponseFuture, Route,
+};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
 use crate::{CancelReason, McpRequest};
 
@@ -119,6 +132,8 @@ struct Inner {
     client_info: Option<serde_json::Value>,
     headers: HeaderMap,
     outbound: Outbound,
+    /// The ids and progress tokens of the calls in flight.
+    in_flight: Arc<Mutex<Pending<()>>>,
     tools: RwLock<ToolHeaderMap>,
     relist_on_mismatch: bool,
     era: EraCell,
@@ -136,6 +151,39 @@ impl Inner {
     }
 }
 
+/// A request's id (and progress token) in the client's table of calls in
+/// flight, until it is dropped.
+struct Lease {
+    table: Arc<Mutex<Pending<()>>>,
+    id: RequestId,
+}
+
+impl Lease {
+    /// A fresh id for a request of the client's own (`initialize`, a
+    /// `tools/list` again).
+    fn fresh(inner: &Inner) -> Self {
+        let id = lock(&inner.in_flight).fresh(&inner.outbound, ());
+        Self {
+            table: inner.in_flight.clone(),
+            id,
+        }
+    }
+
+    fn id(&self) -> &RequestId {
+        &self.id
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        lock(&self.table).take(&self.id);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         // The last clone is gone without `close`: end the legacy session.
@@ -146,8 +194,9 @@ impl Drop for Inner {
 }
 
 /// The Streamable HTTP client: `Service<McpRequest, Response = serde_json::Value>`.
-/// See the [module docs](self). Clones share the connection pool, the id
-/// counter and what is known of the server's era (and its legacy session).
+/// See the [module docs](self). Clones share the connection pool, the ids
+/// and progress tokens in flight and what is known of the server's era (and
+/// its legacy session).
 #[derive(Clone)]
 pub struct HttpClient {
     inner: Arc<Inner>,
@@ -255,11 +304,20 @@ impl Service<McpRequest> for HttpClient {
 
     fn call(&mut self, mut req: McpRequest) -> ResponseFuture {
         let inner = self.inner.clone();
-        // Each call is its own stream: neither its id nor its progress
-        // token need avoid others' (a caller's observer without a
+        // Unique among the calls in flight, though each is its own stream:
+        // the server sees them all (a caller's observer without a
         // ProgressResetLayer above gets a token here).
-        let id = inner.outbound.assign_id(&mut req, |_| false);
-        let route = inner.outbound.route(&mut req, |_| false);
+        let registered = lock(&inner.in_flight).register(&inner.outbound, &mut req, |_| false, ());
+        let (id, route) = match registered {
+            Ok(r) => r,
+            Err(refused) => {
+                return ResponseFuture::new(async move { Err(Box::new(refused) as BoxError) })
+            }
+        };
+        let lease = Lease {
+            table: inner.in_flight.clone(),
+            id: id.clone(),
+        };
         let era = inner.era.get();
         // Everything that needs the request is done before the future, so
         // the future holds only what it sends and where progress goes (and,
@@ -284,6 +342,7 @@ impl Service<McpRequest> for HttpClient {
             CancelHttp {
                 inner: inner.clone(),
                 sent_in: sent_in.clone(),
+                lease: Some(lease),
             },
             Transport::Http,
             Some(span_era),
@@ -337,9 +396,6 @@ impl Service<McpRequest> for HttpClient {
                                         Err(e) => Err(e),
                                     }
                                 } else {
-                                    if probe && answered(&out) {
-                                        inner.era.modern();
-                                    }
                                     out
                                 }
                             }
@@ -368,15 +424,6 @@ impl Service<McpRequest> for HttpClient {
             }
             .instrument(span),
         )
-    }
-}
-
-/// Whether the server answered at all (a result or a JSON-RPC error), as
-/// opposed to a transport failure.
-fn answered(out: &Result<serde_json::Value, BoxError>) -> bool {
-    match out {
-        Ok(_) => true,
-        Err(e) => e.is::<crate::jsonrpc::ErrorObject>(),
     }
 }
 
@@ -417,9 +464,12 @@ async fn legacy_call(
 /// (HTTP/1.1: the connection is closed, not reused; HTTP/2: the stream is
 /// reset). On a legacy connection, where a closed stream is not a
 /// cancellation, `notifications/cancelled` is posted too, from a task.
+/// Holds the call's id in flight: released with the call, or, in a legacy
+/// session, once its cancel is posted.
 struct CancelHttp {
     inner: Arc<Inner>,
     sent_in: SentIn,
+    lease: Option<Lease>,
 }
 
 impl CancelHttp {
@@ -439,9 +489,9 @@ impl Abandon for CancelHttp {
         })
     }
 
-    fn cancel(&mut self, id: &RequestId, reason: CancelReason) {
-        if let Some(legacy) = self.legacy() {
-            era::spawn_cancel(&self.inner, &legacy, id, &reason);
+    fn cancel(&mut self, _id: &RequestId, reason: CancelReason) {
+        if let (Some(legacy), Some(lease)) = (self.legacy(), self.lease.take()) {
+            era::spawn_cancel(&self.inner, &legacy, lease, &reason);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! was sent).
 
 use bytes::Bytes;
-use http::{header, HeaderName, HeaderValue, Request};
+use http::{header, HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 
 use super::connector::{check_scheme, classify, PooledClient};
@@ -11,7 +11,7 @@ use super::era::{is_modern_error, NotModern, SessionGone};
 use super::response::read_response;
 use super::{HttpClientError, Inner};
 use crate::error::BoxError;
-use crate::jsonrpc::{self, RequestId, PROTOCOL_VERSION_META};
+use crate::jsonrpc::{self, ErrorObject, RequestId, PROTOCOL_VERSION_META};
 use crate::transport::call::client::Route;
 use crate::transport::http::headers::{
     encode_header_value, name_field, MCP_METHOD_HEADER, MCP_NAME_HEADER,
@@ -143,10 +143,9 @@ pub(super) enum Shape {
 }
 
 /// Sends request `id` and reads its answer. While probing (the server's era
-/// is not known yet), a `4xx` without a recognized modern error body is
-/// [`NotModern`] instead: the caller falls back to the legacy era. In a
-/// legacy session, a `404` that is not the answer to this request is
-/// [`SessionGone`]: the server ended the session.
+/// is not known yet), see [`probe`]. In a legacy session, a `404` that is
+/// not the answer to this request is [`SessionGone`]: the server ended the
+/// session.
 pub(super) async fn exchange(
     inner: &Inner,
     http_req: Request<Full<Bytes>>,
@@ -168,20 +167,52 @@ pub(super) async fn exchange(
         )
         .await;
     }
-    if matches!(shape, Shape::Modern { probe: true }) && res.status().is_client_error() {
-        let (parts, body) = res.into_parts();
-        let body = read_small(body).await;
-        if !is_modern_error(&body, id) {
-            return Err(Box::new(NotModern(parts.status)));
-        }
-        return read_response(
-            http::Response::from_parts(parts, Full::new(body)),
-            id,
-            route,
-        )
-        .await;
+    if matches!(shape, Shape::Modern { probe: true }) {
+        return probe(inner, res, id, route).await;
     }
     read_response(res, id, route).await
+}
+
+/// The answer to a modern request while the server's era is unknown. The
+/// spec's one signal of a 2025-era server is `400 Bad Request` whose body
+/// is not a recognized modern error: that is [`NotModern`], and the caller
+/// falls back. A success, or a modern error under any status, makes the
+/// client modern. Anything else — another status (`401`, `404`, `413`,
+/// `429`, …) without a modern error — is this call's error and tells
+/// nothing of the era.
+async fn probe(
+    inner: &Inner,
+    res: http::Response<hyper::body::Incoming>,
+    id: &RequestId,
+    route: Route,
+) -> Result<serde_json::Value, BoxError> {
+    let status = res.status();
+    if status.is_success() {
+        let out = read_response(res, id, route).await;
+        // A result or a JSON-RPC error in the body: a modern exchange.
+        if out
+            .as_ref()
+            .map_or_else(|e| e.is::<ErrorObject>(), |_| true)
+        {
+            inner.era.modern();
+        }
+        return out;
+    }
+    let (parts, body) = res.into_parts();
+    let body = read_small(body).await;
+    let modern = is_modern_error(&body, id);
+    if status == StatusCode::BAD_REQUEST && !modern {
+        return Err(Box::new(NotModern(status)));
+    }
+    if modern {
+        inner.era.modern();
+    }
+    read_response(
+        http::Response::from_parts(parts, Full::new(body)),
+        id,
+        route,
+    )
+    .await
 }
 
 /// How much of a `4xx` body is read to tell the era or the session's end.

@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue, Request};
 use http_body_util::Full;
 
 use super::request::{exchange, prepare, Shape};
-use super::Inner;
+use super::{Inner, Lease};
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, RequestId};
 use crate::transport::call::client::Route;
@@ -71,7 +71,8 @@ pub(super) fn is_header_mismatch(out: &Result<serde_json::Value, BoxError>) -> b
 async fn relist(inner: &Inner) -> Result<(), BoxError> {
     let mut cursor: Option<String> = None;
     for _ in 0..RELIST_PAGES {
-        let id = inner.outbound.next_id(|_| false);
+        let lease = Lease::fresh(inner);
+        let id = lease.id().clone();
         let params = match &cursor {
             Some(c) => serde_json::json!({ "cursor": c }),
             None => serde_json::json!({}),

@@ -55,7 +55,8 @@ pub mod future {
 ///
 /// * Requests without an id get one, unique among the requests in flight
 ///   and the reserved ids (below); a request with an id or progress token
-///   already in flight, or with a reserved id, fails at once.
+///   already in flight (a token counts whether or not anyone listens to its
+///   progress), or with a reserved id, fails at once with `-32600`.
 /// * The request's `wire_params()` are written, so a progress token that
 ///   [`ProgressResetLayer`](crate::ProgressResetLayer) assigned is on the
 ///   wire; `notifications/progress` for it are recorded in the request's
@@ -264,12 +265,14 @@ impl StdioClient {
             let st = &mut *st;
             st.reserved.expire(Instant::now());
             let reserved = &st.reserved;
-            st.pending.register(
-                &self.shared.outbound,
-                &mut req,
-                |id| reserved.contains(id),
-                waiter,
-            )?
+            st.pending
+                .register(
+                    &self.shared.outbound,
+                    &mut req,
+                    |id| reserved.contains(id),
+                    waiter,
+                )?
+                .0
         };
         let cancel = Cancel {
             shared: self.shared.clone(),
