@@ -480,3 +480,81 @@ async fn a_draining_server_refuses_new_work_but_still_serves_cancels() {
     events.until(|e| *e == Event::Dropped(2.into())).await;
     assert_eq!(other.await.unwrap().0, 204);
 }
+
+/// An adapter with legacy sessions whose `initialize` is refused with the
+/// 2025 lifecycle's own example (`-32602` "Unsupported protocol version")
+/// when the client asks for `1999-01-01`, after a notification first when
+/// it asks for `1999-01-02` (an SSE answer), and answered otherwise.
+fn picky_endpoint(limits: LegacySessions) -> Endpoint {
+    let mcp = service_fn(|req: McpRequest| async move {
+        let params: Value = req.params_as().unwrap_or_default();
+        let asked = params["protocolVersion"].as_str().unwrap_or("");
+        if asked == "1999-01-02" {
+            tower_mcp_cancel::notify::RequestContext::of(&req)
+                .notify(
+                    "notifications/message",
+                    &json!({"level": "info", "data": "checking"}),
+                )
+                .await;
+        }
+        if asked.starts_with("1999") {
+            return Err::<Value, BoxError>(Box::new(
+                tower_mcp_cancel::jsonrpc::ErrorObject::new(
+                    -32602,
+                    "Unsupported protocol version",
+                )
+                .with_data(json!({"supported": ["2025-11-25"], "requested": asked})),
+            ));
+        }
+        Ok(json!({"protocolVersion": "2025-11-25", "capabilities": {},
+            "serverInfo": {"name": "test", "version": "0"}}))
+    });
+    BoxCloneService::new(StreamableHttpService::new(mcp).legacy_sessions(limits))
+}
+
+fn initialize_asking(id: i64, version: &str) -> Value {
+    let mut v = initialize(id);
+    v["params"]["protocolVersion"] = json!(version);
+    v
+}
+
+/// The session id belongs only on the response that carries an
+/// `InitializeResult`: an `initialize` answered with a JSON-RPC error (HTTP
+/// 200, as every other error) mints none and holds no place under the
+/// bound.
+#[tokio::test]
+async fn an_initialize_answered_with_an_error_mints_no_session() {
+    let ep = picky_endpoint(LegacySessions::new().max_sessions(1));
+    for id in 0..3 {
+        let (status, session, text) =
+            send(&ep, post(&initialize_asking(id, "1999-01-01"), None)).await;
+        assert_eq!(status, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        assert_eq!(session, None, "a refused handshake carries no session id");
+    }
+    // The bound (1) is still free.
+    let (status, session, text) = send(&ep, post(&initialize(9), None)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(session.is_some(), "{text}");
+}
+
+/// The SSE twin: a refused `initialize` whose answer streams (a
+/// notification came first) had its headers sent before the answer was
+/// known; the session it named is ended with that answer, so it holds no
+/// place and its id is unknown afterwards.
+#[tokio::test]
+async fn a_streamed_initialize_error_ends_the_session_it_named() {
+    let ep = picky_endpoint(LegacySessions::new().max_sessions(1));
+    let (status, session, text) =
+        send(&ep, post(&initialize_asking(0, "1999-01-02"), None)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("-32602"), "{text}");
+    if let Some(s) = session {
+        let (status, _, _) = send(&ep, post(&legacy_call(1, "echo"), Some(&s))).await;
+        assert_eq!(status, 404, "the refused handshake's session is gone");
+    }
+    let (status, session, text) = send(&ep, post(&initialize(9), None)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(session.is_some(), "the bound is free again: {text}");
+}
