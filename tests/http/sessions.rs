@@ -558,3 +558,29 @@ async fn a_streamed_initialize_error_ends_the_session_it_named() {
     assert_eq!(status, 200, "{text}");
     assert!(session.is_some(), "the bound is free again: {text}");
 }
+
+/// RFC 9110 §15.5.6: `Allow` lists the methods the resource supports; with
+/// legacy sessions on, that includes `DELETE`.
+#[tokio::test]
+async fn get_is_405_with_an_allow_that_lists_every_method_served() {
+    let (ep, _tools, _events) = endpoint(LegacySessions::new());
+    let res = ep
+        .clone()
+        .oneshot(request(http::Method::GET, None, None))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 405);
+    let allow = res.headers().get(http::header::ALLOW).unwrap();
+    let mut methods: Vec<&str> = allow.to_str().unwrap().split(',').map(str::trim).collect();
+    methods.sort_unstable();
+    assert_eq!(methods, ["DELETE", "POST"]);
+
+    // Without sessions, POST only.
+    let (tools, _events) = Tools::new();
+    let res = StreamableHttpService::new(tools.service())
+        .oneshot(request(http::Method::GET, None, None))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 405);
+    assert_eq!(res.headers().get(http::header::ALLOW).unwrap(), "POST");
+}
