@@ -584,3 +584,76 @@ async fn get_is_405_with_an_allow_that_lists_every_method_served() {
     assert_eq!(res.status(), 405);
     assert_eq!(res.headers().get(http::header::ALLOW).unwrap(), "POST");
 }
+
+/// A `MakeWriter` collecting log output into one shared buffer.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+impl Logs {
+    /// Captures this thread's logs (the test runtime is current-thread).
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .finish();
+        (logs.clone(), tracing::subscriber::set_default(subscriber))
+    }
+
+    /// Asserts every line is short and free of control characters.
+    fn assert_bounded(&self) -> String {
+        let out = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        for line in out.lines() {
+            assert!(line.len() < 2048, "a log line of {} bytes", line.len());
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+        out
+    }
+}
+
+/// A session's `notifications/cancelled` names a request id from the wire:
+/// logged bounded and clean, whether the id names a request or not.
+#[tokio::test]
+async fn a_session_cancel_logs_a_bounded_request_id() {
+    let (logs, _guard) = Logs::capture();
+    let (ep, _tools, mut events) = endpoint(LegacySessions::new());
+    let s = open(&ep).await;
+    let huge = format!("{}\u{1b}[31m\u{85}", "i\n".repeat(500_000));
+    let mut call = legacy_call(0, "hang");
+    call["id"] = json!(huge);
+    let running = start(&ep, post(&call, Some(&s)));
+    events.until(|e| matches!(e, Event::Started(_))).await;
+    for id in [json!(huge), json!(format!("{huge}-unknown"))] {
+        let mut n = cancelled(0);
+        n["params"]["requestId"] = id;
+        let (status, _, _) = send(&ep, post(&n, Some(&s))).await;
+        assert_eq!(status, 202);
+    }
+    assert_eq!(running.await.unwrap().0, 204);
+    let out = logs.assert_bounded();
+    assert!(
+        out.lines()
+            .filter(|l| l.contains("notifications/cancelled from a legacy session"))
+            .count()
+            == 2,
+        "{out}"
+    );
+}
