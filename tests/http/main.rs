@@ -10,6 +10,7 @@ mod support;
 mod cancel;
 mod client;
 mod drain;
+mod header_checks;
 mod legacy_checks;
 mod legacy_client;
 mod missing_version;

@@ -1,0 +1,105 @@
+//! The request metadata headers compared with the body, called directly (no
+//! sockets): a repeated header is refused like a different one (a proxy
+//! may route on another copy than the one compared), and the body's text
+//! quoted in an error comes back sanitized and bounded.
+#![cfg(feature = "http")]
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use tower::util::BoxCloneService;
+use tower::ServiceExt;
+use tower_mcp_cancel::transport::http::{ResponseBody, StreamableHttpService};
+
+use crate::support::http::{modern_headers, tool_call, Tools};
+
+type Endpoint = BoxCloneService<Request<Full<Bytes>>, Response<ResponseBody>, Infallible>;
+
+fn endpoint() -> Endpoint {
+    let (tools, _events) = Tools::new();
+    BoxCloneService::new(StreamableHttpService::new(tools.service()))
+}
+
+fn post(body: &Value, headers: &[(&str, String)]) -> Request<Full<Bytes>> {
+    let mut req = Request::builder()
+        .method(http::Method::POST)
+        .uri("http://127.0.0.1/mcp")
+        .body(Full::new(Bytes::from(serde_json::to_vec(body).unwrap())))
+        .unwrap();
+    for (k, v) in headers {
+        req.headers_mut().append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    req
+}
+
+async fn send(ep: &Endpoint, req: Request<Full<Bytes>>) -> (u16, Value) {
+    let res = ep.clone().oneshot(req).await.unwrap();
+    let status = res.status().as_u16();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// `Mcp-Name: echo` and `Mcp-Name: delete_everything` on one request: the
+/// server compares one copy, a proxy may route on the other. Every header
+/// compared with the body is refused when repeated, even with equal copies.
+#[tokio::test]
+async fn a_repeated_metadata_header_is_a_mismatch() {
+    let ep = endpoint();
+    let body = tool_call(1, "echo", json!({"text": "hi"}));
+    let base = modern_headers("echo");
+    let (status, v) = send(&ep, post(&body, &base)).await;
+    assert_eq!(status, 200, "the request is fine once: {v}");
+
+    for (name, second) in [
+        ("Mcp-Name", "delete_everything"),
+        ("Mcp-Name", "echo"),
+        ("Mcp-Method", "tools/list"),
+        ("Mcp-Method", "tools/call"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+    ] {
+        let mut headers = base.clone();
+        headers.push((name, second.into()));
+        let (status, v) = send(&ep, post(&body, &headers)).await;
+        assert_eq!(status, 400, "{name}: {second}: {v}");
+        assert_eq!(v["error"]["code"], -32020, "{name}: {v}");
+        assert_eq!(v["id"], 1, "{v}");
+    }
+}
+
+/// A 2025 request need not send `Mcp-Method` / `Mcp-Name`, but one it
+/// sends twice is refused like on a 2026 request; so is a repeated 2025
+/// `MCP-Protocol-Version` (the era is read from it).
+#[tokio::test]
+async fn a_repeated_metadata_header_is_a_mismatch_on_a_legacy_request() {
+    let ep = endpoint();
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "hi"}}});
+    let base: Vec<(&str, String)> = vec![
+        ("Content-Type", "application/json".into()),
+        ("Accept", "application/json, text/event-stream".into()),
+        ("MCP-Protocol-Version", "2025-11-25".into()),
+    ];
+    let (status, v) = send(&ep, post(&body, &base)).await;
+    assert_eq!(status, 200, "{v}");
+    for (name, first, second) in [
+        ("Mcp-Name", "echo", "delete_everything"),
+        ("Mcp-Method", "tools/call", "tools/call"),
+        ("MCP-Protocol-Version", "", "2025-06-18"),
+    ] {
+        let mut headers = base.clone();
+        if !first.is_empty() {
+            headers.push((name, first.into()));
+        }
+        headers.push((name, second.into()));
+        let (status, v) = send(&ep, post(&body, &headers)).await;
+        assert_eq!(status, 400, "{name}: {v}");
+        assert_eq!(v["error"]["code"], -32020, "{name}: {v}");
+    }
+}
