@@ -103,3 +103,41 @@ async fn a_repeated_metadata_header_is_a_mismatch_on_a_legacy_request() {
         assert_eq!(v["error"]["code"], -32020, "{name}: {v}");
     }
 }
+
+/// Asserts an error message or data string is short and has no control
+/// characters.
+fn assert_clean(what: &str, text: &str) {
+    assert!(text.chars().count() < 1024, "{what}: {} chars", text.len());
+    assert!(!text.chars().any(char::is_control), "{what}: {text:?}");
+}
+
+/// The body's `_meta` protocol version quoted in the mismatch message is
+/// sanitized and bounded like the `Mcp-Method` / `Mcp-Name` ones; so is the
+/// version quoted by "Unsupported protocol version" and its
+/// `data.requested`.
+#[tokio::test]
+async fn protocol_versions_quoted_in_errors_are_sanitized_and_bounded() {
+    let ep = endpoint();
+    let evil = format!("2026\n\u{1b}[31m{}", "x".repeat(200_000));
+    let mut body = tool_call(1, "echo", json!({"text": "hi"}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!(evil);
+    let (status, v) = send(&ep, post(&body, &modern_headers("echo"))).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], -32020, "{v}");
+    assert_clean("mismatch message", v["error"]["message"].as_str().unwrap());
+
+    // Header and body agree on an unsupported, huge version.
+    let long = "9".repeat(200_000);
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!(long);
+    let mut headers = modern_headers("echo");
+    headers.retain(|(k, _)| *k != "MCP-Protocol-Version");
+    headers.push(("MCP-Protocol-Version", long.clone()));
+    let (status, v) = send(&ep, post(&body, &headers)).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], -32022, "{v}");
+    assert_clean("unsupported message", v["error"]["message"].as_str().unwrap());
+    assert_clean(
+        "data.requested",
+        v["error"]["data"]["requested"].as_str().unwrap(),
+    );
+}
