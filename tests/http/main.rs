@@ -9,6 +9,7 @@ mod support;
 
 mod cancel;
 mod client;
+mod config_values;
 mod drain;
 mod header_checks;
 mod legacy_checks;
