@@ -8,6 +8,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::store::{CreateError, Session, Sessions};
 use crate::jsonrpc::{self, ErrorObject, RawNotification, RequestId};
+use crate::transport::call::server::Ending;
 use crate::transport::http::body::ResponseBody;
 use crate::transport::http::headers::MCP_SESSION_ID_HEADER;
 use crate::transport::http::response;
@@ -133,21 +134,58 @@ pub(crate) struct Opened {
 }
 
 impl Opened {
-    /// Finishes the answer to the request that minted the session: a
-    /// successful answer carries the new `Mcp-Session-Id`; after a failed
-    /// one the session is ended again, so a refused `initialize` holds no
-    /// place under the bound.
+    /// Finishes the answer to the request that minted the session: the
+    /// new `Mcp-Session-Id` goes only on a response that carries an
+    /// `InitializeResult` — a successful status and a session that
+    /// [`settle`](Self::settle) has not ended (a JSON answer is settled
+    /// before it gets here). After a failed one the session is ended, so a
+    /// refused `initialize` holds no place under the bound.
     pub(crate) fn finish(&self, sessions: &Sessions, res: &mut Response<ResponseBody>) {
         if !self.minted {
             return;
         }
         match HeaderValue::from_str(self.session.id()) {
-            Ok(v) if res.status().is_success() => {
+            Ok(v) if res.status().is_success() && !self.session.is_ended() => {
                 res.headers_mut().insert(MCP_SESSION_ID_HEADER, v);
             }
             _ => {
                 sessions.end(self.session.id());
             }
+        }
+    }
+
+    /// What settles the handshake once the minting `initialize` ended, or
+    /// `None` for a request that minted nothing.
+    pub(crate) fn handshake(&self, sessions: &Arc<Sessions>) -> Option<Handshake> {
+        self.minted.then(|| Handshake {
+            sessions: sessions.clone(),
+            session: self.session.clone(),
+        })
+    }
+}
+
+/// The session an `initialize` minted, until that `initialize` is answered.
+#[derive(Debug)]
+pub(crate) struct Handshake {
+    sessions: Arc<Sessions>,
+    session: Arc<Session>,
+}
+
+impl Handshake {
+    /// Ends the session unless the `initialize` was answered with a result:
+    /// an error (e.g. `-32602` "Unsupported protocol version") is HTTP 200
+    /// like any other, and a streamed answer had its headers, and the id,
+    /// sent before it was known.
+    pub(crate) fn settle(self, ending: &Ending) {
+        if !matches!(
+            ending,
+            Ending::Respond {
+                error_code: None,
+                ..
+            }
+        ) {
+            tracing::debug!("legacy initialize not answered with a result; its session ended");
+            self.sessions.end(self.session.id());
         }
     }
 }

@@ -169,6 +169,12 @@ impl Session {
         &self.id
     }
 
+    /// Whether the session was ended (`DELETE`, expiry, a refused
+    /// handshake).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.state().ended
+    }
+
     fn touch(&self, now: Instant) {
         let mut state = self.state();
         if now > state.last_seen {
