@@ -69,7 +69,10 @@ where
         return endpoint::delete(sessions, &parts.headers);
     }
     if parts.method != HttpMethod::POST {
-        return Ok(response::method_not_allowed(&parts.method));
+        return Ok(response::method_not_allowed(
+            &parts.method,
+            sessions.is_some(),
+        ));
     }
     check_accept(&parts.headers)?;
     check_content_type(&parts.headers)?;
