@@ -42,7 +42,10 @@ async fn send(ep: &Endpoint, req: Request<Full<Bytes>>) -> (u16, Value) {
     let res = ep.clone().oneshot(req).await.unwrap();
     let status = res.status().as_u16();
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// `Mcp-Name: echo` and `Mcp-Name: delete_everything` on one request: the
@@ -135,7 +138,10 @@ async fn protocol_versions_quoted_in_errors_are_sanitized_and_bounded() {
     let (status, v) = send(&ep, post(&body, &headers)).await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"]["code"], -32022, "{v}");
-    assert_clean("unsupported message", v["error"]["message"].as_str().unwrap());
+    assert_clean(
+        "unsupported message",
+        v["error"]["message"].as_str().unwrap(),
+    );
     assert_clean(
         "data.requested",
         v["error"]["data"]["requested"].as_str().unwrap(),

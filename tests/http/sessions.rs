@@ -499,11 +499,8 @@ fn picky_endpoint(limits: LegacySessions) -> Endpoint {
         }
         if asked.starts_with("1999") {
             return Err::<Value, BoxError>(Box::new(
-                tower_mcp_cancel::jsonrpc::ErrorObject::new(
-                    -32602,
-                    "Unsupported protocol version",
-                )
-                .with_data(json!({"supported": ["2025-11-25"], "requested": asked})),
+                tower_mcp_cancel::jsonrpc::ErrorObject::new(-32602, "Unsupported protocol version")
+                    .with_data(json!({"supported": ["2025-11-25"], "requested": asked})),
             ));
         }
         Ok(json!({"protocolVersion": "2025-11-25", "capabilities": {},
@@ -546,8 +543,7 @@ async fn an_initialize_answered_with_an_error_mints_no_session() {
 #[tokio::test]
 async fn a_streamed_initialize_error_ends_the_session_it_named() {
     let ep = picky_endpoint(LegacySessions::new().max_sessions(1));
-    let (status, session, text) =
-        send(&ep, post(&initialize_asking(0, "1999-01-02"), None)).await;
+    let (status, session, text) = send(&ep, post(&initialize_asking(0, "1999-01-02"), None)).await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("-32602"), "{text}");
     if let Some(s) = session {
