@@ -16,6 +16,18 @@ fn string_and_integer_ids_differ() {
 }
 
 #[test]
+fn a_string_id_displays_bounded_and_without_control_characters() {
+    let huge = RequestId::from(format!("a\n\u{1b}[31m\u{85}{}", "é".repeat(1 << 20)));
+    let shown = huge.to_string();
+    assert!(shown.starts_with("\"a\\n\\u001b[31m "), "{shown}");
+    assert_eq!(shown.chars().count(), crate::sanitize::MAX_CHARS + 1);
+    assert!(shown.ends_with('…'));
+    assert!(!shown.chars().any(char::is_control));
+    assert_eq!(format!("{huge:?}"), shown);
+    assert_eq!(RequestId::from("x\u{7f}").to_string(), "\"x \"");
+}
+
+#[test]
 fn id_zero_is_an_ordinary_id() {
     let m = Message::decode(br#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#).unwrap();
     let Message::Request(r) = m else {

@@ -611,7 +611,11 @@ impl Logs {
             .with_ansi(false)
             .with_max_level(tracing::Level::TRACE)
             .finish();
-        (logs.clone(), tracing::subscriber::set_default(subscriber))
+        let guard = tracing::subscriber::set_default(subscriber);
+        // A callsite first hit by a test running on another thread (no
+        // subscriber there) may have cached "never"; count this one in.
+        tracing::callsite::rebuild_interest_cache();
+        (logs, guard)
     }
 
     /// Asserts every line is short and free of control characters.
@@ -637,6 +641,7 @@ async fn a_session_cancel_logs_a_bounded_request_id() {
     call["id"] = json!(huge);
     let running = start(&ep, post(&call, Some(&s)));
     events.until(|e| matches!(e, Event::Started(_))).await;
+    tracing::callsite::rebuild_interest_cache();
     for id in [json!(huge), json!(format!("{huge}-unknown"))] {
         let mut n = cancelled(0);
         n["params"]["requestId"] = id;
