@@ -182,20 +182,31 @@ impl<'a> MirroredParams<'a> {
     }
 }
 
+/// A header compared with the body: absent, or present once and readable.
+/// A repeated one is a mismatch even when its copies agree: the server
+/// compares one copy, while a proxy may route on another, or on all of them
+/// joined.
 fn header_str<'a>(
     headers: &'a HeaderMap,
     name: &str,
     id: &RequestId,
 ) -> Result<Option<&'a str>, Rejection> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(v) => v.to_str().map(Some).map_err(|_| {
-            Rejection::header_mismatch(
-                id,
-                format!("Header mismatch: the {name} header contains invalid characters"),
-            )
-        }),
+    let mut values = headers.get_all(name).iter();
+    let Some(v) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(Rejection::header_mismatch(
+            id,
+            format!("Header mismatch: the {name} header is sent more than once"),
+        ));
     }
+    v.to_str().map(Some).map_err(|_| {
+        Rejection::header_mismatch(
+            id,
+            format!("Header mismatch: the {name} header contains invalid characters"),
+        )
+    })
 }
 
 /// The `MCP-Protocol-Version` header, if present and readable.
@@ -285,6 +296,8 @@ pub(crate) fn check_legacy_headers(
     method: &str,
     params: &MirroredParams,
 ) -> Result<(), Rejection> {
+    // The era was read from it: one copy only.
+    header_str(headers, MCP_PROTOCOL_VERSION_HEADER, id)?;
     if let Some(h) = header_str(headers, MCP_METHOD_HEADER, id)? {
         check_method_header(h, id, method)?;
     }
