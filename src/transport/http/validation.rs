@@ -18,6 +18,7 @@ use super::headers::{
 };
 use super::param_headers::ToolHeaderMap;
 use crate::jsonrpc::{self, ErrorObject, RequestId, PROTOCOL_VERSION_META};
+use crate::sanitize::for_log;
 
 /// A request refused before it reached the MCP stack: an HTTP status and the
 /// JSON-RPC error to send with it.
@@ -242,7 +243,9 @@ pub(crate) fn check_request_headers(
             return Err(Rejection::header_mismatch(
                 id,
                 format!(
-                    "Header mismatch: MCP-Protocol-Version header value '{version}' does not match body value '{body}'"
+                    "Header mismatch: MCP-Protocol-Version header value '{}' does not match body value '{}'",
+                    for_log(version),
+                    for_log(body)
                 ),
             ))
         }
@@ -250,20 +253,22 @@ pub(crate) fn check_request_headers(
             return Err(Rejection::header_mismatch(
                 id,
                 format!(
-                    "Header mismatch: MCP-Protocol-Version is '{version}' but the body has no _meta[\"{PROTOCOL_VERSION_META}\"]"
+                    "Header mismatch: MCP-Protocol-Version is '{}' but the body has no _meta[\"{PROTOCOL_VERSION_META}\"]",
+                    for_log(version)
                 ),
             ))
         }
     }
     if !supported.iter().any(|s| s == version) {
+        let requested = for_log(version);
         return Err(Rejection::new(
             StatusCode::BAD_REQUEST,
             Some(id.clone()),
             ErrorObject::new(
                 ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
-                format!("Unsupported protocol version: {version}"),
+                format!("Unsupported protocol version: {requested}"),
             )
-            .with_data(serde_json::json!({ "supported": supported, "requested": version })),
+            .with_data(serde_json::json!({ "supported": supported, "requested": requested })),
         ));
     }
     let Some(h) = header_str(headers, MCP_METHOD_HEADER, id)? else {
@@ -317,8 +322,8 @@ fn check_method_header(header: &str, id: &RequestId, method: &str) -> Result<(),
         id,
         format!(
             "Header mismatch: Mcp-Method header value '{}' does not match body value '{}'",
-            crate::sanitize::for_log(header),
-            crate::sanitize::for_log(method)
+            for_log(header),
+            for_log(method)
         ),
     ))
 }
@@ -337,8 +342,8 @@ fn check_name_header(raw: &str, id: &RequestId, body: Option<&str>) -> Result<()
         id,
         format!(
             "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
-            crate::sanitize::for_log(&decoded),
-            crate::sanitize::for_log(body.unwrap_or("<absent>"))
+            for_log(&decoded),
+            for_log(body.unwrap_or("<absent>"))
         ),
     ))
 }
