@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
 use tower::ServiceExt;
-use tower_mcp_cancel::transport::http::{ResponseBody, StreamableHttpService};
+use tower_mcp_cancel::transport::http::{LegacySessions, ResponseBody, StreamableHttpService};
 
 use crate::support::http::{modern_headers, tool_call, Tools};
 
@@ -146,4 +146,43 @@ async fn protocol_versions_quoted_in_errors_are_sanitized_and_bounded() {
         "data.requested",
         v["error"]["data"]["requested"].as_str().unwrap(),
     );
+}
+/// The twins: `Mcp-Session-Id`, `Content-Type` and `Origin` are read from
+/// one copy too; repeated, they are refused.
+#[tokio::test]
+async fn repeated_session_content_type_and_origin_headers_are_refused() {
+    let (tools, _events) = Tools::new();
+    let ep: Endpoint = BoxCloneService::new(
+        StreamableHttpService::new(tools.service()).legacy_sessions(LegacySessions::new()),
+    );
+    let body = tool_call(1, "echo", json!({"text": "hi"}));
+    for (name, first, second, want) in [
+        ("Content-Type", "application/json", "text/plain", 415),
+        ("Origin", "http://localhost", "http://evil.example", 403),
+    ] {
+        let mut headers = modern_headers("echo");
+        headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        headers.push((name, first.into()));
+        headers.push((name, second.into()));
+        let (status, v) = send(&ep, post(&body, &headers)).await;
+        assert_eq!(status, want, "{name}: {v}");
+    }
+
+    // A legacy initialize, then a request naming its session twice.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}});
+    let mut headers: Vec<(&str, String)> = vec![
+        ("Content-Type", "application/json".into()),
+        ("Accept", "application/json, text/event-stream".into()),
+    ];
+    let res = ep.clone().oneshot(post(&init, &headers)).await.unwrap();
+    // The test tools refuse initialize (-32601): no session. Use an id of
+    // the right shape; a repeated header is refused before any lookup.
+    assert!(res.headers().get("mcp-session-id").is_none());
+    headers.push(("MCP-Protocol-Version", "2025-11-25".into()));
+    headers.push(("Mcp-Session-Id", "a".repeat(64)));
+    headers.push(("Mcp-Session-Id", "b".repeat(64)));
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "hi"}}});
+    let (status, v) = send(&ep, post(&call, &headers)).await;
+    assert_eq!(status, 400, "{v}");
 }
