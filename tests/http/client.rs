@@ -307,3 +307,34 @@ async fn a_progress_observer_gets_a_token_without_a_progress_reset_layer() {
         assert_eq!(got, vec![1.0, 2.0, 3.0], "{proto:?}");
     }
 }
+
+/// The client never sends a header the server compares with the body twice:
+/// an extra header of the builder's that names one the transport writes
+/// (`Mcp-Method`, `Mcp-Name`, `MCP-Protocol-Version`, `Content-Type`, …) is
+/// not added, so the request stays one the server accepts.
+#[tokio::test]
+async fn extra_headers_never_repeat_the_transport_headers() {
+    use http::{HeaderName, HeaderValue};
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s).await;
+    let mut b = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap());
+    for (k, v) in [
+        ("mcp-method", "tools/list"),
+        ("mcp-name", "delete_everything"),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("content-type", "text/plain"),
+        ("accept", "text/html"),
+        ("mcp-session-id", "x"),
+        ("x-trace", "1"),
+    ] {
+        b = b.header(HeaderName::from_static(k), HeaderValue::from_static(v));
+    }
+    let mut c = b.build();
+    let r = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "hi"}))),
+    )
+    .await;
+    assert_eq!(r.unwrap()["content"][0]["text"], "hi");
+}
