@@ -603,8 +603,9 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
 }
 
 impl Logs {
-    /// Captures this thread's logs (the test runtime is current-thread).
-    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+    /// Captures this thread's logs (the test runtime is current-thread)
+    /// until the guards drop.
+    fn capture() -> (Self, (tracing::subscriber::DefaultGuard, tracing::Dispatch)) {
         let logs = Logs::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(logs.clone())
@@ -612,10 +613,13 @@ impl Logs {
             .with_max_level(tracing::Level::TRACE)
             .finish();
         let guard = tracing::subscriber::set_default(subscriber);
-        // A callsite first hit by a test running on another thread (no
-        // subscriber there) may have cached "never"; count this one in.
-        tracing::callsite::rebuild_interest_cache();
-        (logs, guard)
+        // With a single live dispatcher, tracing-core computes a callsite's
+        // interest from the default of the thread that first hits it: a
+        // concurrent test's thread, with no subscriber, would disable that
+        // callsite for this one too. A second live dispatcher makes it ask
+        // every dispatcher (and rebuilds the cache).
+        let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        (logs, (guard, second))
     }
 
     /// Asserts every line is short and free of control characters.
@@ -641,7 +645,6 @@ async fn a_session_cancel_logs_a_bounded_request_id() {
     call["id"] = json!(huge);
     let running = start(&ep, post(&call, Some(&s)));
     events.until(|e| matches!(e, Event::Started(_))).await;
-    tracing::callsite::rebuild_interest_cache();
     for id in [json!(huge), json!(format!("{huge}-unknown"))] {
         let mut n = cancelled(0);
         n["params"]["requestId"] = id;
