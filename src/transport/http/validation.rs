@@ -97,9 +97,11 @@ pub(crate) fn check_accept(headers: &HeaderMap) -> Result<(), Rejection> {
     }
 }
 
-/// Checks that a `Content-Type`, if present, is `application/json`.
+/// Checks that a `Content-Type`, if present, is `application/json`, once
+/// (a repeated one is refused: another reader may take another copy).
 pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
-    let Some(ct) = headers.get(header::CONTENT_TYPE) else {
+    let mut values = headers.get_all(header::CONTENT_TYPE).iter();
+    let Some(ct) = values.next() else {
         return Ok(());
     };
     let mime = ct
@@ -107,7 +109,7 @@ pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
         .ok()
         .and_then(|v| v.split(';').next())
         .map(|v| v.trim().to_ascii_lowercase());
-    if mime.as_deref() == Some("application/json") {
+    if mime.as_deref() == Some("application/json") && values.next().is_none() {
         Ok(())
     } else {
         Err(Rejection::new(

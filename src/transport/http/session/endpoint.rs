@@ -15,9 +15,22 @@ use crate::transport::http::response;
 use crate::transport::http::validation::Rejection;
 
 /// The session id a request carries; a header that is not visible ASCII
-/// names no session the server could have minted.
+/// names no session the server could have minted. A repeated one is a
+/// `400`: which session the request belongs to must not depend on which
+/// copy a reader takes.
 fn session_id(headers: &HeaderMap) -> Option<Result<&str, Rejection>> {
-    let value = headers.get(MCP_SESSION_ID_HEADER)?;
+    let mut values = headers.get_all(MCP_SESSION_ID_HEADER).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return Some(Err(Rejection::new(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                "Bad Request: the Mcp-Session-Id header is sent more than once",
+            ),
+        )));
+    }
     Some(
         value
             .to_str()
