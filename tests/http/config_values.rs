@@ -270,3 +270,39 @@ proptest! {
         });
     }
 }
+
+/// `Server::header_read_timeout(Some(Duration::MAX))` means no timeout:
+/// hyper adds it to `Instant::now()` when a connection starts reading a
+/// request head, which must not panic the connection's task.
+#[tokio::test]
+async fn a_header_read_timeout_of_duration_max_serves_requests() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tower_mcp_cancel::transport::http::Server;
+
+    let (tools, _events) = Tools::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let served = tokio::spawn(
+        Server::new()
+            .header_read_timeout(Some(Duration::MAX))
+            .serve(
+                listener,
+                StreamableHttpService::new(tools.service()),
+                shutdown.clone(),
+            ),
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(crate::support::http::WAIT, s.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 405"), "{out:?}");
+    shutdown.cancel();
+    served.await.unwrap();
+}
