@@ -173,8 +173,15 @@ impl Server {
 
     /// The HTTP/1 header read timeout; `None` disables it (default
     /// [`DEFAULT_HEADER_READ_TIMEOUT`](Self::DEFAULT_HEADER_READ_TIMEOUT)).
+    /// One too long for the clock to add (`Duration::MAX`) is none.
     pub fn header_read_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.header_read_timeout = timeout;
+        // hyper adds it to `Instant::now()` per request head, and panics on
+        // overflow; twice the value covers the process's own lifetime.
+        self.header_read_timeout = timeout.filter(|t| {
+            std::time::Instant::now()
+                .checked_add(t.saturating_mul(2))
+                .is_some()
+        });
         self
     }
 
