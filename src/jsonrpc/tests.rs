@@ -153,3 +153,22 @@ fn raw_json_is_written_on_one_line() {
     let line = encode_response(Some(&RequestId::from(1)), Ok(&raw));
     assert!(!line.contains(&b'\n'));
 }
+
+#[test]
+fn peer_text_in_decode_errors_and_method_debug_is_bounded_and_clean() {
+    let huge = format!("\u{1b}[31m\n{}", "x".repeat(200_000));
+    let lines = [
+        // serde_json quotes the string it could not take as an error object.
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": huge}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "m", "params": huge}),
+        serde_json::json!({"jsonrpc": huge, "id": 1, "method": "m"}),
+    ];
+    for line in lines {
+        let e = Message::decode(line.to_string().as_bytes()).unwrap_err();
+        assert!(e.message.chars().count() < 1024, "{}", e.message.len());
+        assert!(!e.message.chars().any(char::is_control), "{:?}", e.message);
+    }
+    let shown = format!("{:?}", crate::jsonrpc::Method::new(&huge));
+    assert!(shown.chars().count() < 1024, "{}", shown.len());
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+}
