@@ -48,7 +48,6 @@ async fn a_keep_alive_of_duration_max_never_fires_and_never_panics() {
 use proptest::prelude::*;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::transport::http::LegacySessions;
-use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{BoxError, McpRequest, ProgressResetLayer, TimeoutLayer};
 
 /// The extreme durations, and one ordinary one.
@@ -210,6 +209,7 @@ proptest! {
 
     /// Nor those of the stdio server and client: a call, a cancelled call
     /// and an oversize line, then the shutdown with its grace.
+    #[cfg(feature = "stdio")]
     #[test]
     fn stdio_settings_at_their_extremes_never_panic(
         line in counts(),
@@ -222,6 +222,7 @@ proptest! {
         reserve_for in durations(),
         reserve_max in counts(),
     ) {
+        use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
         paused_runtime().block_on(async move {
             let (client_io, server_io) = tokio::io::duplex(64 * 1024);
             let (sr, sw) = tokio::io::split(server_io);
