@@ -338,3 +338,35 @@ async fn extra_headers_never_repeat_the_transport_headers() {
     .await;
     assert_eq!(r.unwrap()["content"][0]["text"], "hi");
 }
+
+/// A server's text in an error the client returns is bounded and clean: a
+/// huge `Content-Type` on a 200 is quoted through `sanitize::for_log`.
+#[tokio::test]
+async fn a_huge_server_content_type_is_bounded_in_the_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let _ = s.read(&mut buf).await.unwrap();
+        let ct = format!("text/{}", "x".repeat(20_000));
+        let res = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
+        );
+        s.write_all(res.as_bytes()).await.unwrap();
+    });
+    let mut c = client(addr, Proto::H1);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "hi"}))),
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("content type"), "{text}");
+    assert!(text.len() < 1024, "an error of {} bytes", text.len());
+    server.await.unwrap();
+}
