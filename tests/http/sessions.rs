@@ -8,6 +8,7 @@
 #![cfg(feature = "http")]
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -660,4 +661,39 @@ async fn a_session_cancel_logs_a_bounded_request_id() {
             == 2,
         "{out}"
     );
+}
+
+/// The disconnect twin: an `initialize` whose response future is dropped
+/// before its answer (the client went away) never delivered its session id,
+/// so its session holds no place either.
+#[tokio::test]
+async fn an_initialize_dropped_before_its_answer_holds_no_place() {
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let wait = release.clone();
+    let mcp = service_fn(move |req: McpRequest| {
+        let wait = wait.clone();
+        async move {
+            let params: Value = req.params_as().unwrap_or_default();
+            if params["protocolVersion"] == "slow" {
+                wait.notified().await;
+            }
+            Ok::<_, BoxError>(json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                "serverInfo": {"name": "test", "version": "0"}}))
+        }
+    });
+    let ep: Endpoint = BoxCloneService::new(
+        StreamableHttpService::new(mcp).legacy_sessions(LegacySessions::new().max_sessions(1)),
+    );
+    let mut slow = Box::pin(
+        ep.clone()
+            .oneshot(post(&initialize_asking(0, "slow"), None)),
+    );
+    // One poll mints the session and leaves the handler waiting.
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(slow.as_mut().poll(cx))).await;
+    assert!(first.is_pending());
+    drop(slow);
+    let (status, session, text) = send(&ep, post(&initialize(1), None)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(session.is_some(), "{text}");
+    release.notify_waiters();
 }
