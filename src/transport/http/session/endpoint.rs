@@ -2,6 +2,7 @@
 //! POSTed notification, and the session a legacy request belongs to (looked
 //! up, or minted by `initialize`). Each failure is a [`Rejection`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
@@ -13,6 +14,7 @@ use crate::transport::http::body::ResponseBody;
 use crate::transport::http::headers::MCP_SESSION_ID_HEADER;
 use crate::transport::http::response;
 use crate::transport::http::validation::Rejection;
+use crate::CancelReason;
 
 /// The session id a request carries; a header that is not visible ASCII
 /// names no session the server could have minted. A repeated one is a
@@ -111,6 +113,7 @@ pub(crate) fn of_request(
         return Ok(Some(Opened {
             session,
             minted: false,
+            finished: AtomicBool::new(false),
         }));
     }
     if method != "initialize" {
@@ -122,6 +125,7 @@ pub(crate) fn of_request(
             Ok(Some(Opened {
                 session,
                 minted: true,
+                finished: AtomicBool::new(false),
             }))
         }
         Err(e) => {
@@ -144,6 +148,18 @@ pub(crate) fn of_request(
 pub(crate) struct Opened {
     pub(crate) session: Arc<Session>,
     pub(crate) minted: bool,
+    /// Whether [`finish`](Self::finish) ran: a minted session dropped
+    /// before it (the client went away) never gave out its id.
+    finished: AtomicBool,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        if self.minted && !self.finished.load(Ordering::Relaxed) {
+            tracing::debug!("legacy initialize dropped before its answer; its session ended");
+            self.session.end(CancelReason::TransportClosed);
+        }
+    }
 }
 
 impl Opened {
@@ -157,6 +173,7 @@ impl Opened {
         if !self.minted {
             return;
         }
+        self.finished.store(true, Ordering::Relaxed);
         match HeaderValue::from_str(self.session.id()) {
             Ok(v) if res.status().is_success() && !self.session.is_ended() => {
                 res.headers_mut().insert(MCP_SESSION_ID_HEADER, v);
