@@ -129,6 +129,7 @@ impl InFlight {
                 CancelOutcome::Unknown
             }
             Some((c, method)) => {
+                let method = method.as_ref().map(|m| crate::sanitize::for_log(m));
                 let method = method.as_deref().unwrap_or("");
                 if c.cancel(reason.clone()) {
                     tracing::debug!(request_id = %id, method, %reason, "request cancelled by id");

@@ -38,24 +38,23 @@ macro_rules! string_or_integer {
         }
 
         /// Formats the value as JSON: strings quoted, integers bare, so that
-        /// `"1"` and `1` stay distinguishable in logs. Every control
-        /// character is escaped (also DEL and the C1 range, which JSON would
-        /// leave as they are), so a value from the wire cannot break a log
-        /// line.
+        /// `"1"` and `1` stay distinguishable in logs. A string goes through
+        /// [`sanitize::for_log`](crate::sanitize::for_log) like any text
+        /// from the wire: bounded (a longer one is cut, marked with `…`)
+        /// and without control characters, so a value from the wire can
+        /// neither break nor flood a log line.
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 match self {
                     Self::Number(n) => write!(f, "{n}"),
                     Self::String(s) => {
-                        let json = serde_json::Value::from(&**s).to_string();
-                        for c in json.chars() {
-                            if c.is_control() {
-                                write!(f, "\\u{:04x}", c as u32)?;
-                            } else {
-                                fmt::Write::write_char(f, c)?;
-                            }
-                        }
-                        Ok(())
+                        // Only what can be shown is encoded.
+                        let shown = match s.char_indices().nth(crate::sanitize::MAX_CHARS) {
+                            Some((end, _)) => &s[..end],
+                            None => s,
+                        };
+                        let json = serde_json::Value::from(shown).to_string();
+                        f.write_str(&crate::sanitize::for_log(&json))
                     }
                 }
             }

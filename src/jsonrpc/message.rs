@@ -52,7 +52,7 @@ impl RawNotification {
         match serde_json::from_str::<super::CancelledParams>(params.get()) {
             Ok(p) => Some((p.request_id, crate::CancelReason::peer(p.reason.as_deref()))),
             Err(e) => {
-                tracing::debug!(error = %e, "malformed notifications/cancelled ignored");
+                tracing::debug!(error = %crate::sanitize::for_log(&e.to_string()), "malformed notifications/cancelled ignored");
                 None
             }
         }
@@ -157,13 +157,17 @@ impl Message {
             if e.is_syntax() || e.is_eof() {
                 DecodeError {
                     code: ErrorObject::PARSE_ERROR,
-                    message: format!("Parse error: {e}"),
+                    // serde_json quotes the offending input in some errors.
+                    message: format!("Parse error: {}", crate::sanitize::for_log(&e.to_string())),
                     id: None,
                 }
             } else {
                 DecodeError {
                     code: ErrorObject::INVALID_REQUEST,
-                    message: format!("Invalid Request: {e}"),
+                    message: format!(
+                        "Invalid Request: {}",
+                        crate::sanitize::for_log(&e.to_string())
+                    ),
                     id: None,
                 }
             }
@@ -230,8 +234,10 @@ impl Envelope<'_> {
                 None => Err(invalid("a result response must carry an id", None)),
             },
             (None, None, Some(error)) => {
-                let error = serde_json::from_value::<ErrorObject>(error)
-                    .map_err(|e| invalid(&format!("malformed error object: {e}"), id.clone()))?;
+                let error = serde_json::from_value::<ErrorObject>(error).map_err(|e| {
+                    let e = crate::sanitize::for_log(&e.to_string());
+                    invalid(&format!("malformed error object: {e}"), id.clone())
+                })?;
                 Ok(Message::Response(RawResponse {
                     id,
                     outcome: Err(error),

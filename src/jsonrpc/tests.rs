@@ -16,6 +16,18 @@ fn string_and_integer_ids_differ() {
 }
 
 #[test]
+fn a_string_id_displays_bounded_and_without_control_characters() {
+    let huge = RequestId::from(format!("a\n\u{1b}[31m\u{85}{}", "é".repeat(1 << 20)));
+    let shown = huge.to_string();
+    assert!(shown.starts_with("\"a\\n\\u001b[31m "), "{shown}");
+    assert_eq!(shown.chars().count(), crate::sanitize::MAX_CHARS + 1);
+    assert!(shown.ends_with('…'));
+    assert!(!shown.chars().any(char::is_control));
+    assert_eq!(format!("{huge:?}"), shown);
+    assert_eq!(RequestId::from("x\u{7f}").to_string(), "\"x \"");
+}
+
+#[test]
 fn id_zero_is_an_ordinary_id() {
     let m = Message::decode(br#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#).unwrap();
     let Message::Request(r) = m else {
@@ -140,4 +152,23 @@ fn raw_json_is_written_on_one_line() {
     assert_eq!(v, serde_json::json!({"text": "a\nb", "n": [1]}));
     let line = encode_response(Some(&RequestId::from(1)), Ok(&raw));
     assert!(!line.contains(&b'\n'));
+}
+
+#[test]
+fn peer_text_in_decode_errors_and_method_debug_is_bounded_and_clean() {
+    let huge = format!("\u{1b}[31m\n{}", "x".repeat(200_000));
+    let lines = [
+        // serde_json quotes the string it could not take as an error object.
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": huge}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "m", "params": huge}),
+        serde_json::json!({"jsonrpc": huge, "id": 1, "method": "m"}),
+    ];
+    for line in lines {
+        let e = Message::decode(line.to_string().as_bytes()).unwrap_err();
+        assert!(e.message.chars().count() < 1024, "{}", e.message.len());
+        assert!(!e.message.chars().any(char::is_control), "{:?}", e.message);
+    }
+    let shown = format!("{:?}", crate::jsonrpc::Method::new(&huge));
+    assert!(shown.chars().count() < 1024, "{}", shown.len());
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
 }

@@ -487,3 +487,66 @@ async fn mcp_call_reports_a_refusal_without_trying_initialize() {
     let seen = seen.lock().unwrap().clone();
     assert!(!seen.iter().any(|m| m == "initialize"), "{seen:?}");
 }
+
+/// The client never sends a header the server compares with the body twice:
+/// an extra header of the builder's that names one the transport writes
+/// (`Mcp-Method`, `Mcp-Name`, `MCP-Protocol-Version`, `Content-Type`, …) is
+/// not added, so the request stays one the server accepts.
+#[tokio::test]
+async fn extra_headers_never_repeat_the_transport_headers() {
+    use http::{HeaderName, HeaderValue};
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s).await;
+    let mut b = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap());
+    for (k, v) in [
+        ("mcp-method", "tools/list"),
+        ("mcp-name", "delete_everything"),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("content-type", "text/plain"),
+        ("accept", "text/html"),
+        ("mcp-session-id", "x"),
+        ("x-trace", "1"),
+    ] {
+        b = b.header(HeaderName::from_static(k), HeaderValue::from_static(v));
+    }
+    let mut c = b.build();
+    let r = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "hi"}))),
+    )
+    .await;
+    assert_eq!(r.unwrap()["content"][0]["text"], "hi");
+}
+
+/// A server's text in an error the client returns is bounded and clean: a
+/// huge `Content-Type` on a 200 is quoted through `sanitize::for_log`.
+#[tokio::test]
+async fn a_huge_server_content_type_is_bounded_in_the_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let _ = s.read(&mut buf).await.unwrap();
+        let ct = format!("text/{}", "x".repeat(20_000));
+        let res = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
+        );
+        s.write_all(res.as_bytes()).await.unwrap();
+    });
+    let mut c = client(addr, Proto::H1);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "hi"}))),
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("content type"), "{text}");
+    assert!(text.len() < 1024, "an error of {} bytes", text.len());
+    server.await.unwrap();
+}

@@ -9,7 +9,9 @@ mod support;
 
 mod cancel;
 mod client;
+mod config_values;
 mod drain;
+mod header_checks;
 mod legacy_checks;
 mod legacy_client;
 mod lifecycle;

@@ -8,6 +8,7 @@
 #![cfg(feature = "http")]
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -479,4 +480,220 @@ async fn a_draining_server_refuses_new_work_but_still_serves_cancels() {
     assert_eq!(status, 200);
     events.until(|e| *e == Event::Dropped(2.into())).await;
     assert_eq!(other.await.unwrap().0, 204);
+}
+
+/// An adapter with legacy sessions whose `initialize` is refused with the
+/// 2025 lifecycle's own example (`-32602` "Unsupported protocol version")
+/// when the client asks for `1999-01-01`, after a notification first when
+/// it asks for `1999-01-02` (an SSE answer), and answered otherwise.
+fn picky_endpoint(limits: LegacySessions) -> Endpoint {
+    let mcp = service_fn(|req: McpRequest| async move {
+        let params: Value = req.params_as().unwrap_or_default();
+        let asked = params["protocolVersion"].as_str().unwrap_or("");
+        if asked == "1999-01-02" {
+            tower_mcp_cancel::notify::RequestContext::of(&req)
+                .notify(
+                    "notifications/message",
+                    &json!({"level": "info", "data": "checking"}),
+                )
+                .await;
+        }
+        if asked.starts_with("1999") {
+            return Err::<Value, BoxError>(Box::new(
+                tower_mcp_cancel::jsonrpc::ErrorObject::new(-32602, "Unsupported protocol version")
+                    .with_data(json!({"supported": ["2025-11-25"], "requested": asked})),
+            ));
+        }
+        Ok(json!({"protocolVersion": "2025-11-25", "capabilities": {},
+            "serverInfo": {"name": "test", "version": "0"}}))
+    });
+    BoxCloneService::new(StreamableHttpService::new(mcp).legacy_sessions(limits))
+}
+
+fn initialize_asking(id: i64, version: &str) -> Value {
+    let mut v = initialize(id);
+    v["params"]["protocolVersion"] = json!(version);
+    v
+}
+
+/// The session id belongs only on the response that carries an
+/// `InitializeResult`: an `initialize` answered with a JSON-RPC error (HTTP
+/// 200, as every other error) mints none and holds no place under the
+/// bound.
+#[tokio::test]
+async fn an_initialize_answered_with_an_error_mints_no_session() {
+    let ep = picky_endpoint(LegacySessions::new().max_sessions(1));
+    for id in 0..3 {
+        let (status, session, text) =
+            send(&ep, post(&initialize_asking(id, "1999-01-01"), None)).await;
+        assert_eq!(status, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        assert_eq!(session, None, "a refused handshake carries no session id");
+    }
+    // The bound (1) is still free.
+    let (status, session, text) = send(&ep, post(&initialize(9), None)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(session.is_some(), "{text}");
+}
+
+/// The SSE twin: a refused `initialize` whose answer streams (a
+/// notification came first) had its headers sent before the answer was
+/// known; the session it named is ended with that answer, so it holds no
+/// place and its id is unknown afterwards.
+#[tokio::test]
+async fn a_streamed_initialize_error_ends_the_session_it_named() {
+    let ep = picky_endpoint(LegacySessions::new().max_sessions(1));
+    let (status, session, text) = send(&ep, post(&initialize_asking(0, "1999-01-02"), None)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("-32602"), "{text}");
+    if let Some(s) = session {
+        let (status, _, _) = send(&ep, post(&legacy_call(1, "echo"), Some(&s))).await;
+        assert_eq!(status, 404, "the refused handshake's session is gone");
+    }
+    let (status, session, text) = send(&ep, post(&initialize(9), None)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(session.is_some(), "the bound is free again: {text}");
+}
+
+/// RFC 9110 §15.5.6: `Allow` lists the methods the resource supports; with
+/// legacy sessions on, that includes `DELETE`.
+#[tokio::test]
+async fn get_is_405_with_an_allow_that_lists_every_method_served() {
+    let (ep, _tools, _events) = endpoint(LegacySessions::new());
+    let res = ep
+        .clone()
+        .oneshot(request(http::Method::GET, None, None))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 405);
+    let allow = res.headers().get(http::header::ALLOW).unwrap();
+    let mut methods: Vec<&str> = allow.to_str().unwrap().split(',').map(str::trim).collect();
+    methods.sort_unstable();
+    assert_eq!(methods, ["DELETE", "POST"]);
+
+    // Without sessions, POST only.
+    let (tools, _events) = Tools::new();
+    let res = StreamableHttpService::new(tools.service())
+        .oneshot(request(http::Method::GET, None, None))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 405);
+    assert_eq!(res.headers().get(http::header::ALLOW).unwrap(), "POST");
+}
+
+/// A `MakeWriter` collecting log output into one shared buffer.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+impl Logs {
+    /// Captures this thread's logs (the test runtime is current-thread)
+    /// until the guards drop.
+    fn capture() -> (Self, (tracing::subscriber::DefaultGuard, tracing::Dispatch)) {
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        // With a single live dispatcher, tracing-core computes a callsite's
+        // interest from the default of the thread that first hits it: a
+        // concurrent test's thread, with no subscriber, would disable that
+        // callsite for this one too. A second live dispatcher makes it ask
+        // every dispatcher (and rebuilds the cache).
+        let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        (logs, (guard, second))
+    }
+
+    /// Asserts every line is short and free of control characters.
+    fn assert_bounded(&self) -> String {
+        let out = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        for line in out.lines() {
+            assert!(line.len() < 2048, "a log line of {} bytes", line.len());
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+        out
+    }
+}
+
+/// A session's `notifications/cancelled` names a request id from the wire:
+/// logged bounded and clean, whether the id names a request or not.
+#[tokio::test]
+async fn a_session_cancel_logs_a_bounded_request_id() {
+    let (logs, _guard) = Logs::capture();
+    let (ep, _tools, mut events) = endpoint(LegacySessions::new());
+    let s = open(&ep).await;
+    let huge = format!("{}\u{1b}[31m\u{85}", "i\n".repeat(500_000));
+    let mut call = legacy_call(0, "hang");
+    call["id"] = json!(huge);
+    let running = start(&ep, post(&call, Some(&s)));
+    events.until(|e| matches!(e, Event::Started(_))).await;
+    for id in [json!(huge), json!(format!("{huge}-unknown"))] {
+        let mut n = cancelled(0);
+        n["params"]["requestId"] = id;
+        let (status, _, _) = send(&ep, post(&n, Some(&s))).await;
+        assert_eq!(status, 202);
+    }
+    assert_eq!(running.await.unwrap().0, 204);
+    let out = logs.assert_bounded();
+    assert!(
+        out.lines()
+            .filter(|l| l.contains("notifications/cancelled from a legacy session"))
+            .count()
+            == 2,
+        "{out}"
+    );
+}
+
+/// The disconnect twin: an `initialize` whose response future is dropped
+/// before its answer (the client went away) never delivered its session id,
+/// so its session holds no place either.
+#[tokio::test]
+async fn an_initialize_dropped_before_its_answer_holds_no_place() {
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let wait = release.clone();
+    let mcp = service_fn(move |req: McpRequest| {
+        let wait = wait.clone();
+        async move {
+            let params: Value = req.params_as().unwrap_or_default();
+            if params["protocolVersion"] == "slow" {
+                wait.notified().await;
+            }
+            Ok::<_, BoxError>(json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                "serverInfo": {"name": "test", "version": "0"}}))
+        }
+    });
+    let ep: Endpoint = BoxCloneService::new(
+        StreamableHttpService::new(mcp).legacy_sessions(LegacySessions::new().max_sessions(1)),
+    );
+    let mut slow = Box::pin(
+        ep.clone()
+            .oneshot(post(&initialize_asking(0, "slow"), None)),
+    );
+    // One poll mints the session and leaves the handler waiting.
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(slow.as_mut().poll(cx))).await;
+    assert!(first.is_pending());
+    drop(slow);
+    let (status, session, text) = send(&ep, post(&initialize(1), None)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(session.is_some(), "{text}");
+    release.notify_waiters();
 }

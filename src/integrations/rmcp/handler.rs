@@ -195,7 +195,10 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
     ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
         // rmcp has fired the request's ct already; this is for the log.
         tracing::info!(
-            request_id = ?notification.request_id,
+            request_id = ?notification
+                .request_id
+                .as_ref()
+                .map(super::request::convert::<crate::jsonrpc::RequestId>),
             reason = ?notification.reason.as_deref().map(crate::sanitize::for_log),
             "peer cancelled a request"
         );

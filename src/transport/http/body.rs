@@ -39,10 +39,13 @@ impl Timer for TokioTimer {
     fn reset(self: Pin<&mut Self>, instant: std::time::Instant) {
         // sse-stream speaks std's clock; keep the same distance on tokio's.
         let delay = instant.saturating_duration_since(std::time::Instant::now());
-        self.get_mut()
-            .sleep
-            .as_mut()
-            .reset(tokio::time::Instant::now() + delay);
+        // A deadline past what the clock can hold is never (30 years, as
+        // tokio's own far future).
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(delay)
+            .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 24 * 3600));
+        self.get_mut().sleep.as_mut().reset(deadline);
     }
     fn from_duration(duration: Duration) -> Self {
         Self {
@@ -110,6 +113,15 @@ impl ResponseBody {
     }
 
     pub(crate) fn sse(exchange: Exchange, keep_alive: Option<Duration>) -> Self {
+        // sse-stream adds the interval to `Instant::now()` after each event
+        // (and panics on overflow): an interval the clock cannot add means
+        // never, so it gets no keep-alive at all. Twice the interval covers
+        // the later additions (the process runs for less than that).
+        let keep_alive = keep_alive.filter(|interval| {
+            std::time::Instant::now()
+                .checked_add(interval.saturating_mul(2))
+                .is_some()
+        });
         let kind = match keep_alive {
             Some(interval) => Kind::Sse {
                 body: SseBody::new_keep_alive(exchange, KeepAlive::new().interval(interval)),

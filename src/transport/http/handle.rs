@@ -73,7 +73,10 @@ where
         return endpoint::delete(sessions, &parts.headers);
     }
     if parts.method != HttpMethod::POST {
-        return Ok(response::method_not_allowed(&parts.method));
+        return Ok(response::method_not_allowed(
+            &parts.method,
+            sessions.is_some(),
+        ));
     }
     check_accept(&parts.headers)?;
     check_content_type(&parts.headers)?;
@@ -386,11 +389,18 @@ fn start_call<S: McpService>(
         None => Box::pin(call),
         // Registered for as long as the call runs (also when a disconnect
         // detached it: the session can still cancel it).
-        Some(joined) => Box::pin(async move {
-            let ending = call.await;
-            drop(joined);
-            ending
-        }),
+        Some(joined) => {
+            let handshake = opened.zip(config.sessions.as_ref());
+            let handshake = handshake.and_then(|(o, sessions)| o.handshake(sessions));
+            Box::pin(async move {
+                let ending = call.await;
+                drop(joined);
+                if let Some(handshake) = handshake {
+                    handshake.settle(&ending);
+                }
+                ending
+            })
+        }
     };
     Ok(Exchange::new(
         call,

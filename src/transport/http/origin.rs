@@ -98,16 +98,21 @@ impl OriginPolicy {
         }
     }
 
-    /// Checks a request's headers: `Err` is the 403 response to send.
+    /// Checks a request's headers: `Err` is the 403 response to send. A
+    /// repeated `Origin` is refused: a browser sends one, and another
+    /// reader may take another copy than the one checked.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Rejection> {
-        let Some(origin) = headers.get(header::ORIGIN) else {
+        let mut values = headers.get_all(header::ORIGIN).iter();
+        let Some(origin) = values.next() else {
             return Ok(());
         };
-        let ok = origin.to_str().map(|o| self.allows(o)).unwrap_or(false);
+        let ok =
+            values.next().is_none() && origin.to_str().map(|o| self.allows(o)).unwrap_or(false);
         if ok {
             Ok(())
         } else {
-            tracing::warn!(origin = ?origin, "request from a disallowed Origin rejected");
+            let origin = String::from_utf8_lossy(origin.as_bytes());
+            tracing::warn!(origin = %crate::sanitize::for_log(&origin), "request from a disallowed Origin rejected");
             Err(Rejection::new(
                 StatusCode::FORBIDDEN,
                 None,

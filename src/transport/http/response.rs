@@ -115,19 +115,28 @@ pub(crate) fn rejected(rejection: Rejection) -> Response<ResponseBody> {
     rejection.into_response().map(ResponseBody::from_full)
 }
 
-/// `405` with `Allow: POST`: there is no GET stream (and, unless legacy
-/// sessions are on, no session to DELETE).
-pub(crate) fn method_not_allowed(method: &HttpMethod) -> Response<ResponseBody> {
+/// `405` with `Allow` listing what the endpoint serves (RFC 9110
+/// §15.5.6): `POST`, and `DELETE` when legacy sessions are on. There is no
+/// GET stream.
+pub(crate) fn method_not_allowed(method: &HttpMethod, sessions: bool) -> Response<ResponseBody> {
+    let (allow, accepted) = if sessions {
+        ("POST, DELETE", "POST and DELETE")
+    } else {
+        ("POST", "POST")
+    };
     let mut res = rejected(Rejection::new(
         StatusCode::METHOD_NOT_ALLOWED,
         None,
         ErrorObject::new(
             ErrorObject::INVALID_REQUEST,
-            format!("Method Not Allowed: the MCP endpoint accepts POST only (got {method})"),
+            format!(
+                "Method Not Allowed: the MCP endpoint accepts {accepted} only (got {})",
+                crate::sanitize::for_log(method.as_str())
+            ),
         ),
     ));
     res.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
     res
 }
 

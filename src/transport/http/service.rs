@@ -359,9 +359,10 @@ impl<S> StreamableHttpService<S> {
     }
 
     /// Sets how many notifications a handler may queue ahead of a slow client
-    /// before [`Notifier::notify`](crate::Notifier::notify) waits (default 32).
+    /// before [`Notifier::notify`](crate::Notifier::notify) waits (default 32;
+    /// at least 1, at most tokio's `Semaphore::MAX_PERMITS`).
     pub fn notification_queue(mut self, capacity: usize) -> Self {
-        self.config_mut().queue = capacity.max(1);
+        self.config_mut().queue = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
     }
 

@@ -18,6 +18,7 @@ use super::headers::{
 };
 use super::param_headers::ToolHeaderMap;
 use crate::jsonrpc::{self, ErrorObject, RequestId, PROTOCOL_VERSION_META};
+use crate::sanitize::for_log;
 
 /// A request refused before it reached the MCP stack: an HTTP status and the
 /// JSON-RPC error to send with it.
@@ -96,9 +97,11 @@ pub(crate) fn check_accept(headers: &HeaderMap) -> Result<(), Rejection> {
     }
 }
 
-/// Checks that a `Content-Type`, if present, is `application/json`.
+/// Checks that a `Content-Type`, if present, is `application/json`, once
+/// (a repeated one is refused: another reader may take another copy).
 pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
-    let Some(ct) = headers.get(header::CONTENT_TYPE) else {
+    let mut values = headers.get_all(header::CONTENT_TYPE).iter();
+    let Some(ct) = values.next() else {
         return Ok(());
     };
     let mime = ct
@@ -106,7 +109,7 @@ pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
         .ok()
         .and_then(|v| v.split(';').next())
         .map(|v| v.trim().to_ascii_lowercase());
-    if mime.as_deref() == Some("application/json") {
+    if mime.as_deref() == Some("application/json") && values.next().is_none() {
         Ok(())
     } else {
         Err(Rejection::new(
@@ -182,20 +185,31 @@ impl<'a> MirroredParams<'a> {
     }
 }
 
+/// A header compared with the body: absent, or present once and readable.
+/// A repeated one is a mismatch even when its copies agree: the server
+/// compares one copy, while a proxy may route on another, or on all of them
+/// joined.
 fn header_str<'a>(
     headers: &'a HeaderMap,
     name: &str,
     id: &RequestId,
 ) -> Result<Option<&'a str>, Rejection> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(v) => v.to_str().map(Some).map_err(|_| {
-            Rejection::header_mismatch(
-                id,
-                format!("Header mismatch: the {name} header contains invalid characters"),
-            )
-        }),
+    let mut values = headers.get_all(name).iter();
+    let Some(v) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(Rejection::header_mismatch(
+            id,
+            format!("Header mismatch: the {name} header is sent more than once"),
+        ));
     }
+    v.to_str().map(Some).map_err(|_| {
+        Rejection::header_mismatch(
+            id,
+            format!("Header mismatch: the {name} header contains invalid characters"),
+        )
+    })
 }
 
 /// The `MCP-Protocol-Version` header, if present and readable.
@@ -231,7 +245,9 @@ pub(crate) fn check_request_headers(
             return Err(Rejection::header_mismatch(
                 id,
                 format!(
-                    "Header mismatch: MCP-Protocol-Version header value '{version}' does not match body value '{body}'"
+                    "Header mismatch: MCP-Protocol-Version header value '{}' does not match body value '{}'",
+                    for_log(version),
+                    for_log(body)
                 ),
             ))
         }
@@ -239,20 +255,22 @@ pub(crate) fn check_request_headers(
             return Err(Rejection::header_mismatch(
                 id,
                 format!(
-                    "Header mismatch: MCP-Protocol-Version is '{version}' but the body has no _meta[\"{PROTOCOL_VERSION_META}\"]"
+                    "Header mismatch: MCP-Protocol-Version is '{}' but the body has no _meta[\"{PROTOCOL_VERSION_META}\"]",
+                    for_log(version)
                 ),
             ))
         }
     }
     if !supported.iter().any(|s| s == version) {
+        let requested = for_log(version);
         return Err(Rejection::new(
             StatusCode::BAD_REQUEST,
             Some(id.clone()),
             ErrorObject::new(
                 ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
-                format!("Unsupported protocol version: {version}"),
+                format!("Unsupported protocol version: {requested}"),
             )
-            .with_data(serde_json::json!({ "supported": supported, "requested": version })),
+            .with_data(serde_json::json!({ "supported": supported, "requested": requested })),
         ));
     }
     let Some(h) = header_str(headers, MCP_METHOD_HEADER, id)? else {
@@ -285,6 +303,8 @@ pub(crate) fn check_legacy_headers(
     method: &str,
     params: &MirroredParams,
 ) -> Result<(), Rejection> {
+    // The era was read from it: one copy only.
+    header_str(headers, MCP_PROTOCOL_VERSION_HEADER, id)?;
     if let Some(h) = header_str(headers, MCP_METHOD_HEADER, id)? {
         check_method_header(h, id, method)?;
     }
@@ -304,8 +324,8 @@ fn check_method_header(header: &str, id: &RequestId, method: &str) -> Result<(),
         id,
         format!(
             "Header mismatch: Mcp-Method header value '{}' does not match body value '{}'",
-            crate::sanitize::for_log(header),
-            crate::sanitize::for_log(method)
+            for_log(header),
+            for_log(method)
         ),
     ))
 }
@@ -324,8 +344,8 @@ fn check_name_header(raw: &str, id: &RequestId, body: Option<&str>) -> Result<()
         id,
         format!(
             "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
-            crate::sanitize::for_log(&decoded),
-            crate::sanitize::for_log(body.unwrap_or("<absent>"))
+            for_log(&decoded),
+            for_log(body.unwrap_or("<absent>"))
         ),
     ))
 }

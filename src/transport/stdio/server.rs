@@ -85,7 +85,8 @@ impl StdioServer {
     /// lines) wait: a peer that stops reading slows the server down instead
     /// of growing its memory.
     pub fn write_queue(mut self, messages: usize) -> Self {
-        self.write_queue = messages.max(1);
+        // A tokio channel holds at most `Semaphore::MAX_PERMITS`.
+        self.write_queue = messages.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
     }
 

@@ -87,9 +87,17 @@ impl HttpClientBuilder {
         self
     }
 
-    /// An extra header on every request (e.g. `Authorization`).
+    /// An extra header on every request (e.g. `Authorization`). The
+    /// headers the transport writes itself (`Content-Type`, `Accept`,
+    /// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`,
+    /// `Mcp-Session-Id`) are not taken (logged at `warn`): a second copy
+    /// of one would make the server refuse the request.
     pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
-        self.headers.append(name, value);
+        if transport_owned(&name) {
+            tracing::warn!(header = %name, "extra header ignored: the transport writes it");
+        } else {
+            self.headers.append(name, value);
+        }
         self
     }
 
@@ -135,4 +143,23 @@ impl HttpClientBuilder {
             }),
         }
     }
+}
+
+/// Whether the transport writes header `name` on its requests.
+fn transport_owned(name: &HeaderName) -> bool {
+    use crate::transport::http::headers::{
+        MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER,
+    };
+    let name = name.as_str();
+    name == http::header::CONTENT_TYPE
+        || name == http::header::ACCEPT
+        || [
+            MCP_PROTOCOL_VERSION_HEADER,
+            MCP_METHOD_HEADER,
+            MCP_NAME_HEADER,
+            MCP_SESSION_ID_HEADER,
+        ]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
+        || name.starts_with("mcp-param-")
 }

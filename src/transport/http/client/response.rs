@@ -123,7 +123,7 @@ where
             outcome(r.outcome)
         }
         _ if status.is_success() && mime != "application/json" => {
-            Err(HttpClientError::UnexpectedContentType(mime).into())
+            Err(HttpClientError::UnexpectedContentType(crate::sanitize::for_log(&mime)).into())
         }
         _ if status.is_success() => Err(HttpClientError::InvalidResponse(
             "the body is not a JSON-RPC response".into(),

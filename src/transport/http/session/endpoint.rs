@@ -2,21 +2,37 @@
 //! POSTed notification, and the session a legacy request belongs to (looked
 //! up, or minted by `initialize`). Each failure is a [`Rejection`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::store::{CreateError, Session, Sessions};
 use crate::jsonrpc::{self, ErrorObject, RawNotification, RequestId};
+use crate::transport::call::server::Ending;
 use crate::transport::http::body::ResponseBody;
 use crate::transport::http::headers::MCP_SESSION_ID_HEADER;
 use crate::transport::http::response;
 use crate::transport::http::validation::Rejection;
+use crate::CancelReason;
 
 /// The session id a request carries; a header that is not visible ASCII
-/// names no session the server could have minted.
+/// names no session the server could have minted. A repeated one is a
+/// `400`: which session the request belongs to must not depend on which
+/// copy a reader takes.
 fn session_id(headers: &HeaderMap) -> Option<Result<&str, Rejection>> {
-    let value = headers.get(MCP_SESSION_ID_HEADER)?;
+    let mut values = headers.get_all(MCP_SESSION_ID_HEADER).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return Some(Err(Rejection::new(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorObject::new(
+                ErrorObject::INVALID_REQUEST,
+                "Bad Request: the Mcp-Session-Id header is sent more than once",
+            ),
+        )));
+    }
     Some(
         value
             .to_str()
@@ -97,6 +113,7 @@ pub(crate) fn of_request(
         return Ok(Some(Opened {
             session,
             minted: false,
+            finished: AtomicBool::new(false),
         }));
     }
     if method != "initialize" {
@@ -108,6 +125,7 @@ pub(crate) fn of_request(
             Ok(Some(Opened {
                 session,
                 minted: true,
+                finished: AtomicBool::new(false),
             }))
         }
         Err(e) => {
@@ -130,24 +148,74 @@ pub(crate) fn of_request(
 pub(crate) struct Opened {
     pub(crate) session: Arc<Session>,
     pub(crate) minted: bool,
+    /// Whether [`finish`](Self::finish) ran: a minted session dropped
+    /// before it (the client went away) never gave out its id.
+    finished: AtomicBool,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        if self.minted && !self.finished.load(Ordering::Relaxed) {
+            tracing::debug!("legacy initialize dropped before its answer; its session ended");
+            self.session.end(CancelReason::TransportClosed);
+        }
+    }
 }
 
 impl Opened {
-    /// Finishes the answer to the request that minted the session: a
-    /// successful answer carries the new `Mcp-Session-Id`; after a failed
-    /// one the session is ended again, so a refused `initialize` holds no
-    /// place under the bound.
+    /// Finishes the answer to the request that minted the session: the
+    /// new `Mcp-Session-Id` goes only on a response that carries an
+    /// `InitializeResult` — a successful status and a session that
+    /// [`settle`](Self::settle) has not ended (a JSON answer is settled
+    /// before it gets here). After a failed one the session is ended, so a
+    /// refused `initialize` holds no place under the bound.
     pub(crate) fn finish(&self, sessions: &Sessions, res: &mut Response<ResponseBody>) {
         if !self.minted {
             return;
         }
+        self.finished.store(true, Ordering::Relaxed);
         match HeaderValue::from_str(self.session.id()) {
-            Ok(v) if res.status().is_success() => {
+            Ok(v) if res.status().is_success() && !self.session.is_ended() => {
                 res.headers_mut().insert(MCP_SESSION_ID_HEADER, v);
             }
             _ => {
                 sessions.end(self.session.id());
             }
+        }
+    }
+
+    /// What settles the handshake once the minting `initialize` ended, or
+    /// `None` for a request that minted nothing.
+    pub(crate) fn handshake(&self, sessions: &Arc<Sessions>) -> Option<Handshake> {
+        self.minted.then(|| Handshake {
+            sessions: sessions.clone(),
+            session: self.session.clone(),
+        })
+    }
+}
+
+/// The session an `initialize` minted, until that `initialize` is answered.
+#[derive(Debug)]
+pub(crate) struct Handshake {
+    sessions: Arc<Sessions>,
+    session: Arc<Session>,
+}
+
+impl Handshake {
+    /// Ends the session unless the `initialize` was answered with a result:
+    /// an error (e.g. `-32602` "Unsupported protocol version") is HTTP 200
+    /// like any other, and a streamed answer had its headers, and the id,
+    /// sent before it was known.
+    pub(crate) fn settle(self, ending: &Ending) {
+        if !matches!(
+            ending,
+            Ending::Respond {
+                error_code: None,
+                ..
+            }
+        ) {
+            tracing::debug!("legacy initialize not answered with a result; its session ended");
+            self.sessions.end(self.session.id());
         }
     }
 }

@@ -169,6 +169,12 @@ impl Session {
         &self.id
     }
 
+    /// Whether the session was ended (`DELETE`, expiry, a refused
+    /// handshake).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.state().ended
+    }
+
     fn touch(&self, now: Instant) {
         let mut state = self.state();
         if now > state.last_seen {
@@ -183,8 +189,9 @@ impl Session {
     }
 
     /// Ends the session: no call joins it any more, and those in flight are
-    /// cancelled with `reason`. Returns how many were.
-    fn end(&self, reason: CancelReason) -> usize {
+    /// cancelled with `reason`. Returns how many were. The store drops it at
+    /// its next lookup, or when it needs the room.
+    pub(crate) fn end(&self, reason: CancelReason) -> usize {
         self.state().ended = true;
         // Joining happens under the state lock, so every call that joined
         // before `ended` was set is in the registry now.

@@ -97,7 +97,8 @@ impl StdioClientBuilder {
     /// How many requests may wait for the writer (callers wait when full).
     /// Cancellations do not count: they are never blocked nor lost.
     pub fn write_queue(mut self, requests: usize) -> Self {
-        self.write_queue = requests.max(1);
+        // A tokio channel holds at most `Semaphore::MAX_PERMITS`.
+        self.write_queue = requests.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
     }
 

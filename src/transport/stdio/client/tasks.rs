@@ -118,7 +118,7 @@ fn on_response(shared: &Shared, r: RawResponse) {
     let Some(id) = r.id else {
         match r.outcome {
             Err(e) => {
-                tracing::warn!(code = e.code, message = ?e.message, "server reported an error about a message it could not read")
+                tracing::warn!(code = e.code, message = %crate::sanitize::for_log(&e.message), "server reported an error about a message it could not read")
             }
             Ok(_) => tracing::debug!("result without id ignored"),
         }
