@@ -392,6 +392,7 @@ impl Connection {
     async fn give_way_if_due(&self, turn: &mut ReaderTurn) {
         if turn.due(&self.tx) {
             self.flush_batch().await;
+            self.hold.reader_gives_way();
             give_way().await;
         }
     }

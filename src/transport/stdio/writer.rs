@@ -3,7 +3,7 @@
 //! growing memory.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ where
         };
         let Some(msg) = msg else { break };
         let mut closed = false;
-        if rx.is_empty() && !was_held && backlogged() {
+        if rx.is_empty() && !was_held && backlogged() && !hold.take_reader_turn() {
             was_held = true;
             held.push(msg);
             closed = hold_for_more(&mut rx, &mut held, &hold).await;
@@ -108,6 +108,9 @@ pub(super) struct Hold {
     /// When the hold in progress is due, in ns after `epoch`; 0: none.
     due: AtomicU64,
     over: Notify,
+    /// Set by the reader when it gives the writer its turn: what waits in
+    /// the queue has waited [`HOLD_MAX`] already.
+    reader_gave_way: AtomicBool,
 }
 
 impl Hold {
@@ -116,6 +119,7 @@ impl Hold {
             epoch: Instant::now(),
             due: AtomicU64::new(0),
             over: Notify::new(),
+            reader_gave_way: AtomicBool::new(false),
         }
     }
 
@@ -134,6 +138,20 @@ impl Hold {
         {
             self.over.notify_waiters();
         }
+    }
+
+    /// Notes that the reader gives the writer its turn (see
+    /// [`ReaderTurn`]): what the writer finds has waited [`HOLD_MAX`]
+    /// already, so it is written without a hold.
+    pub(super) fn reader_gives_way(&self) {
+        self.reader_gave_way.store(true, Ordering::Release);
+    }
+
+    /// Whether the reader gave the writer its turn since the last call. A
+    /// stale note only spares a hold, never adds one.
+    fn take_reader_turn(&self) -> bool {
+        self.reader_gave_way.load(Ordering::Acquire)
+            && self.reader_gave_way.swap(false, Ordering::AcqRel)
     }
 }
 
