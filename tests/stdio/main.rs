@@ -2,8 +2,9 @@
 //! ([`client`]) over in-memory pipes, the client against a real child
 //! process ([`process`]), what counts as a cancellation on both sides
 //! ([`malformed_cancellations`]), the drain grace at shutdown and end of
-//! input ([`drain`]), and how long the writer may hold a finished answer
-//! ([`hold`]).
+//! input ([`drain`]), how long the writer may hold a finished answer
+//! ([`hold`]), and how long answers the reader finished wait for the writer
+//! while it reads on ([`reader_turn`]).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -13,4 +14,5 @@ mod drain;
 mod hold;
 mod malformed_cancellations;
 mod process;
+mod reader_turn;
 mod server;

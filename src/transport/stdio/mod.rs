@@ -102,7 +102,12 @@
 //!   the hold. (Should tasks outside the connection keep the worker busy,
 //!   the hold ends when the worker next looks at its timers, as a timer
 //!   would.) A server that is not busy, and handlers that compute longer,
-//!   are answered at once.
+//!   are answered at once. **Answers wait at most 100 µs for the reader
+//!   too**: a reader with input to spare would otherwise keep its worker
+//!   until the input runs dry, so after each line it looks at the writer's
+//!   queue and, once something has waited there 100 µs, ends its poll at
+//!   that line so the writer runs first (on either runtime flavour, in the
+//!   drain too); what the writer then finds is written without a hold.
 //! * [`StdioServer::shutdown`]: when its token fires, every in-flight
 //!   request is cancelled ([`CancelReason::Shutdown`](crate::CancelReason::Shutdown)),
 //!   reading stops, and `serve` returns once their tasks ended and the

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::framing::{Frame, LineReader};
-use super::writer::{write_loop, Hold};
+use super::writer::{give_way, write_loop, Hold, ReaderTurn};
 use crate::cancel::{CancelOutcome, InFlightGuard};
 use crate::jsonrpc::{self, ErrorObject, Message, RawNotification, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
@@ -181,6 +181,7 @@ impl StdioServer {
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
         let shutdown = self.shutdown.clone().unwrap_or_default();
+        let mut turn = ReaderTurn::default();
 
         let end = loop {
             while tasks.try_join_next().is_some() {}
@@ -212,6 +213,7 @@ impl StdioServer {
             }
             // The reader too keeps its worker busy (first polls of requests).
             conn.hold.check();
+            conn.give_way_if_due(&mut turn).await;
         };
         conn.flush_batch().await;
 
@@ -386,6 +388,16 @@ impl Connection {
         drop(guards);
     }
 
+    /// Gives the writer its turn if what waits in its queue has waited
+    /// long enough (see [`ReaderTurn`]), with the answers batched so far.
+    async fn give_way_if_due(&self, turn: &mut ReaderTurn) {
+        if turn.due(&self.tx) {
+            self.flush_batch().await;
+            self.hold.reader_gives_way();
+            give_way().await;
+        }
+    }
+
     /// The drain: listen streams get their graceful result, the others may
     /// finish within `grace`; meanwhile (when `reading`) the input is read
     /// on, new requests refused. Returns the end of the writer, if it ended.
@@ -407,6 +419,7 @@ impl Connection {
             mut reading,
         } = plan;
         self.draining.store(true, Ordering::Release);
+        let mut turn = ReaderTurn::default();
         let listens = self
             .in_flight
             .cancel_method(jsonrpc::SUBSCRIPTIONS_LISTEN, CancelReason::Shutdown);
@@ -446,6 +459,7 @@ impl Connection {
                     self.on_line(&line, service, tasks).await;
                     self.flush_batch().await;
                     self.hold.check();
+                    self.give_way_if_due(&mut turn).await;
                 }
                 // An oversize line during the drain is skipped unanswered.
                 DrainStep::Frame(Ok(Some(Frame::TooLong { .. }))) => {}

@@ -3,7 +3,7 @@
 //! growing memory.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ where
         };
         let Some(msg) = msg else { break };
         let mut closed = false;
-        if rx.is_empty() && !was_held && backlogged() {
+        if rx.is_empty() && !was_held && backlogged() && !hold.take_reader_turn() {
             was_held = true;
             held.push(msg);
             closed = hold_for_more(&mut rx, &mut held, &hold).await;
@@ -108,6 +108,9 @@ pub(super) struct Hold {
     /// When the hold in progress is due, in ns after `epoch`; 0: none.
     due: AtomicU64,
     over: Notify,
+    /// Set by the reader when it gives the writer its turn: what waits in
+    /// the queue has waited [`HOLD_MAX`] already.
+    reader_gave_way: AtomicBool,
 }
 
 impl Hold {
@@ -116,6 +119,7 @@ impl Hold {
             epoch: Instant::now(),
             due: AtomicU64::new(0),
             over: Notify::new(),
+            reader_gave_way: AtomicBool::new(false),
         }
     }
 
@@ -134,6 +138,20 @@ impl Hold {
         {
             self.over.notify_waiters();
         }
+    }
+
+    /// Notes that the reader gives the writer its turn (see
+    /// [`ReaderTurn`]): what the writer finds has waited [`HOLD_MAX`]
+    /// already, so it is written without a hold.
+    pub(super) fn reader_gives_way(&self) {
+        self.reader_gave_way.store(true, Ordering::Release);
+    }
+
+    /// Whether the reader gave the writer its turn since the last call. A
+    /// stale note only spares a hold, never adds one.
+    fn take_reader_turn(&self) -> bool {
+        self.reader_gave_way.load(Ordering::Acquire)
+            && self.reader_gave_way.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -172,6 +190,65 @@ async fn hold_for_more(
     }
     hold.due.store(0, Ordering::Release);
     closed
+}
+
+/// When the reader gives the writer its turn while it reads on.
+///
+/// The reader wakes the writer as it queues answers, but on tokio the
+/// writer runs only once the reader's poll ends: on `multi_thread` the
+/// woken writer waits in the reader's worker's LIFO slot, which no other
+/// worker steals from; on `current_thread` behind the reader. A reader with
+/// input to spare ends its poll only when the input runs dry, the queue
+/// fills or its cooperative budget is spent: thousands of lines. So after
+/// each line it checks the queue ([`due`](Self::due)), and once something
+/// has waited there [`HOLD_MAX`] it ends its poll ([`give_way`]).
+#[derive(Debug, Default)]
+pub(super) struct ReaderTurn {
+    /// When the reader first saw something waiting in the queue.
+    since: Option<Instant>,
+}
+
+impl ReaderTurn {
+    /// Whether the reader, having handled a line, must give way: something
+    /// has waited in `queue` for [`HOLD_MAX`] since it first saw it there.
+    /// One atomic load when the queue is empty, a clock read otherwise.
+    #[inline]
+    pub(super) fn due(&mut self, queue: &mpsc::Sender<Outgoing>) -> bool {
+        if queue.capacity() == queue.max_capacity() {
+            self.since = None;
+            return false;
+        }
+        let now = Instant::now();
+        match self.since {
+            None => {
+                self.since = Some(now);
+                false
+            }
+            Some(since) if now.saturating_duration_since(since) >= HOLD_MAX => {
+                // Afresh: a writer the peer holds up makes the reader give
+                // way once per bound, no more.
+                self.since = None;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
+
+/// Ends the current poll of its task, woken again at once: the tasks it
+/// woke meanwhile (the writer) run first. Not `yield_now`, whose wake tokio
+/// defers until the worker has nothing else to run or its maintenance tick.
+pub(super) async fn give_way() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
 }
 
 async fn write_one<W: AsyncWrite + Unpin>(w: &mut W, msg: Outgoing) -> io::Result<()> {
