@@ -75,3 +75,56 @@ where
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+    use crate::{CancelReason, Cancellation};
+
+    fn sdk_cancelled() -> CancelReason {
+        CancelReason::Other(Cow::Borrowed("the SDK cancelled"))
+    }
+
+    #[tokio::test]
+    async fn the_sdks_signal_cancels_the_cancellation_with_its_reason() {
+        let cancellation = Cancellation::new();
+        let token = cancellation.token();
+        // Stands in for the layer inside `call`: it ends when the token fires.
+        let call = async move {
+            token.cancelled().await;
+            "ended by the cancel"
+        };
+        let (fire, fired) = tokio::sync::oneshot::channel::<()>();
+        let cause = async move {
+            let _ = fired.await;
+            sdk_cancelled()
+        };
+        fire.send(()).unwrap();
+        let out = run_cancellable(call, cause, &cancellation).await;
+        assert_eq!(out, "ended by the cancel");
+        assert_eq!(cancellation.reason(), Some(&sdk_cancelled()));
+    }
+
+    #[tokio::test]
+    async fn a_ready_answer_wins_over_a_cancel_that_arrives_with_it() {
+        let cancellation = Cancellation::new();
+        let out = run_cancellable(async { 7 }, async { sdk_cancelled() }, &cancellation).await;
+        assert_eq!(out, 7);
+        assert!(
+            !cancellation.is_cancelled(),
+            "the cause was not even polled"
+        );
+    }
+
+    #[test]
+    fn error_object_keeps_an_error_object_and_the_message_of_anything_else() {
+        let io = std::io::Error::other("disk on fire");
+        let e = error_object(&io);
+        assert_eq!(e.code, ErrorObject::INTERNAL_ERROR);
+        assert_eq!(e.message, "disk on fire");
+        let own = ErrorObject::new(-32001, "mine");
+        assert_eq!(error_object(&own), own);
+    }
+}
