@@ -97,9 +97,10 @@ where
     let era = check_metadata(&config, &parts.headers, &raw)?;
     // Counted from here to the call's end (see `max_in_flight`); refused
     // before a session is minted or joined.
-    let Ok(permit) = config.in_flight.clone().try_acquire_owned() else {
-        tracing::warn!(request_id = %raw.id, max = config.max_in_flight, "request refused: too many requests in flight");
-        return Ok(response::busy(&raw.id, config.max_in_flight));
+    let Some(place) = config.in_flight.try_take() else {
+        let max = config.in_flight.max();
+        tracing::warn!(request_id = %raw.id, max, "request refused: too many requests in flight");
+        return Ok(response::busy(&raw.id, max));
     };
     // Only a legacy request has a session; a modern one ignores the header.
     let opened = match sessions {
@@ -110,7 +111,7 @@ where
     };
     let hold = Hold {
         _running: running,
-        _permit: Some(permit),
+        _place: Some(place),
     };
     let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref(), hold)?;
     let mut res = response::shape(exchange, &config).await;
