@@ -1,5 +1,7 @@
 //! Transports: stdio and Streamable HTTP, on one request lifecycle.
 
+#[cfg(any(feature = "http", all(test, tower_mcp_cancel_loom)))]
+pub(crate) mod admission;
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) mod call;
 #[cfg(feature = "stdio")]

@@ -3,14 +3,16 @@
 //! process ([`process`]), what counts as a cancellation on both sides
 //! ([`malformed_cancellations`]), the drain grace at shutdown and end of
 //! input ([`drain`]), how long the writer may hold a finished answer
-//! ([`hold`]), and how long answers the reader finished wait for the writer
-//! while it reads on ([`reader_turn`]).
+//! ([`hold`]), how long answers the reader finished wait for the writer
+//! while it reads on ([`reader_turn`]), and which task a handler runs in
+//! ([`first_poll`]).
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod client;
 mod drain;
+mod first_poll;
 mod hold;
 mod malformed_cancellations;
 mod process;

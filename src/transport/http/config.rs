@@ -5,13 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
 use super::session::Sessions;
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
+use crate::transport::admission::Admission;
 
 /// The revision a request without `MCP-Protocol-Version` is taken for when
 /// [`StreamableHttpService::missing_version_as_2025_03_26`](super::StreamableHttpService::missing_version_as_2025_03_26)
@@ -69,17 +69,14 @@ pub(crate) struct Config {
     pub(crate) sessions: Option<Arc<Sessions>>,
     /// The bound on the requests running at once, attached or detached
     /// (shared by the adapter's clones), and its size.
-    pub(crate) in_flight: Arc<Semaphore>,
-    pub(crate) max_in_flight: usize,
+    pub(crate) in_flight: Admission,
 }
 
 impl Config {
-    /// Bounds the requests running at once to `max` (1 ..= the most a
-    /// semaphore holds), with a new, empty count.
+    /// Bounds the requests running at once to `max` (at least 1), with a
+    /// new, empty count.
     pub(crate) fn set_max_in_flight(&mut self, max: usize) {
-        let max = max.clamp(1, Semaphore::MAX_PERMITS);
-        self.max_in_flight = max;
-        self.in_flight = Arc::new(Semaphore::new(max));
+        self.in_flight = Admission::new(max);
     }
 }
 
@@ -100,8 +97,7 @@ impl Default for Config {
             drain_grace: crate::transport::DEFAULT_DRAIN_GRACE,
             body_timeout: Some(DEFAULT_BODY_TIMEOUT),
             sessions: None,
-            in_flight: Arc::new(Semaphore::new(DEFAULT_MAX_IN_FLIGHT)),
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            in_flight: Admission::new(DEFAULT_MAX_IN_FLIGHT),
         }
     }
 }
@@ -120,11 +116,8 @@ impl fmt::Debug for Config {
             .field("drain_grace", &self.drain_grace)
             .field("body_timeout", &self.body_timeout)
             .field("sessions", &self.sessions)
-            .field("max_in_flight", &self.max_in_flight)
-            .field(
-                "running",
-                &(self.max_in_flight - self.in_flight.available_permits()),
-            )
+            .field("max_in_flight", &self.in_flight.max())
+            .field("running", &self.in_flight.taken())
             .finish()
     }
 }

@@ -17,12 +17,13 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use sse_stream::Sse;
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 
 use super::drain::ShutdownSignal;
 use super::serve::Running;
 use crate::jsonrpc::RequestId;
 use crate::notify::outbox::{Outgoing, Scope};
+use crate::transport::admission::Place;
 use crate::transport::call::server::Ending;
 use crate::CancelReason;
 
@@ -45,7 +46,7 @@ pub(crate) struct Hold {
     /// Under [`serve`](super::serve): `serve` does not return while it lives.
     pub(crate) _running: Option<Running>,
     /// Its place under the adapter's in-flight bound.
-    pub(crate) _permit: Option<OwnedSemaphorePermit>,
+    pub(crate) _place: Option<Place>,
 }
 
 /// One request's call, its notification queue, and its outgoing gate.

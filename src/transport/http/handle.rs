@@ -4,13 +4,10 @@
 //! one the [adapter's docs](super::StreamableHttpService) list.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
 use http::request::Parts;
-use http::{header, HeaderMap, Method as HttpMethod, Request, Response, StatusCode};
+use http::{HeaderMap, Method as HttpMethod, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 
 use super::body::ResponseBody;
@@ -18,6 +15,7 @@ use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
 use super::drain::{self, ShutdownSignal};
 use super::exchange::{CallFuture, Exchange, Hold};
 use super::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
+use super::request_body;
 use super::response;
 use super::serve::Running;
 use super::session::endpoint::{self, Opened};
@@ -80,7 +78,7 @@ where
     }
     check_accept(&parts.headers)?;
     check_content_type(&parts.headers)?;
-    let bytes = read_body(body, &parts.headers, &config).await?;
+    let bytes = request_body::read(body, &parts.headers, &config).await?;
     let raw = match decode(&bytes)? {
         // Draining: no new work. A legacy session's cancel and `DELETE` are
         // still served, they only end work.
@@ -99,9 +97,10 @@ where
     let era = check_metadata(&config, &parts.headers, &raw)?;
     // Counted from here to the call's end (see `max_in_flight`); refused
     // before a session is minted or joined.
-    let Ok(permit) = config.in_flight.clone().try_acquire_owned() else {
-        tracing::warn!(request_id = %raw.id, max = config.max_in_flight, "request refused: too many requests in flight");
-        return Ok(response::busy(&raw.id, config.max_in_flight));
+    let Some(place) = config.in_flight.try_take() else {
+        let max = config.in_flight.max();
+        tracing::warn!(request_id = %raw.id, max, "request refused: too many requests in flight");
+        return Ok(response::busy(&raw.id, max));
     };
     // Only a legacy request has a session; a modern one ignores the header.
     let opened = match sessions {
@@ -112,7 +111,7 @@ where
     };
     let hold = Hold {
         _running: running,
-        _permit: Some(permit),
+        _place: Some(place),
     };
     let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref(), hold)?;
     let mut res = response::shape(exchange, &config).await;
@@ -120,118 +119,6 @@ where
         opened.finish(sessions, &mut res);
     }
     Ok(res)
-}
-
-/// Reads the body, up to the limit (`413` beyond, also when a
-/// `RequestBodyLimitLayer` outside cut it; a declared `Content-Length` over
-/// the limit is refused before reading), each frame within the body
-/// timeout of the one before (`408` otherwise). The shutdown ends the wait
-/// (`503`): a client still sending must not hold the drain.
-async fn read_body<B>(body: B, headers: &HeaderMap, config: &Config) -> Result<Bytes, Rejection>
-where
-    B: Body,
-    B::Error: Into<BoxError>,
-{
-    let limit = config.max_body_bytes;
-    let too_large = || {
-        Rejection::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            ErrorObject::new(
-                ErrorObject::INVALID_REQUEST,
-                format!("Payload Too Large: the request body exceeds the limit of {limit} bytes"),
-            ),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    let shutdown = async {
-        match &config.shutdown {
-            Some(token) => token.cancelled().await,
-            None => std::future::pending().await,
-        }
-    };
-    let read = tokio::select! {
-        // A body already here is read: a session's cancel is still served
-        // while draining.
-        biased;
-        read = collect(Limited::new(body, limit), config.body_timeout) => read,
-        () = shutdown => {
-            return Err(Rejection::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                ErrorObject::new(
-                    ErrorObject::INTERNAL_ERROR,
-                    "Service Unavailable: the server is shutting down",
-                ),
-            ))
-        }
-    };
-    match read {
-        Ok(Some(bytes)) => Ok(bytes),
-        Ok(None) => Err(Rejection::new(
-            StatusCode::REQUEST_TIMEOUT,
-            None,
-            ErrorObject::new(
-                ErrorObject::INVALID_REQUEST,
-                "Request Timeout: the request body stalled past the body timeout",
-            ),
-        )),
-        Err(e) if is_length_limit(&*e) => Err(too_large()),
-        Err(e) => Err(Rejection::new(
-            StatusCode::BAD_REQUEST,
-            None,
-            ErrorObject::new(
-                ErrorObject::PARSE_ERROR,
-                format!("could not read the request body: {e}"),
-            ),
-        )),
-    }
-}
-
-/// Collects `body`, each frame within `idle` of the previous one (`None`:
-/// a frame did not come in time).
-async fn collect<B>(body: B, idle: Option<Duration>) -> Result<Option<Bytes>, BoxError>
-where
-    B: Body,
-    B::Error: Into<BoxError>,
-{
-    let mut body = std::pin::pin!(body);
-    let mut buf = BytesMut::new();
-    loop {
-        let next = body.frame();
-        let frame = match idle {
-            None => next.await,
-            Some(idle) => match tokio::time::timeout(idle, next).await {
-                Ok(frame) => frame,
-                Err(_) => return Ok(None),
-            },
-        };
-        match frame {
-            None => return Ok(Some(buf.freeze())),
-            Some(frame) => {
-                if let Ok(data) = frame.map_err(Into::into)?.into_data() {
-                    buf.put(data);
-                }
-            }
-        }
-    }
-}
-
-fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err.is::<LengthLimitError>() {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
 }
 
 /// What a POST carries.

@@ -66,6 +66,7 @@ mod handle;
 pub mod headers;
 mod origin;
 pub mod param_headers;
+mod request_body;
 mod response;
 mod serve;
 mod service;

@@ -68,9 +68,11 @@
 //!   request once: one that is ready then is answered without a task of
 //!   its own (its answer joins those of the other requests read in the
 //!   same go, written together); one still pending goes on in its own
-//!   task. A first poll longer than 20 µs (a handler that computes before
-//!   its first `.await`) sends the next 64 requests straight to their own
-//!   tasks, so that such handlers run in parallel. A second request
+//!   task. Once handlers are seen to compute before their first `.await`,
+//!   the requests that follow go straight to their own tasks for a while,
+//!   so that such handlers run in parallel.
+//!   [`StdioServer::first_poll_on_reader`] turns that first poll off, for
+//!   handlers that must run in their own task only. A second request
 //!   with an id that is in flight is answered with `-32600`. `"1"` and `1`
 //!   are different ids; `0` is an ordinary one. At most
 //!   [`StdioServer::max_in_flight`] requests (default 1024) run at once;
@@ -90,14 +92,14 @@
 //! * One writer task drains a bounded queue: a peer that stops reading
 //!   blocks handlers sending progress (and the reader) instead of growing
 //!   memory. It flushes when the queue runs dry; while handlers that
-//!   compute briefly (a first poll between 20 µs and 1 ms) keep several
-//!   spawned requests running, it first holds an answer for up to three
-//!   more, so that they share one write (and the peer one wake-up). **A
-//!   hold lasts at most 100 µs** on tokio's clock: it ends at the fourth
-//!   answer, at the first poll of one of the connection's tasks (the reader,
-//!   a request) to end 100 µs or more after it began, whatever order the
-//!   runtime polls them in — that task wakes the writer as an answer does —
-//!   or sooner, when the worker has nothing else to run. So a held answer
+//!   compute briefly keep several spawned requests running, it first holds
+//!   an answer for a few more, so that they share one write (and the peer
+//!   one wake-up). **An answer waits at most 100 µs for a write shared
+//!   with others**, on tokio's clock: the hold ends once those few are
+//!   together, at the first poll of one of the connection's tasks (the
+//!   reader, a request) to end 100 µs or more after it began, whatever
+//!   order the runtime polls them in — that task wakes the writer as an
+//!   answer does — or sooner, when the worker has nothing else to run. So a held answer
 //!   is written no later than one finished 100 µs after it would be without
 //!   the hold. (Should tasks outside the connection keep the worker busy,
 //!   the hold ends when the worker next looks at its timers, as a timer
@@ -141,6 +143,7 @@
 
 mod client;
 pub(crate) mod framing;
+mod schedule;
 mod server;
 #[cfg(unix)]
 mod std_io;

@@ -84,22 +84,19 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::task::{Context, Poll};
 
 use http::{HeaderMap, Uri};
-use serde_json::value::RawValue;
 use tokio::sync::Semaphore;
 use tower_service::Service;
 use tracing::Instrument;
 
 use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
-use crate::observe::{Era, Transport};
 use crate::protocol::PROTOCOL_VERSION;
-use crate::transport::call::client::{
-    Abandon, CallGuard, Outbound, Pending, ResponseFuture, Route,
-};
+use crate::transport::call::client::{Abandon, Outbound, Pending, ResponseFuture};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
 use crate::{CancelReason, McpRequest};
 
 mod builder;
+mod call;
 mod connector;
 mod era;
 mod error;
@@ -114,10 +111,9 @@ pub use error::HttpClientError;
 #[cfg(feature = "fuzzing")]
 pub(crate) use response::read_response;
 
+use call::{Call, SentIn};
 use connector::PooledClient;
-use era::{EraCell, Legacy, NotModern, State};
-use request::{exchange, prepare, Shape};
-use tools::{is_header_mismatch, learn_tools, param_headers_of, Retry};
+use era::{EraCell, Legacy};
 
 pub mod future {
     //! The response future of [`HttpClient`](super::HttpClient).
@@ -286,13 +282,6 @@ impl HttpClient {
     }
 }
 
-/// The method and params of a request as the caller gave them, for the
-/// legacy shape.
-type LegacyParts = (String, Result<Option<Box<RawValue>>, serde_json::Error>);
-
-/// The legacy session a call was sent in, once it was (for its cancel).
-type SentIn = Arc<Mutex<Option<Arc<Legacy>>>>;
-
 impl Service<McpRequest> for HttpClient {
     type Response = serde_json::Value;
     type Error = BoxError;
@@ -314,149 +303,9 @@ impl Service<McpRequest> for HttpClient {
                 return ResponseFuture::new(async move { Err(Box::new(refused) as BoxError) })
             }
         };
-        let lease = Lease {
-            table: inner.in_flight.clone(),
-            id: id.clone(),
-        };
-        let era = inner.era.get();
-        // Everything that needs the request is done before the future, so
-        // the future holds only what it sends and where progress goes (and,
-        // for a tools/call, the request, in case it must be sent again; and
-        // the method and params while the server may be legacy).
-        let legacy_parts: Option<LegacyParts> =
-            (!matches!(era, State::Modern)).then(|| (req.method().to_owned(), req.wire_params()));
-        let prepared = match era {
-            State::Legacy(_) => None,
-            _ => Some(prepare(&inner, &id, &req)),
-        };
-        let is_tools_list = req.method() == "tools/list";
-        let sent_in = SentIn::default();
-        // Unknown until the first answer: a modern request goes first.
-        let span_era = match era {
-            State::Legacy(_) => Era::Legacy,
-            _ => Era::Modern,
-        };
-        let mut call = CallGuard::new(
-            id.clone(),
-            &req,
-            CancelHttp {
-                inner: inner.clone(),
-                sent_in: sent_in.clone(),
-                lease: Some(lease),
-            },
-            Transport::Http,
-            Some(span_era),
-        );
-        let span = call.span();
-        // What a second attempt after a HeaderMismatch needs: the request
-        // (to mirror its arguments again), the headers first sent, and the
-        // progress route.
-        let retry = (inner.relist_on_mismatch
-            && req.method() == "tools/call"
-            && !matches!(era, State::Legacy(_)))
-        .then(|| Retry {
-            sent: match &prepared {
-                Some(Ok(r)) => param_headers_of(r),
-                _ => Vec::new(),
-            },
-            route: route.clone(),
-            req,
-        });
-        ResponseFuture::new(
-            async move {
-                let mut out = match era {
-                    State::Legacy(legacy) => {
-                        legacy_call(&inner, legacy, legacy_parts, &id, route, &sent_in).await
-                    }
-                    era => {
-                        let probe = matches!(era, State::Unknown) && inner.era.fallback;
-                        match prepared {
-                            Some(Ok(http_req)) => {
-                                let out = exchange(
-                                    &inner,
-                                    http_req,
-                                    &id,
-                                    route.clone(),
-                                    Shape::Modern { probe },
-                                )
-                                .await;
-                                if out.as_ref().err().is_some_and(|e| e.is::<NotModern>()) {
-                                    match inner.era.legacy(&inner, None).await {
-                                        Ok(legacy) => {
-                                            legacy_call(
-                                                &inner,
-                                                legacy,
-                                                legacy_parts,
-                                                &id,
-                                                route,
-                                                &sent_in,
-                                            )
-                                            .await
-                                        }
-                                        Err(e) => Err(e),
-                                    }
-                                } else {
-                                    out
-                                }
-                            }
-                            Some(Err(e)) => Err(e.into()),
-                            None => Err(HttpClientError::InvalidRequest(
-                                "no request prepared".into(),
-                            )
-                            .into()),
-                        }
-                    }
-                };
-                if let Some(retry) = retry {
-                    if is_header_mismatch(&out) {
-                        if let Some(again) = retry.again(&inner, &id).await {
-                            out = again;
-                        }
-                    }
-                }
-                call.finish(&out);
-                if is_tools_list {
-                    if let Ok(result) = out.as_mut() {
-                        learn_tools(&inner, result);
-                    }
-                }
-                out
-            }
-            .instrument(span),
-        )
-    }
-}
-
-/// A call on the legacy connection; a session the server ended (`404`) is
-/// initialized again, and the call sent once more (it never ran).
-async fn legacy_call(
-    inner: &Inner,
-    mut legacy: Arc<Legacy>,
-    parts: Option<LegacyParts>,
-    id: &RequestId,
-    route: Route,
-    sent_in: &SentIn,
-) -> Result<serde_json::Value, BoxError> {
-    let Some((method, params)) = parts else {
-        return Err(
-            HttpClientError::InvalidRequest("request not kept for the legacy era".into()).into(),
-        );
-    };
-    let params = params.map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
-    let mut renewed = false;
-    loop {
-        let req = era::prepare(inner, &legacy, id, &method, params.as_deref())?;
-        *sent_in.lock().unwrap_or_else(|e| e.into_inner()) = Some(legacy.clone());
-        let out = exchange(inner, req, id, route.clone(), Shape::Legacy).await;
-        match out {
-            Err(e) if !renewed && e.is::<era::SessionGone>() => {
-                *sent_in.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                tracing::info!(request_id = %id, "legacy session ended by the server; initializing again");
-                legacy = inner.era.legacy(inner, Some(&legacy)).await?;
-                renewed = true;
-            }
-            out => return out,
-        }
+        let (call, guard) = Call::prepare(inner, id, route, req);
+        let span = guard.span();
+        ResponseFuture::new(call.run(guard).instrument(span))
     }
 }
 

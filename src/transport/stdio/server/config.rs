@@ -1,0 +1,164 @@
+//! [`StdioServer`]: the stdio server's configuration.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::transport::DEFAULT_DRAIN_GRACE;
+use crate::InFlight;
+
+/// The default maximum size of one incoming line: 4 MiB.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+/// The default capacity of the writer queue, in messages.
+pub const DEFAULT_WRITE_QUEUE: usize = 64;
+/// The default number of requests one connection may have in flight.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+
+/// Configuration of the stdio server driver.
+///
+/// ```
+/// use tower_mcp_cancel::transport::stdio::StdioServer;
+/// let server = StdioServer::new().max_line_bytes(1 << 20).write_queue(16);
+/// assert_eq!(server.line_limit(), 1 << 20);
+/// ```
+#[derive(Clone, Debug)]
+pub struct StdioServer {
+    pub(super) max_line_bytes: usize,
+    pub(super) write_queue: usize,
+    pub(super) max_in_flight: usize,
+    pub(super) registry: Option<InFlight>,
+    pub(super) shutdown: Option<CancellationToken>,
+    pub(super) drain_grace: Duration,
+    pub(super) first_poll_on_reader: bool,
+}
+
+impl Default for StdioServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StdioServer {
+    /// Defaults: lines up to [`DEFAULT_MAX_LINE_BYTES`], a writer queue of
+    /// [`DEFAULT_WRITE_QUEUE`] messages, [`DEFAULT_MAX_IN_FLIGHT`] requests
+    /// in flight, no drain grace, the
+    /// [first poll on the reader](Self::first_poll_on_reader) on.
+    pub fn new() -> Self {
+        Self {
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            write_queue: DEFAULT_WRITE_QUEUE,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            registry: None,
+            shutdown: None,
+            drain_grace: DEFAULT_DRAIN_GRACE,
+            first_poll_on_reader: true,
+        }
+    }
+
+    /// The largest incoming line accepted; a longer one is answered with
+    /// `-32600` (no id) and skipped up to its newline.
+    pub fn max_line_bytes(mut self, bytes: usize) -> Self {
+        self.max_line_bytes = bytes.max(1);
+        self
+    }
+
+    /// The largest incoming line accepted, in bytes (see
+    /// [`max_line_bytes`](Self::max_line_bytes)).
+    pub fn line_limit(&self) -> usize {
+        self.max_line_bytes
+    }
+
+    /// How many outgoing messages may wait for the writer. When the queue is
+    /// full, handlers sending progress (and the reader answering malformed
+    /// lines) wait: a peer that stops reading slows the server down instead
+    /// of growing its memory.
+    pub fn write_queue(mut self, messages: usize) -> Self {
+        // A tokio channel holds at most `Semaphore::MAX_PERMITS`.
+        self.write_queue = messages.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// How many requests the connection may have in flight (default
+    /// [`DEFAULT_MAX_IN_FLIGHT`]). A request beyond it is answered at once
+    /// with `-32603` ("too many requests in flight") instead of being run,
+    /// and reading goes on, so cancellations still get through. With the
+    /// bounded writer queue this bounds what a peer that sends without
+    /// reading can make the server hold: once the queue is full the reader
+    /// waits to queue the next answer and stops reading.
+    pub fn max_in_flight(mut self, requests: usize) -> Self {
+        self.max_in_flight = requests.max(1);
+        self
+    }
+
+    /// Uses `registry` as the connection's [`InFlight`] registry instead of a
+    /// fresh one, so that it can be observed from outside (its `len()` as an
+    /// in-flight gauge, in tests or metrics). Ids are only meaningful within
+    /// one connection: give each served connection its own registry.
+    pub fn in_flight(mut self, registry: InFlight) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Sets the server's shutdown token. When it fires, every request in
+    /// flight is cancelled with
+    /// [`CancelReason::Shutdown`](crate::CancelReason::Shutdown) (its
+    /// handler future dropped, its token fired): each open `subscriptions/listen`
+    /// gets its graceful result, nothing else is answered, reading stops,
+    /// and [`serve`](Self::serve) returns once the request tasks ended and
+    /// the writer flushed what was queued. A token fired before `serve`
+    /// starts ends it at once. The same token can stop an HTTP endpoint
+    /// ([`StreamableHttpService::shutdown`](crate::transport::http::StreamableHttpService::shutdown))
+    /// and any number of connections.
+    pub fn shutdown(mut self, token: CancellationToken) -> Self {
+        self.shutdown = Some(token);
+        self
+    }
+
+    /// How long requests in flight may go on when the
+    /// [`shutdown`](Self::shutdown) token fires or the input ends (default
+    /// [`DEFAULT_DRAIN_GRACE`]: none, they are cancelled at once).
+    ///
+    /// During the grace: open `subscriptions/listen` streams get their
+    /// graceful result at once (they would never end on their own); other
+    /// requests may finish and are answered; after a shutdown the input is
+    /// still read, so a new request is answered at once with `-32603`
+    /// ("server shutting down") without reaching the service, and the
+    /// peer's `notifications/cancelled` still cancel. Requests still running
+    /// when the grace is over are cancelled —
+    /// [`CancelReason::Shutdown`](crate::CancelReason::Shutdown) after a
+    /// shutdown,
+    /// [`CancelReason::TransportClosed`](crate::CancelReason::TransportClosed)
+    /// after the end of input — their handler futures dropped, their tokens fired, nothing
+    /// written for them. [`serve`](Self::serve) returns as soon as nothing
+    /// is in flight. A shutdown during the grace that followed the end of
+    /// input ends that grace at once.
+    pub fn drain_grace(mut self, grace: Duration) -> Self {
+        self.drain_grace = grace;
+        self
+    }
+
+    /// Whether the connection's reader polls each new request once itself
+    /// before giving it a task of its own (default `true`).
+    ///
+    /// On, a request whose handler is ready at that first poll is answered
+    /// without a task — no spawn, no hand-off between threads — and its
+    /// answer shares a write with the others read in the same go: on a
+    /// pipelined load of quick handlers that spares much of the server's
+    /// CPU per request (BENCHMARKS.md, figure 3). The price is where that
+    /// first poll runs: on the reader's task, not the request's. A handler
+    /// that reads [`tokio::task::id()`] (or anything keyed by the current
+    /// task) sees the reader's task until its first `.await` that waits,
+    /// and its own task afterwards; and until then the reader waits for it.
+    ///
+    /// Off, every request's handler runs only inside its own spawned task,
+    /// from its first poll on. Each request then costs a spawn and its
+    /// hand-offs, its answer is written on its own (answers still share a
+    /// write when the writer finds several queued), and the writer never
+    /// holds an answer for company, since what tells it that handlers
+    /// compute is how long their first polls on the reader took.
+    #[must_use]
+    pub fn first_poll_on_reader(mut self, on: bool) -> Self {
+        self.first_poll_on_reader = on;
+        self
+    }
+}
