@@ -4,12 +4,13 @@
     python3 api/generate.py          # rewrite api/<package>.txt
     python3 api/generate.py --check  # exit 1 if a list differs from the code (CI)
 
-Stable Rust only: it reads the pages `cargo doc --no-deps --all-features`
-writes (all.html, then each item's page for its inherent methods, trait
+Stable Rust only: it reads the pages `cargo doc --workspace --no-deps
+--all-features` writes (all.html, then each item's page for its inherent methods, trait
 methods, enum variants and public fields), so every change of the public
 API shows as a diff of a checked-in text file in review.
 """
 import html
+import json
 import pathlib
 import re
 import subprocess
@@ -17,7 +18,11 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # (package name, crate name as rustdoc writes it)
-PACKAGES = [("tower-mcp-cancel", "tower_mcp_cancel")]
+PACKAGES = [
+    ("tower-mcp-cancel", "tower_mcp_cancel"),
+    ("tower-mcp-cancel-rmcp", "tower_mcp_cancel_rmcp"),
+    ("tower-mcp-cancel-tower-mcp", "tower_mcp_cancel_tower_mcp"),
+]
 
 KINDS = {
     "structs": "struct", "enums": "enum", "traits": "trait", "functions": "fn",
@@ -50,8 +55,15 @@ def members(page: str, kind: str) -> list[str]:
     return out
 
 
+def target_dir() -> pathlib.Path:
+    """Where cargo writes (CARGO_TARGET_DIR or .cargo/config.toml honoured)."""
+    meta = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"],
+                          cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return pathlib.Path(json.loads(meta)["target_directory"])
+
+
 def api(crate: str) -> list[str]:
-    doc = ROOT / "target" / "doc" / crate
+    doc = target_dir() / "doc" / crate
     index = (doc / "all.html").read_text()
     lines = []
     for section, items in re.findall(r'<h3 id="([a-z-]+)">[^<]*</h3><ul class="all-items">(.*?)</ul>', index, re.S):
@@ -66,7 +78,7 @@ def api(crate: str) -> list[str]:
 
 def main() -> int:
     check = "--check" in sys.argv[1:]
-    subprocess.run(["cargo", "doc", "--no-deps", "--all-features", "--quiet"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "doc", "--workspace", "--no-deps", "--all-features", "--quiet"], cwd=ROOT, check=True)
     status = 0
     for package, crate in PACKAGES:
         lines = api(crate)

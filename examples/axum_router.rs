@@ -3,7 +3,7 @@
 //! handler's future: that is how Streamable HTTP cancels.
 //!
 //! ```sh
-//! cargo run --example axum_router            # or: -- 127.0.0.1:8080
+//! cargo run --features http --example axum_router            # or: -- 127.0.0.1:8080
 //! curl -s localhost:3000/healthz
 //! curl -s localhost:3000/mcp -H 'content-type: application/json' \
 //!     -H 'accept: application/json, text/event-stream' \

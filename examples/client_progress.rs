@@ -5,8 +5,8 @@
 //! the server (`notifications/cancelled` on stdio).
 //!
 //! ```sh
-//! cargo build --examples && cargo run --example client_progress
-//! cargo run --example client_progress -- path/to/server --its-flags
+//! cargo build --features stdio --examples && cargo run --features stdio --example client_progress
+//! cargo run --features stdio --example client_progress -- path/to/server --its-flags
 //! ```
 //!
 //! It spawns the server given on its command line (by default the

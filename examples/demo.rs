@@ -1,6 +1,7 @@
 //! The main demo: the three layers at work, each step printing what happened.
 //!
-//! Run with `cargo run --example demo`.
+//! Run with `cargo run --features stdio,http --example demo` (without the
+//! features, the transport steps 5 and 6 are skipped).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -125,6 +126,12 @@ async fn main() {
     // stack behind `serve`, and `StdioClient` under the client layers.
     #[cfg(feature = "stdio")]
     stdio_part().await;
+
+    // The transports are features (none by default): say what was left out.
+    #[cfg(not(feature = "http"))]
+    println!("\n5. (skipped: the Streamable HTTP transport needs `--features http`)");
+    #[cfg(not(feature = "stdio"))]
+    println!("\n6. (skipped: the stdio transport needs `--features stdio`)");
 
     println!("\ndone.");
 }

@@ -7,8 +7,8 @@
 //! `tools/call` 600 s), mounted at `/mcp`.
 //!
 //! ```sh
-//! cargo run --example http_server -- --listen 127.0.0.1:8080 --events
-//! cargo run --example mcp_call -- --url http://127.0.0.1:8080/mcp slow '{"seconds": 3}'
+//! cargo run --features http --example http_server -- --listen 127.0.0.1:8080 --events
+//! cargo run --features stdio,http --example mcp_call -- --url http://127.0.0.1:8080/mcp slow '{"seconds": 3}'
 //! ```
 //!
 //! It logs to stderr (`RUST_LOG` overrides `info`); with `--events` it also

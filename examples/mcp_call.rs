@@ -16,9 +16,9 @@
 //! Durations: `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds.
 //!
 //! ```sh
-//! cargo run --example mcp_call -- --idle 2s -- cargo run -q --example stdio_server slow seconds=3
-//! cargo run --example http_server &   # then:
-//! cargo run --example mcp_call -- --idle 2s --url http://127.0.0.1:8080/mcp slow seconds=3
+//! cargo run --features stdio,http --example mcp_call -- --idle 2s -- cargo run -q --features stdio --example stdio_server slow seconds=3
+//! cargo run --features http --example http_server &   # then:
+//! cargo run --features stdio,http --example mcp_call -- --idle 2s --url http://127.0.0.1:8080/mcp slow seconds=3
 //! ```
 //!
 //! It probes with `server/discover` (2026-07-28) and falls back to the

@@ -3,7 +3,7 @@
 //! full server stack (`CancelOnDisconnectLayer`, `TimeoutLayer`).
 //!
 //! ```sh
-//! cargo run --example stdio_server -- --events
+//! cargo run --features stdio --example stdio_server -- --events
 //! ```
 //!
 //! It logs to stderr; with `--events` it also prints `STARTED <id> <ns>`,

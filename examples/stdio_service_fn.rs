@@ -3,7 +3,7 @@
 //! drops the handler's future, and fires its token for what it spawned.
 //!
 //! ```sh
-//! cargo run --example stdio_service_fn
+//! cargo run --features stdio --example stdio_service_fn
 //! {"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count","arguments":{"to":3},"_meta":{"progressToken":"p"}}}
 //! ```
 //!

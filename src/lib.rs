@@ -56,8 +56,16 @@
 //!
 //! # Module map
 //!
-//! Imports run one way, from the wire types up to the integrations; each
-//! rule of the spec lives in one place.
+//! Imports run one way, from the wire types up to the transports; each
+//! rule of the spec lives in one place. No module imports a transport, and
+//! with default features (none) the crate is the layers alone: no HTTP
+//! stack, no MCP SDK.
+//!
+//! Features: `stdio`, `http` (Streamable HTTP on hyper), `tls` (HTTPS for
+//! the HTTP client), `metrics`, `test-util`. The SDK integrations are
+//! packages of their own, built on [`integration`]:
+//! `tower-mcp-cancel-rmcp` (rmcp's servers and client) and
+//! `tower-mcp-cancel-tower-mcp` (tower-mcp's `McpRouter`).
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
@@ -68,7 +76,7 @@
 //! | handler side | [`notify`] | [`RequestContext`] and [`Notifier`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the opt-in 2025-era HTTP sessions; the clients (the HTTP one dual-era) |
-//! | integrations | [`integrations`] | other SDKs' servers under the same layers (features `rmcp`, `tower-mcp`) |
+//! | for adapters | [`integration`] | what a transport or SDK adapter outside the crate needs to behave as the crate's own: the progress registry, the bridge from an SDK's cancel token to a drop, the one error mapping |
 //! | tests | `test_util` (feature `test-util`) | drop probes, a handler recorder, mock stacks, `settle` |
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -77,7 +85,7 @@
 pub mod builder;
 pub mod cancel;
 pub mod error;
-pub mod integrations;
+pub mod integration;
 pub mod jsonrpc;
 pub mod notify;
 pub mod observe;

@@ -51,13 +51,8 @@ impl ErrorObject {
     /// [`Cancelled`](crate::Cancelled) nobody asked for (the handler's own,
     /// or a layer inside the stack) as an internal error that says so,
     /// anything else as an internal error carrying its message. The one
-    /// mapping for every transport and SDK integration.
-    #[cfg(any(
-        feature = "stdio",
-        feature = "http",
-        feature = "rmcp",
-        feature = "tower-mcp"
-    ))]
+    /// mapping for every transport and SDK integration (the latter reach it
+    /// through [`integration::error_object`](crate::integration::error_object)).
     pub(crate) fn of_error(error: &(dyn std::error::Error + 'static)) -> Self {
         if let Some(e) = error.downcast_ref::<ErrorObject>() {
             return e.clone();

@@ -1,8 +1,8 @@
 //! The rmcp stdio server for figure 4 wrapped in this crate's integration:
 //! the same `ServerHandler` as `rmcp_stdio`, served through
-//! `integrations::rmcp::Cancellable` (no deadline: only the cancel).
+//! `tower_mcp_cancel_rmcp::Cancellable` (no deadline: only the cancel).
 
-use tower_mcp_cancel::integrations::rmcp::Cancellable;
+use tower_mcp_cancel_rmcp::Cancellable;
 
 #[tokio::main]
 async fn main() {

@@ -1,8 +1,8 @@
 //! The tower-mcp stdio server for figure 4 under this crate's integration:
 //! the same router as `tower_mcp_stdio`, its transport given
-//! `integrations::tower_mcp::RouterLayer` (no deadline: only the cancel).
+//! `tower_mcp_cancel_tower_mcp::RouterLayer` (no deadline: only the cancel).
 
-use tower_mcp_cancel::integrations::tower_mcp::RouterLayer;
+use tower_mcp_cancel_tower_mcp::RouterLayer;
 
 #[tokio::main]
 async fn main() {

@@ -117,7 +117,7 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                             StreamableHttpService,
                         };
                         use std::sync::Arc;
-                        use tower_mcp_cancel::integrations::rmcp::Cancellable;
+                        use tower_mcp_cancel_rmcp::Cancellable;
                         use tower_mcp_cancel::CancelOnDisconnectLayer;
                         let mk = |json: bool| {
                             let config = StreamableHttpServerConfig::default()
@@ -138,7 +138,7 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                     }
                     #[cfg(feature = "peers")]
                     Peer::TowerMcpCancel => {
-                        use tower_mcp_cancel::integrations::tower_mcp::RouterLayer;
+                        use tower_mcp_cancel_tower_mcp::RouterLayer;
                         let router = tower_mcp::HttpTransport::new(
                             tower_mcp_cancel_benchmarks::peer_tower_mcp::router(),
                         )

@@ -1,10 +1,9 @@
-//! An rmcp server wrapped in `integrations::rmcp::Cancellable`, driven
+//! An rmcp server wrapped in `tower_mcp_cancel_rmcp::Cancellable`, driven
 //! in-process over pipes by this crate's `StdioClient`: an explicit cancel,
 //! a client timeout, a server deadline and the progress idle limit each
 //! drop the uncooperative handler's future; nothing is written for a
 //! cancelled id; plain rmcp, for contrast, runs the handler to its end.
 //! Every line the server writes is recorded by a relay between the two.
-#![cfg(all(feature = "rmcp", feature = "stdio"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,10 +18,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt};
-use tower_mcp_cancel::integrations::rmcp::Cancellable;
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel_rmcp::Cancellable;
 
 type Events = mpsc::UnboundedSender<(&'static str, Value)>;
 

@@ -6,8 +6,8 @@
 //! its token).
 //!
 //! ```sh
-//! cargo run --features rmcp --example rmcp_server -- --events
-//! cargo run --features rmcp --example rmcp_server -- --listen 127.0.0.1:8080 --events
+//! cargo run -p tower-mcp-cancel-rmcp --features http --example rmcp_server -- --events
+//! cargo run -p tower-mcp-cancel-rmcp --features http --example rmcp_server -- --listen 127.0.0.1:8080 --events
 //! ```
 //!
 //! Flags: `--events` prints `STARTED <id> <ns>`, `DROPPED`, `DONE` and
@@ -30,8 +30,8 @@ use rmcp::service::RequestContext;
 use rmcp::{
     schemars, tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt,
 };
-use tower_mcp_cancel::integrations::rmcp::Cancellable;
 use tower_mcp_cancel::{CancelOnDisconnectLayer, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel_rmcp::Cancellable;
 
 /// What `--events` prints, and where.
 #[derive(Clone, Debug, Default)]
@@ -231,7 +231,7 @@ fn listen_addr(args: &[String]) -> Option<std::net::SocketAddr> {
 async fn serve_http<H: rmcp::ServerHandler + Clone>(
     addr: std::net::SocketAddr,
     handler: H,
-    observe: Option<tower_mcp_cancel::integrations::rmcp::ObserveHttpLayer>,
+    observe: Option<tower_mcp_cancel_rmcp::ObserveHttpLayer>,
 ) -> Result<(), String> {
     use axum::error_handling::HandleErrorLayer;
     use http::StatusCode;

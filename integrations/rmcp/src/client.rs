@@ -1,6 +1,6 @@
 //! An rmcp client as a tower [`Service<McpRequest>`](tower_service::Service):
-//! [`RmcpClient`], so this crate's [`TimeoutLayer`](crate::TimeoutLayer)
-//! and [`ProgressResetLayer`](crate::ProgressResetLayer) drive it, and
+//! [`RmcpClient`], so this crate's [`TimeoutLayer`](tower_mcp_cancel::TimeoutLayer)
+//! and [`ProgressResetLayer`](tower_mcp_cancel::ProgressResetLayer) drive it, and
 //! [`RouteProgress`], the client handler wrapper that hands incoming
 //! `notifications/progress` to the requests' [`ProgressTap`]s.
 
@@ -22,8 +22,8 @@ use serde_json::Value;
 use tower_service::Service as TowerService;
 
 use super::request::convert;
-use crate::cancel::current_drop_reason;
-use crate::{BoxError, McpRequest, ProgressObserver, ProgressTap};
+use tower_mcp_cancel::integration::current_drop_reason;
+use tower_mcp_cancel::{BoxError, McpRequest, ProgressObserver, ProgressTap};
 
 /// Taps by rmcp progress token, shared by [`RouteProgress`] and the
 /// [`RmcpClient`]s built from it.
@@ -107,7 +107,7 @@ impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
 /// # async fn run(transport: tokio::io::DuplexStream) -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use tower::{ServiceBuilder, ServiceExt as _};
-/// use tower_mcp_cancel::integrations::rmcp::{RmcpClient, RouteProgress};
+/// use tower_mcp_cancel_rmcp::{RmcpClient, RouteProgress};
 /// use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
 ///
 /// let running = rmcp::serve_client(RouteProgress::new(()), transport).await?;
@@ -128,7 +128,7 @@ impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
 /// gives every request its own id and progress token (replacing those the
 /// request carried), and [`RouteProgress`] routes by that token to the
 /// request's [`ProgressTap`] (set by a
-/// [`ProgressResetLayer`](crate::ProgressResetLayer)) or, without one, to
+/// [`ProgressResetLayer`](tower_mcp_cancel::ProgressResetLayer)) or, without one, to
 /// the caller's [`ProgressObserver`] in its extensions.
 ///
 /// rmcp handles each incoming notification in a task of its own, so a

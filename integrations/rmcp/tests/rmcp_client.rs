@@ -1,4 +1,4 @@
-//! rmcp's client as a tower service (`integrations::rmcp::RmcpClient`)
+//! rmcp's client as a tower service (`tower_mcp_cancel_rmcp::RmcpClient`)
 //! under this crate's layers, calling this crate's own stdio server over an
 //! in-memory pipe: a client deadline drops the server's handler (so a
 //! `notifications/cancelled` went over the wire), and server progress
@@ -11,13 +11,13 @@ use rmcp::RoleClient;
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
 use tower::{service_fn, ServiceBuilder, ServiceExt as _};
-use tower_mcp_cancel::integrations::rmcp::{RmcpClient, RouteProgress};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::{Event, Events, Recorder};
 use tower_mcp_cancel::transport::stdio::StdioServer;
 use tower_mcp_cancel::{
     BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
 };
+use tower_mcp_cancel_rmcp::{RmcpClient, RouteProgress};
 
 /// Longer than any test runs (on the paused clock).
 const BOUND: Duration = Duration::from_secs(3600);

@@ -7,8 +7,8 @@ use ::rmcp::RoleServer;
 use http::Extensions;
 use tokio::time::Instant;
 
-use crate::jsonrpc::{Method, ProgressToken, RequestId};
-use crate::{Cancellation, RequestView};
+use tower_mcp_cancel::jsonrpc::{Method, ProgressToken, RequestId};
+use tower_mcp_cancel::{Cancellation, RequestView};
 
 /// An rmcp request on its way through the layers to the handler: its
 /// method, the context rmcp built for it (whose `ct` is replaced by the

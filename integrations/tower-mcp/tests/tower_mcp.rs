@@ -1,11 +1,10 @@
 //! A tower-mcp server (`McpRouter` with `ToolBuilder` tools, served by its
-//! `StdioTransport`) under `integrations::tower_mcp::RouterLayer`, driven
+//! `StdioTransport`) under `tower_mcp_cancel_tower_mcp::RouterLayer`, driven
 //! in-process over pipes by this crate's `StdioClient`: an explicit cancel,
 //! a server deadline and the progress idle limit each drop the
 //! uncooperative handler's future; nothing is written for a cancelled id;
 //! plain tower-mcp, for contrast, runs the handler to its end. Every line
 //! the server writes is recorded by a relay between the two.
-#![cfg(all(feature = "tower-mcp", feature = "stdio"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,10 +15,10 @@ use tokio::sync::mpsc;
 use tower::ServiceExt;
 use tower_mcp::extract::{Context, Json};
 use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
-use tower_mcp_cancel::integrations::tower_mcp::RouterLayer;
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel_tower_mcp::RouterLayer;
 
 type Events = mpsc::UnboundedSender<(&'static str, Value)>;
 

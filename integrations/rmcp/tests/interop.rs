@@ -1,15 +1,27 @@
-//! The rmcp cells: `examples/rmcp_server` (an rmcp server written with
-//! rmcp's macros, wrapped in `integrations::rmcp::Cancellable`) driven by
+//! The rmcp cells of the interop matrix (`tests/interop/README.md` at the
+//! repository's root): `examples/rmcp_server` (an rmcp server written with
+//! rmcp's macros, wrapped in [`Cancellable`](tower_mcp_cancel_rmcp::Cancellable)) driven by
 //! the TypeScript and Python SDK clients over stdio and Streamable HTTP —
 //! an explicit cancel and a client timeout each drop the uncooperative
 //! `slow` handler's future (a `DROPPED` event within [`DROP_BOUND`] of the
 //! cancel, before the client closes), which rmcp alone never does; the
 //! handler's progress reaches a TS client that resets its timeout on it; an
 //! rmcp client (`RmcpClient`) under `TimeoutLayer` + `ProgressResetLayer`
-//! calling our example stdio server, whose cancels on the wire are checked
-//! against the spec.
+//! calling the same example server over stdio, whose cancels on the wire
+//! are checked against the spec.
+//!
+//! The SDK drivers and the harness are the repository's (`tests/interop/`):
+//! this test is not part of the published package.
 
-use super::*;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+
+#[path = "../../../tests/interop/harness.rs"]
+mod harness;
+use harness::*;
 
 macro_rules! rmcp_server_cells {
     ($($name:ident: $sdk:expr, $http:expr, $scenario:literal;)*) => {$(
@@ -56,13 +68,12 @@ mod rmcp_client {
     use serde_json::json;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     use tower::{ServiceBuilder, ServiceExt as _};
-    use tower_mcp_cancel::integrations::rmcp::{RmcpClient, RouteProgress};
     use tower_mcp_cancel::{Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
+    use tower_mcp_cancel_rmcp::{RmcpClient, RouteProgress};
 
-    use super::super::our_clients::{rt, wait_for_line};
     use super::*;
 
-    /// Our example stdio server as a child process, an initialized rmcp
+    /// The example server (over stdio) as a child process, an initialized rmcp
     /// client to it, and every line the client wrote: (ns, message).
     struct Session {
         running: RunningService<RoleClient, RouteProgress<()>>,
@@ -74,14 +85,14 @@ mod rmcp_client {
     async fn session() -> Session {
         let stderr =
             std::env::temp_dir().join(format!("tmc-interop-rmcp-client-{}.stderr", now_ns()));
-        let mut child = tokio::process::Command::new(example("stdio_server"))
+        let mut child = tokio::process::Command::new(example("rmcp_server"))
             .arg("--events")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .kill_on_drop(true)
             .spawn()
-            .expect("spawn stdio_server");
+            .expect("spawn rmcp_server");
         let mut server_in = child.stdin.take().unwrap();
         let server_out = child.stdout.take().unwrap();
         // The client writes into a pipe; a relay records each line and

@@ -198,8 +198,8 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
             request_id = ?notification
                 .request_id
                 .as_ref()
-                .map(super::request::convert::<crate::jsonrpc::RequestId>),
-            reason = ?notification.reason.as_deref().map(crate::sanitize::for_log),
+                .map(super::request::convert::<tower_mcp_cancel::jsonrpc::RequestId>),
+            reason = ?notification.reason.as_deref().map(tower_mcp_cancel::integration::for_log),
             "peer cancelled a request"
         );
         self.handler.on_cancelled(notification, context)

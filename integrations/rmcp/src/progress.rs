@@ -7,7 +7,7 @@
 //! transport, so [`ObserveProgress`] wraps it and asks the progress
 //! registry about each outgoing `notifications/progress`: every request
 //! with a progress token is registered there (with its tap, under a
-//! [`ProgressResetLayer`](crate::ProgressResetLayer)) for as long as its
+//! [`ProgressResetLayer`](tower_mcp_cancel::ProgressResetLayer)) for as long as its
 //! handler runs, and a notification for no request in flight, or whose
 //! value does not increase, is not written.
 
@@ -20,7 +20,7 @@ use ::rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use ::rmcp::transport::Transport;
 use ::rmcp::RoleServer;
 
-use crate::integrations::progress::ProgressRegistry;
+use tower_mcp_cancel::integration::ProgressRegistry;
 
 /// An rmcp server transport that feeds the progress notifications the
 /// handler sends to the requests' progress limits. Made by

@@ -1,33 +1,45 @@
 //! tower-mcp's [`RouterRequest`] as the layers see it: a [`RequestView`]
-//! over its id, its parsed request and its [`Extensions`] (an
-//! [`ExtensionMap`]).
+//! over its id and its parsed request, with the layers' per-request values
+//! in an [`http::Extensions`] of its own. (A wrapper: tower-mcp's request
+//! and extension types and this crate's traits are all foreign to this
+//! package.)
 
+use http::Extensions;
 use tokio::time::Instant;
 use tower_mcp::protocol::{self as tm, McpRequest as TmRequest};
-use tower_mcp::{Extensions, RouterRequest};
+use tower_mcp::RouterRequest;
 
-use crate::jsonrpc::{Method, ProgressToken, RequestId};
-use crate::{ExtensionMap, RequestView};
+use tower_mcp_cancel::jsonrpc::{Method, ProgressToken, RequestId};
+use tower_mcp_cancel::RequestView;
 
-impl ExtensionMap for Extensions {
-    #[inline]
-    fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        Extensions::get(self)
-    }
-    #[inline]
-    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
-        Extensions::insert(self, value);
-    }
+/// A tower-mcp request on its way through the layers to the router.
+pub(crate) struct LayeredRequest {
+    /// The request as tower-mcp's router takes it.
+    pub(crate) inner: RouterRequest,
+    /// The progress token the request carries (see [`progress_token_of`]).
+    progress_token: Option<ProgressToken>,
+    /// The layers' per-request values ([`Cancellation`](tower_mcp_cancel::Cancellation),
+    /// [`ProgressTap`](tower_mcp_cancel::ProgressTap)).
+    extensions: Extensions,
+    /// When its deadlines count from.
+    started: Option<Instant>,
 }
 
-/// When a request's deadlines count from, kept in its extensions.
-#[derive(Clone, Copy)]
-struct Started(Instant);
+impl LayeredRequest {
+    pub(crate) fn new(inner: RouterRequest) -> Self {
+        Self {
+            progress_token: progress_token_of(&inner.inner),
+            inner,
+            extensions: Extensions::new(),
+            started: None,
+        }
+    }
+}
 
 /// The progress token a `tools/call` carries in `_meta.progressToken`,
 /// as this crate's. (The other methods' tokens are not read: tower-mcp
 /// reports progress for tool calls.)
-pub(super) fn progress_token_of(req: &TmRequest) -> Option<ProgressToken> {
+fn progress_token_of(req: &TmRequest) -> Option<ProgressToken> {
     let TmRequest::CallTool(params) = req else {
         return None;
     };
@@ -58,20 +70,20 @@ fn request_id_of(id: &tm::RequestId) -> Option<RequestId> {
     }
 }
 
-/// The id and method from the request; the progress token from the
-/// extensions, where [`RouterLayer`](super::RouterLayer) puts the one the
-/// request carries; the [`Cancellation`](crate::Cancellation),
-/// [`ProgressTap`](crate::ProgressTap) and start instant in the extensions.
-impl RequestView for RouterRequest {
+/// The id and method from the request, the progress token it carries;
+/// the [`Cancellation`](tower_mcp_cancel::Cancellation) and
+/// [`ProgressTap`](tower_mcp_cancel::ProgressTap) in the wrapper's
+/// extensions.
+impl RequestView for LayeredRequest {
     type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
-        request_id_of(&self.id)
+        request_id_of(&self.inner.id)
     }
     fn mcp_method(&self) -> Option<Method> {
-        Some(Method::new(self.inner.method_name()))
+        Some(Method::new(self.inner.inner.method_name()))
     }
     fn progress_token(&self) -> Option<&ProgressToken> {
-        self.extensions.get::<ProgressToken>()
+        self.progress_token.as_ref()
     }
     /// Always `false`: tower-mcp's handler reports progress only for a
     /// token the client sent.
@@ -85,11 +97,6 @@ impl RequestView for RouterRequest {
         &mut self.extensions
     }
     fn started_at(&mut self) -> Instant {
-        if let Some(Started(at)) = self.extensions.get::<Started>() {
-            return *at;
-        }
-        let now = Instant::now();
-        self.extensions.insert(Started(now));
-        now
+        *self.started.get_or_insert_with(Instant::now)
     }
 }

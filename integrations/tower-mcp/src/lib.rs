@@ -1,6 +1,6 @@
 //! Drop-cancellation, timeouts and progress-reset for servers written with
-//! [tower-mcp](https://docs.rs/tower-mcp) (0.25), behind the `tower-mcp`
-//! feature.
+//! [tower-mcp](https://docs.rs/tower-mcp) (0.25), with the layers of
+//! [`tower_mcp_cancel`].
 //!
 //! tower-mcp's `McpRouter` is a tower service and its transports take a
 //! `.layer(...)`: give them a [`RouterLayer`] configured with this crate's
@@ -10,7 +10,7 @@
 //! use std::time::Duration;
 //!
 //! use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
-//! use tower_mcp_cancel::integrations::tower_mcp::RouterLayer;
+//! use tower_mcp_cancel_tower_mcp::RouterLayer;
 //! use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
 //!
 //! #[tokio::main]
@@ -86,6 +86,9 @@
 //!   transport picks between its queue of answers and its queue of
 //!   notifications at random, so progress a tool sent just before it
 //!   returned can still be written after its answer.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod request;
 
@@ -104,9 +107,9 @@ use tower_mcp::context::NotificationSender;
 use tower_mcp::{JsonRpcError, McpRouter, RouterRequest, RouterResponse, ServerNotification};
 use tower_service::Service;
 
-use self::request::progress_token_of;
-use super::progress::ProgressRegistry;
-use crate::{
+use self::request::LayeredRequest;
+use tower_mcp_cancel::integration::ProgressRegistry;
+use tower_mcp_cancel::{
     BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
     TimeoutLayer,
 };
@@ -265,7 +268,7 @@ impl Flush {
 /// [`RouterLayer`].
 #[derive(Clone)]
 pub struct RouterService {
-    inner: BoxCloneSyncService<RouterRequest, RouterResponse, BoxError>,
+    inner: BoxCloneSyncService<LayeredRequest, RouterResponse, BoxError>,
 }
 
 impl std::fmt::Debug for RouterService {
@@ -287,9 +290,6 @@ impl Service<RouterRequest> for RouterService {
 
     fn call(&mut self, mut req: RouterRequest) -> Self::Future {
         let id = req.id.clone();
-        if let Some(token) = progress_token_of(&req.inner) {
-            req.extensions.insert(token);
-        }
         let cancellation = Cancellation::new();
         // tower-mcp adopts a token of its own type found in the extensions
         // as the handler's (`ctx.cancellation_token()`) and the one its
@@ -298,6 +298,7 @@ impl Service<RouterRequest> for RouterService {
         let transport = req.extensions.get::<CancellationToken>().cloned();
         let token = CancellationToken::new();
         req.extensions.insert(token.clone());
+        let mut req = LayeredRequest::new(req);
         req.set_cancellation(cancellation.clone());
         let mut bridge = Bridge {
             token: token.clone(),
@@ -322,11 +323,12 @@ impl Service<RouterRequest> for RouterService {
                 };
                 CancelReason::Other(Cow::Borrowed(reason))
             };
-            let out = super::run_cancellable(call, cause, &cancellation).await;
+            let out =
+                tower_mcp_cancel::integration::run_cancellable(call, cause, &cancellation).await;
             bridge.completed = out.is_ok() && !cancellation.is_cancelled();
             drop(bridge);
             Ok(out.unwrap_or_else(|e| {
-                let e = crate::jsonrpc::ErrorObject::of_error(&*e);
+                let e = tower_mcp_cancel::integration::error_object(&*e);
                 RouterResponse {
                     id,
                     inner: Err(JsonRpcError {
@@ -367,7 +369,7 @@ struct Router {
     flush: Option<Flush>,
 }
 
-impl Service<RouterRequest> for Router {
+impl Service<LayeredRequest> for Router {
     type Response = RouterResponse;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<RouterResponse, BoxError>> + Send>>;
@@ -376,7 +378,7 @@ impl Service<RouterRequest> for Router {
         self.router.poll_ready(cx).map_err(BoxError::from)
     }
 
-    fn call(&mut self, req: RouterRequest) -> Self::Future {
+    fn call(&mut self, req: LayeredRequest) -> Self::Future {
         let registration = req.progress_token().map(|token| {
             self.registry
                 .register(token.clone(), req.progress_tap().cloned())
@@ -385,7 +387,7 @@ impl Service<RouterRequest> for Router {
         // the handler queued before it returned is passed on (or refused)
         // before the request leaves the registry.
         let flush = registration.as_ref().and(self.flush.clone());
-        let call = self.router.call(req);
+        let call = self.router.call(req.inner);
         Box::pin(async move {
             let _registration = registration;
             let out = call.await;

@@ -21,8 +21,13 @@ use crate::ProgressTap;
 /// The requests in flight, by progress token. Shared by an integration's
 /// wrapper, its clones, and what watches the handler's outgoing progress
 /// (rmcp's transport, tower-mcp's notification channel).
+///
+/// Public because an SDK adapter sees its handler's progress notifications
+/// on the SDK's outgoing path, outside this crate's
+/// [`RequestContext`](crate::RequestContext): this is where it checks them
+/// against progress.md and feeds them to the request's [`ProgressTap`].
 #[derive(Clone, Default)]
-pub(crate) struct ProgressRegistry {
+pub struct ProgressRegistry {
     inner: Arc<RegistryInner>,
 }
 
@@ -46,7 +51,7 @@ impl ProgressRegistry {
     /// Registers the request with progress token `token` (and its `tap`, if
     /// it has one) until the returned guard drops. A client that reuses a
     /// token in flight gets the newer request's entry.
-    pub(crate) fn register(&self, token: ProgressToken, tap: Option<ProgressTap>) -> Registration {
+    pub fn register(&self, token: ProgressToken, tap: Option<ProgressTap>) -> Registration {
         let serial = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let entry = Entry {
             serial,
@@ -65,7 +70,7 @@ impl ProgressRegistry {
     /// token is that of a request in flight and its value is greater than
     /// every value sent for it before. If so, it is recorded (and in the
     /// request's tap, which restarts its idle limit).
-    pub(crate) fn admit(
+    pub fn admit(
         &self,
         token: &ProgressToken,
         progress: f64,
@@ -102,10 +107,30 @@ impl ProgressRegistry {
 
 /// Removes a request from the [`ProgressRegistry`] when its handler ends or
 /// is dropped: from then on, nothing of its progress is sent.
-pub(crate) struct Registration {
+///
+/// Public as what [`ProgressRegistry::register`] returns: the adapter holds
+/// it for as long as the handler runs.
+#[must_use = "the request is unregistered when this is dropped"]
+pub struct Registration {
     registry: ProgressRegistry,
     token: ProgressToken,
     serial: u64,
+}
+
+impl std::fmt::Debug for ProgressRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressRegistry")
+            .field("in_flight", &self.lock().len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Registration {

@@ -20,8 +20,8 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::integrations::progress::ProgressRegistry;
-use crate::jsonrpc::ProgressToken;
+use tower_mcp_cancel::integration::ProgressRegistry;
+use tower_mcp_cancel::jsonrpc::ProgressToken;
 
 /// The longest SSE event held while waiting for its end; a longer one
 /// passes unchecked (a progress event is a few hundred bytes).
@@ -324,7 +324,7 @@ mod tests {
     use http_body_util::{BodyExt, StreamBody};
 
     use super::*;
-    use crate::ProgressTap;
+    use tower_mcp_cancel::ProgressTap;
 
     #[tokio::test]
     async fn progress_events_split_across_frames_are_recorded() {

@@ -1,7 +1,9 @@
 //! Drop-cancellation, timeouts and progress-reset for servers written with
-//! [rmcp](https://docs.rs/rmcp) (the official Rust MCP SDK, 3.x), behind
-//! the `rmcp` feature; and rmcp's client as a tower service,
+//! [rmcp](https://docs.rs/rmcp) (the official Rust MCP SDK, 3.x), with the
+//! layers of [`tower_mcp_cancel`]; and rmcp's client as a tower service,
 //! [`RmcpClient`], so the same layers drive an rmcp client (see there).
+//! Feature `http`: rmcp's `StreamableHttpService` too (see
+//! [below](#over-streamable-http)).
 //!
 //! Keep your `ServerHandler` (macros and all) and your transport; wrap the
 //! handler in a [`Cancellable`] — itself a `ServerHandler` — and serve that
@@ -13,7 +15,7 @@
 //! use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 //! use rmcp::model::{ServerCapabilities, ServerConfig};
 //! use rmcp::{schemars, tool, tool_handler, tool_router, ServerHandler};
-//! use tower_mcp_cancel::integrations::rmcp::Cancellable;
+//! use tower_mcp_cancel_rmcp::Cancellable;
 //! use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
 //!
 //! #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -99,8 +101,9 @@
 //!
 //! # Over Streamable HTTP
 //!
-//! rmcp's `StreamableHttpService` (rmcp feature
-//! `transport-streamable-http-server`) serves a [`Cancellable`] like any
+//! rmcp's `StreamableHttpService` (this package's feature `http`, which
+//! enables rmcp's `transport-streamable-http-server` and
+//! `tower-mcp-cancel/http`) serves a [`Cancellable`] like any
 //! handler. Mount it behind [`CancelOnDisconnectLayer::http`]: the layer
 //! puts the exchange's [`Cancellation`] in the HTTP request, rmcp hands the
 //! request's `http::request::Parts` to the handler in `context.extensions`,
@@ -125,7 +128,7 @@
 //!     ));
 //! ```
 //!
-//! (`examples/rmcp_server.rs --listen` serves it in axum.)
+//! (`examples/rmcp_server.rs --listen`, in this package, serves it in axum.)
 //!
 //! # What it does not cover
 //!
@@ -151,6 +154,9 @@
 //!   its token), so the transport cannot tell it from a connection-wide
 //!   one. Such a task should stop on `context.ct`, which fires for every
 //!   early end.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod client;
 mod handler;
@@ -177,8 +183,8 @@ pub use self::client::{RmcpClient, RouteProgress};
 pub use self::http_progress::{ObserveBody, ObserveFuture, ObserveHttp, ObserveHttpLayer};
 pub use self::progress::ObserveProgress;
 pub use self::request::RmcpRequest;
-use super::progress::ProgressRegistry;
-use crate::{
+use tower_mcp_cancel::integration::ProgressRegistry;
+use tower_mcp_cancel::{
     BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
     TimeoutLayer,
 };
@@ -341,7 +347,8 @@ impl<H: ServerHandler> Cancellable<H> {
                     }
                 }
             };
-            let out = super::run_cancellable(call, cause, &cancellation).await;
+            let out =
+                tower_mcp_cancel::integration::run_cancellable(call, cause, &cancellation).await;
             out.map_err(|e| error_data(&*e))
         }
     }
@@ -411,12 +418,12 @@ where
 }
 
 /// The rmcp error for a failed call: the handler's own as it is, a layer's
-/// as [`error_object`](super::error_object) has it.
+/// as [`error_object`](tower_mcp_cancel::integration::error_object) has it.
 fn error_data(error: &(dyn std::error::Error + 'static)) -> ErrorData {
     if let Some(e) = error.downcast_ref::<ErrorData>() {
         return e.clone();
     }
-    let e = crate::jsonrpc::ErrorObject::of_error(error);
+    let e = tower_mcp_cancel::integration::error_object(error);
     let code = i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0);
     ErrorData::new(ErrorCode(code), e.message, e.data)
 }
