@@ -275,6 +275,12 @@ impl ProgressTap {
             Err(mut config) => {
                 if let Some(r) = &mut config.request {
                     r.also = Some(cancellation.clone());
+                    // A deadline offered above is enforced by the layer whose
+                    // tap lives in the request (it took it) or by the
+                    // offering layer's own timer (nobody took it). Enforced
+                    // here too, it would be named at a tie with a limit of a
+                    // layer between the two, which is the innermost one.
+                    r.timeout = Nanos::of(None);
                 }
                 let home = Cancellation::for_request(
                     cancellation.request_id().cloned(),

@@ -489,6 +489,32 @@ async fn a_timeout_bounds_a_retry_below_it_from_the_first_call() {
     assert_eq!(probe.dropped_at().map(|at| at - start), Some(ms(2_000)));
 }
 
+/// At a tie, the limit of the layer between is named, not an outer
+/// timeout that a second progress layer further in also saw offered
+/// (found by the proptest below: the inner layer enforced the outer
+/// timeout too and, being innermost, named it).
+#[tokio::test(start_paused = true)]
+async fn a_tie_names_the_limit_between_not_an_outer_timeout_seen_further_in() {
+    let steady = Handler {
+        every: Some(ms(300)),
+        done: ms(800),
+    };
+    for cancel in [true, false] {
+        let timers = [
+            Timeout(ms(750)),
+            reset(ms(350), Some(ms(750))),
+            reset(ms(350), None),
+        ];
+        let ended = run(cancel, &timers, steady).await;
+        assert_eq!(
+            ended,
+            timed_out(ms(750), Limit::Max, ms(750)),
+            "cancel: {cancel}"
+        );
+        assert_eq!(ended, expected(&timers, steady));
+    }
+}
+
 // ---------- random stackings ----------
 
 /// The outcome the rules give: the call ends at the first deadline of the
