@@ -68,6 +68,7 @@
 //! [`metrics`] (the module), labels are `mcp.transport`
 //! (`stdio`/`http`) and, on the outcome counter, `mcp.request.outcome`.
 //! The method is not a label: its values come from the peer.
+#![doc = include_str!("guide.md")]
 
 // Each transport uses its own variants: a build with one of them (or
 // none) leaves the others unused.

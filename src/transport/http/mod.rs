@@ -48,6 +48,7 @@
 //! assert_eq!(result["echo"], "tools/list");
 //! # Ok(()) }
 //! ```
+#![doc = include_str!("guide.md")]
 
 //!
 //! Inside, the server adapter is a sequence: [`origin`](OriginPolicy) and
