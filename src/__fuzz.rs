@@ -5,6 +5,9 @@
 #[cfg(feature = "stdio")]
 pub use self::stdio::Lines;
 
+/// The earlier protocol revisions the HTTP adapter recognizes as legacy.
+pub const LEGACY_VERSIONS: &[&str] = crate::protocol::LEGACY_VERSIONS;
+
 #[cfg(feature = "stdio")]
 mod stdio {
     use std::io;

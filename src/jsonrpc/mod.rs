@@ -18,6 +18,13 @@
 //! first; the params the layers read; the message envelope and its
 //! decoding; encoding.
 
+// The codec serves the transports: a build without one of them (or both)
+// leaves parts of it unused.
+#![cfg_attr(
+    not(all(feature = "stdio", feature = "http")),
+    allow(unused_imports, dead_code)
+)]
+
 mod encode;
 mod error;
 mod id;
@@ -31,9 +38,11 @@ pub use encode::{encode_notification, encode_request, encode_response};
 pub use error::ErrorObject;
 pub use id::{ProgressToken, RequestId};
 pub use message::{DecodeError, Message, RawNotification, RawRequest, RawResponse};
-pub use method::{Method, CANCELLED, PROGRESS, SUBSCRIPTIONS_LISTEN};
+pub use method::Method;
+pub(crate) use method::{CANCELLED, PROGRESS, SUBSCRIPTIONS_LISTEN};
 pub(crate) use params::{params_with_progress_token, peek_progress_token};
-pub use params::{CancelledParams, ProgressParams, PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META};
+pub use params::{CancelledParams, ProgressParams};
+pub(crate) use params::{PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META};
 
 #[cfg(test)]
 mod tests;

@@ -11,9 +11,9 @@ use serde_json::value::RawValue;
 use super::id::{ProgressToken, RequestId};
 
 /// The `_meta` key carrying the id of the `subscriptions/listen` request a message belongs to.
-pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
+pub(crate) const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 /// The `_meta` key carrying the protocol version of a request (2026-07-28 and later).
-pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// `params` of `notifications/cancelled`.
 ///

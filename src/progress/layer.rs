@@ -63,7 +63,7 @@ impl fmt::Debug for ProgressResetLayer {
 
 impl ProgressResetLayer {
     /// The default hard maximum, as a multiple of the idle limit.
-    pub const DEFAULT_MAX_FACTOR: u32 = 10;
+    const DEFAULT_MAX_FACTOR: u32 = 10;
 
     /// Idle limit `idle`, restarted by progress; hard maximum
     /// `10 × idle` unless set with [`max`](Self::max) (or removed with

@@ -18,7 +18,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::transport::http::headers::MCP_SESSION_ID_HEADER;
 use tower_mcp_cancel::transport::http::{
     HttpClient, LegacySessions, ServerEra, StreamableHttpService,
 };
@@ -135,7 +134,7 @@ async fn raw_status(addr: std::net::SocketAddr, method: http::Method, session: &
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-06-18")
-        .header(MCP_SESSION_ID_HEADER, session)
+        .header("mcp-session-id", session)
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())

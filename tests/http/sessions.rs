@@ -17,7 +17,6 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Service, ServiceExt};
-use tower_mcp_cancel::transport::http::headers::MCP_SESSION_ID_HEADER;
 use tower_mcp_cancel::transport::http::{LegacySessions, ResponseBody, StreamableHttpService};
 use tower_mcp_cancel::{BoxError, CancelReason, McpRequest};
 
@@ -59,7 +58,7 @@ fn request(
         .header("accept", "application/json, text/event-stream");
     if let Some(s) = session {
         b = b
-            .header(MCP_SESSION_ID_HEADER, s)
+            .header("mcp-session-id", s)
             .header("mcp-protocol-version", "2025-11-25");
     }
     let body = body
@@ -97,7 +96,7 @@ async fn send(ep: &Endpoint, req: Request<Full<Bytes>>) -> (u16, Option<String>,
     let status = res.status().as_u16();
     let session = res
         .headers()
-        .get(MCP_SESSION_ID_HEADER)
+        .get("mcp-session-id")
         .map(|v| v.to_str().unwrap().to_owned());
     (status, session, body(res).await)
 }
@@ -380,7 +379,7 @@ async fn modern_requests_stay_stateless() {
         req.headers_mut().insert(k, v.parse().unwrap());
     }
     req.headers_mut()
-        .insert(MCP_SESSION_ID_HEADER, "0".repeat(64).parse().unwrap());
+        .insert("mcp-session-id", "0".repeat(64).parse().unwrap());
     let (status, session, text) = send(&ep, req).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(session, None);
@@ -391,7 +390,7 @@ async fn modern_requests_stay_stateless() {
         req.headers_mut().insert(k, v.parse().unwrap());
     }
     req.headers_mut()
-        .insert(MCP_SESSION_ID_HEADER, s.parse().unwrap());
+        .insert("mcp-session-id", s.parse().unwrap());
     let call = start(&ep, req);
     started(&mut events, 2).await;
     send(&ep, post(&cancelled(2), Some(&s))).await;

@@ -1,5 +1,4 @@
-//! The HTTP header names of the MCP transport, one constant each, and the
-//! Base64 sentinel encoding of header values (`Mcp-Name`, `Mcp-Param-*`).
+//! The Base64 sentinel encoding of header values (`Mcp-Name`, `Mcp-Param-*`).
 //!
 //! ```
 //! use tower_mcp_cancel::transport::http::headers::{decode_header_value, encode_header_value};
@@ -13,16 +12,16 @@
 use base64::Engine as _;
 
 /// The `MCP-Protocol-Version` request header.
-pub const MCP_PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+pub(crate) const MCP_PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 /// The `Mcp-Session-Id` header of the 2025-era transport: minted by the
 /// server on `initialize`, sent back by the client on every later request
 /// (see [`LegacySessions`](super::LegacySessions)).
-pub const MCP_SESSION_ID_HEADER: &str = "mcp-session-id";
+pub(crate) const MCP_SESSION_ID_HEADER: &str = "mcp-session-id";
 /// The `Mcp-Name` request header (`tools/call`, `resources/read`, `prompts/get`).
-pub const MCP_NAME_HEADER: &str = "mcp-name";
+pub(crate) const MCP_NAME_HEADER: &str = "mcp-name";
 /// The prefix of the `Mcp-Param-{Name}` headers, as the spec writes it.
-pub const MCP_PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
-pub use crate::protocol::MCP_METHOD_HEADER;
+pub(crate) const MCP_PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
+pub(crate) use crate::protocol::MCP_METHOD_HEADER;
 
 /// Asks nginx-style proxies not to buffer an SSE response.
 pub(crate) const X_ACCEL_BUFFERING: &str = "x-accel-buffering";

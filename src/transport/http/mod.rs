@@ -75,7 +75,7 @@ mod validation;
 
 pub use body::ResponseBody;
 pub use client::{ConnectErrorKind, HttpClient, HttpClientBuilder, HttpClientError, ServerEra};
-pub use config::{LegacyRequests, ASSUMED_LEGACY_VERSION, DEFAULT_SSE_AFTER};
+pub use config::LegacyRequests;
 pub use origin::OriginPolicy;
 pub use param_headers::{ParamHeaders, ToolHeaderMap};
 pub use serve::{serve, Server};

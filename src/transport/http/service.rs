@@ -14,9 +14,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::config::{
-    Config, LegacyRequests, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
-};
+use super::config::{Config, LegacyRequests};
 use super::future::ResponseFuture;
 use super::handle;
 use super::origin::OriginPolicy;
@@ -144,16 +142,6 @@ impl<S> fmt::Debug for StreamableHttpService<S> {
 }
 
 impl<S> StreamableHttpService<S> {
-    /// The default body limit: 4 MiB.
-    pub const DEFAULT_MAX_BODY_BYTES: usize = DEFAULT_MAX_BODY_BYTES;
-
-    /// The default of [`body_timeout`](Self::body_timeout): 30 s.
-    pub const DEFAULT_BODY_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
-
-    /// The default of [`max_in_flight`](Self::max_in_flight): 1024
-    /// requests at once (what the stdio server lets one connection run).
-    pub const DEFAULT_MAX_IN_FLIGHT: usize = DEFAULT_MAX_IN_FLIGHT;
-
     /// The adapter around `inner`, with the defaults: localhost origins only,
     /// 4 MiB bodies, keep-alive every 15 s, SSE after 10 s of silence,
     /// 2026-07-28 supported, earlier revisions served without
@@ -170,13 +158,14 @@ impl<S> StreamableHttpService<S> {
         Arc::make_mut(&mut self.config)
     }
 
-    /// Sets the `Origin` policy (DNS-rebinding protection).
+    /// Sets the `Origin` policy (DNS-rebinding protection; default
+    /// [`OriginPolicy::Localhost`]).
     pub fn origin_policy(mut self, policy: OriginPolicy) -> Self {
         self.config_mut().origin = policy;
         self
     }
 
-    /// Sets the body size limit; larger bodies get `413`.
+    /// Sets the body size limit (default 4 MiB); larger bodies get `413`.
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.config_mut().max_body_bytes = limit;
         self
@@ -186,15 +175,15 @@ impl<S> StreamableHttpService<S> {
     /// does not come within this time of the previous one (or of the
     /// request head) is refused with `408` and the handler is not called.
     /// A slow upload that keeps sending is not affected. `None`: no timer
-    /// (default [`DEFAULT_BODY_TIMEOUT`](Self::DEFAULT_BODY_TIMEOUT); any
-    /// value is accepted). The [shutdown token](Self::shutdown) also ends
+    /// (default 30 s; any value is accepted). The [shutdown token](Self::shutdown) also ends
     /// the wait for a body, with `503`.
     pub fn body_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.config_mut().body_timeout = timeout;
         self
     }
 
-    /// Sets the keep-alive interval of SSE responses (`None`: no keep-alives).
+    /// Sets the keep-alive interval of SSE responses (default 15 s; `None`:
+    /// no keep-alives).
     /// Keep-alives are SSE comments: a client never counts them as progress.
     pub fn keep_alive(mut self, interval: Option<Duration>) -> Self {
         self.config_mut().keep_alive = interval;
@@ -211,7 +200,8 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
-    /// Sets what happens with requests from earlier revisions.
+    /// Sets what happens with requests from earlier revisions (default
+    /// [`LegacyRequests::Serve`]).
     pub fn legacy_requests(mut self, legacy: LegacyRequests) -> Self {
         self.config_mut().legacy = legacy;
         self
@@ -263,7 +253,7 @@ impl<S> StreamableHttpService<S> {
     /// handler's notifications and answer. Comments are never progress: a
     /// client's idle limit is not reset by them. A disconnect still cancels.
     ///
-    /// Default: 10 s ([`DEFAULT_SSE_AFTER`](super::DEFAULT_SSE_AFTER)). The spec makes clients accept
+    /// Default: 10 s. The spec makes clients accept
     /// both shapes, so the switch costs nothing to a conforming client, while
     /// common proxy idle limits are 30–60 s: the first bytes at 10 s and then
     /// every 15 s stay well inside them. What changes for a slow handler is
@@ -323,9 +313,8 @@ impl<S> StreamableHttpService<S> {
     }
 
     /// How long requests in flight may go on once the
-    /// [shutdown token](Self::shutdown) fired (default
-    /// [`DEFAULT_DRAIN_GRACE`](crate::transport::DEFAULT_DRAIN_GRACE): none,
-    /// they are cancelled at once).
+    /// [shutdown token](Self::shutdown) fired (default zero: none, they are
+    /// cancelled at once).
     ///
     /// During the grace new requests get `503`, open `subscriptions/listen`
     /// streams get their graceful result at once, and other requests may
@@ -340,8 +329,8 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
-    /// Bounds the MCP requests this adapter runs at once (default
-    /// [`DEFAULT_MAX_IN_FLIGHT`](Self::DEFAULT_MAX_IN_FLIGHT); at least 1).
+    /// Bounds the MCP requests this adapter runs at once (default 1024,
+    /// what the stdio server lets one connection run; at least 1).
     ///
     /// Every request whose handler is called counts, from the call until
     /// its end: attached to its response, detached (a 2025-era request

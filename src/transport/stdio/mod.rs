@@ -146,11 +146,8 @@ mod server;
 mod std_io;
 mod writer;
 
-pub use client::{
-    future, StdioClient, StdioClientBuilder, DEFAULT_CANCELLED_ID_RESERVATION,
-    DEFAULT_MAX_RESERVED_IDS, DEFAULT_SHUTDOWN_GRACE,
-};
-pub use server::{
-    serve, serve_stdio, StdioServer, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_LINE_BYTES,
-    DEFAULT_WRITE_QUEUE,
-};
+pub use client::{future, StdioClient, StdioClientBuilder};
+#[cfg(all(test, feature = "http"))]
+pub(crate) use server::DEFAULT_MAX_IN_FLIGHT;
+pub use server::{serve, serve_stdio, StdioServer};
+pub(crate) use server::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};

@@ -23,11 +23,11 @@ use crate::transport::DEFAULT_DRAIN_GRACE;
 use crate::{CancelReason, InFlight};
 
 /// The default maximum size of one incoming line: 4 MiB.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 /// The default capacity of the writer queue, in messages.
-pub const DEFAULT_WRITE_QUEUE: usize = 64;
+pub(crate) const DEFAULT_WRITE_QUEUE: usize = 64;
 /// The default number of requests one connection may have in flight.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// Configuration of the stdio server driver.
 ///
@@ -53,9 +53,8 @@ impl Default for StdioServer {
 }
 
 impl StdioServer {
-    /// Defaults: lines up to [`DEFAULT_MAX_LINE_BYTES`], a writer queue of
-    /// [`DEFAULT_WRITE_QUEUE`] messages, [`DEFAULT_MAX_IN_FLIGHT`] requests
-    /// in flight.
+    /// Defaults: lines up to 4 MiB, a writer queue of 64 messages, 1024
+    /// requests in flight, no drain grace.
     pub fn new() -> Self {
         Self {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
@@ -67,8 +66,9 @@ impl StdioServer {
         }
     }
 
-    /// The largest incoming line accepted; a longer one is answered with
-    /// `-32600` (no id) and skipped up to its newline.
+    /// The largest incoming line accepted (default 4 MiB; at least 1); a
+    /// longer one is answered with `-32600` (no id) and skipped up to its
+    /// newline.
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);
         self
@@ -80,7 +80,8 @@ impl StdioServer {
         self.max_line_bytes
     }
 
-    /// How many outgoing messages may wait for the writer. When the queue is
+    /// How many outgoing messages may wait for the writer (default 64; at
+    /// least 1). When the queue is
     /// full, handlers sending progress (and the reader answering malformed
     /// lines) wait: a peer that stops reading slows the server down instead
     /// of growing its memory.
@@ -90,8 +91,8 @@ impl StdioServer {
         self
     }
 
-    /// How many requests the connection may have in flight (default
-    /// [`DEFAULT_MAX_IN_FLIGHT`]). A request beyond it is answered at once
+    /// How many requests the connection may have in flight (default 1024;
+    /// at least 1). A request beyond it is answered at once
     /// with `-32603` ("too many requests in flight") instead of being run,
     /// and reading goes on, so cancellations still get through. With the
     /// bounded writer queue this bounds what a peer that sends without
@@ -127,7 +128,7 @@ impl StdioServer {
 
     /// How long requests in flight may go on when the
     /// [`shutdown`](Self::shutdown) token fires or the input ends (default
-    /// [`DEFAULT_DRAIN_GRACE`]: none, they are cancelled at once).
+    /// zero: none, they are cancelled at once).
     ///
     /// During the grace: open `subscriptions/listen` streams get their
     /// graceful result at once (they would never end on their own); other

@@ -107,6 +107,9 @@ mod request;
 mod response;
 mod tools;
 
+#[cfg(all(test, feature = "stdio"))]
+pub(crate) use response::MAX_RESPONSE_BYTES;
+
 pub use builder::HttpClientBuilder;
 pub use connector::ConnectErrorKind;
 pub use era::ServerEra;

@@ -59,9 +59,7 @@ mod value;
 pub use error::{InvalidParamHeader, InvalidReason, ParamHeaderMismatch, UnmirrorableValue};
 pub use map::{RejectedTool, ToolHeaderMap};
 pub use param::{ParamHeader, ParamKind};
-pub use schema::X_MCP_HEADER;
 pub use tool::ParamHeaders;
-pub use value::MAX_SAFE_INTEGER;
 
 #[cfg(test)]
 mod tests;

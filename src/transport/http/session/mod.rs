@@ -50,9 +50,9 @@ use std::time::Duration;
 pub(crate) use store::{JoinError, Sessions};
 
 /// The default of [`LegacySessions::max_sessions`].
-pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
+const DEFAULT_MAX_SESSIONS: usize = 10_000;
 /// The default of [`LegacySessions::idle_timeout`]: 30 minutes.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The bounds of the 2025-era sessions of a
 /// [`StreamableHttpService`](super::StreamableHttpService) (see the
@@ -73,7 +73,7 @@ impl LegacySessions {
         }
     }
 
-    /// At most this many sessions at once (at least 1); a new `initialize`
+    /// At most this many sessions at once (default 10 000; at least 1); a new `initialize`
     /// beyond it is refused with `503` unless an idle session has expired.
     pub fn max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max.max(1);
@@ -82,7 +82,7 @@ impl LegacySessions {
 
     /// A session with nothing in flight ends this long after its last
     /// request (or the end of its last call); later requests with its id
-    /// get `404`.
+    /// get `404` (default 30 minutes).
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.idle_timeout = idle;
         self

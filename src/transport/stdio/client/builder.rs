@@ -23,15 +23,15 @@ use crate::transport::stdio::framing::LineReader;
 use crate::transport::stdio::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
 
 /// The default time a child gets to exit after its stdin was closed.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// How long by default the id of a cancelled request stays reserved while
 /// its late response may still come (see [`StdioClient`]).
-pub const DEFAULT_CANCELLED_ID_RESERVATION: Duration = Duration::from_secs(60);
+const DEFAULT_CANCELLED_ID_RESERVATION: Duration = Duration::from_secs(60);
 
 /// How many ids of cancelled requests are reserved at most by default; past
 /// it, the oldest reservation ends early (see [`StdioClient`]).
-pub const DEFAULT_MAX_RESERVED_IDS: usize = 1024;
+const DEFAULT_MAX_RESERVED_IDS: usize = 1024;
 
 /// A callback for server notifications that are not progress (log messages,
 /// `subscriptions/listen` notifications, …).
@@ -88,13 +88,15 @@ impl Default for StdioClientBuilder {
 }
 
 impl StdioClientBuilder {
-    /// The largest incoming line accepted; longer ones are skipped.
+    /// The largest incoming line accepted (default 4 MiB; at least 1);
+    /// longer ones are skipped.
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);
         self
     }
 
-    /// How many requests may wait for the writer (callers wait when full).
+    /// How many requests may wait for the writer (default 64; at least 1;
+    /// callers wait when full).
     /// Cancellations do not count: they are never blocked nor lost.
     pub fn write_queue(mut self, requests: usize) -> Self {
         // A tokio channel holds at most `Semaphore::MAX_PERMITS`.
@@ -104,7 +106,7 @@ impl StdioClientBuilder {
 
     /// How long a child process gets to exit after its stdin was closed,
     /// before it is sent SIGTERM (Unix), and again after that before it is
-    /// killed (SIGKILL), as the stdio transport asks.
+    /// killed (SIGKILL), as the stdio transport asks (default 5 s).
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -113,8 +115,7 @@ impl StdioClientBuilder {
     /// How long the id of a request cancelled after it was written stays
     /// reserved (its late response may still come), and how many such ids
     /// are reserved at most (past that, the oldest reservation ends early).
-    /// A call with a reserved id fails at once. Default
-    /// [`DEFAULT_CANCELLED_ID_RESERVATION`], [`DEFAULT_MAX_RESERVED_IDS`];
+    /// A call with a reserved id fails at once. Default: 60 s, 1024 ids;
     /// a zero duration or count reserves nothing.
     pub fn reserve_cancelled_ids(mut self, for_at_most: Duration, max_ids: usize) -> Self {
         self.reservation = for_at_most;
