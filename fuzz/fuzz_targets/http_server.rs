@@ -31,10 +31,9 @@ use http_body_util::{BodyExt, StreamBody};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 use tower::{service_fn, ServiceExt};
-use tower_mcp_cancel::jsonrpc::{ErrorObject, Message};
+use tower_mcp_cancel::__fuzz::{decode_header_value, Message, LEGACY_VERSIONS};
+use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::notify::RequestContext;
-use tower_mcp_cancel::__fuzz::LEGACY_VERSIONS;
-use tower_mcp_cancel::transport::http::headers::decode_header_value;
 use tower_mcp_cancel::transport::http::{
     LegacyRequests, OriginPolicy, StreamableHttpService,
 };

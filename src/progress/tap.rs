@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::limits::ProgressLimits;
 use crate::cancel::Cancellation;
 use crate::error::{CancelReason, Elapsed, Limit};
-use crate::jsonrpc::{Method, ProgressParams, ProgressToken, RequestId};
+use crate::jsonrpc::{Method, ProgressToken, RequestId};
 
 /// One progress report.
 #[derive(Clone, Debug, PartialEq)]
@@ -357,7 +357,8 @@ impl ProgressTap {
 
     /// Records the params of a `notifications/progress` (the token is not
     /// checked: the caller routed it here by token).
-    pub fn record_params(&self, params: ProgressParams) -> RecordOutcome {
+    #[cfg(any(feature = "stdio", feature = "http"))]
+    pub(crate) fn record_params(&self, params: crate::jsonrpc::ProgressParams) -> RecordOutcome {
         self.record(params.progress, params.total, params.message)
     }
 

@@ -20,8 +20,6 @@
 //!   `TCP_NODELAY`, header read timeout, graceful shutdown).
 //! * [`OriginPolicy`] — DNS-rebinding protection, also usable as a
 //!   tower-http request validator on other routes.
-//! * [`headers`] — the MCP header names and the Base64 sentinel encoding of
-//!   header values.
 //! * [`param_headers`] — `x-mcp-header` annotations of tool schemas and the
 //!   `Mcp-Param-{Name}` headers they designate ([`ToolHeaderMap`]): the client
 //!   learns them from `tools/list` and mirrors arguments, the server checks
@@ -63,7 +61,7 @@ mod drain;
 mod exchange;
 pub mod future;
 mod handle;
-pub mod headers;
+pub(crate) mod headers;
 mod origin;
 pub mod param_headers;
 mod request_body;

@@ -17,10 +17,10 @@ use super::process::Handle;
 use super::reserved::Reserved;
 use super::tasks::{read_loop, write_loop};
 use super::{Shared, State, StdioClient};
-use crate::jsonrpc::RawNotification;
 use crate::transport::call::client::{Outbound, Pending};
 use crate::transport::stdio::framing::LineReader;
 use crate::transport::stdio::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
+use serde_json::value::RawValue;
 
 /// The default time a child gets to exit after its stdin was closed.
 const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -35,7 +35,7 @@ const DEFAULT_MAX_RESERVED_IDS: usize = 1024;
 
 /// A callback for server notifications that are not progress (log messages,
 /// `subscriptions/listen` notifications, …).
-pub(super) type NotificationSink = Arc<dyn Fn(&RawNotification) + Send + Sync>;
+pub(super) type NotificationSink = Arc<dyn Fn(&str, Option<&RawValue>) + Send + Sync>;
 
 /// Configuration of a [`StdioClient`].
 ///
@@ -46,7 +46,7 @@ pub(super) type NotificationSink = Arc<dyn Fn(&RawNotification) + Send + Sync>;
 ///     .max_line_bytes(1 << 20)
 ///     .write_queue(8)
 ///     .shutdown_grace(Duration::from_secs(1))
-///     .on_notification(|n| eprintln!("server says {}", n.method));
+///     .on_notification(|method, _params| eprintln!("server says {method}"));
 /// # let _ = builder;
 /// ```
 #[derive(Clone)]
@@ -135,9 +135,13 @@ impl StdioClientBuilder {
         self
     }
 
-    /// Calls `f` with every server notification other than
-    /// `notifications/progress` and `notifications/cancelled`.
-    pub fn on_notification(mut self, f: impl Fn(&RawNotification) + Send + Sync + 'static) -> Self {
+    /// Calls `f` with the method and the (undecoded) params of every server
+    /// notification other than `notifications/progress` and
+    /// `notifications/cancelled`.
+    pub fn on_notification(
+        mut self,
+        f: impl Fn(&str, Option<&RawValue>) + Send + Sync + 'static,
+    ) -> Self {
         self.sink = Some(Arc::new(f));
         self
     }
