@@ -75,7 +75,7 @@ pub use body::ResponseBody;
 pub use client::{ConnectErrorKind, HttpClient, HttpClientBuilder, HttpClientError, ServerEra};
 pub use config::LegacyRequests;
 pub use origin::OriginPolicy;
-pub use param_headers::{ParamHeaders, ToolHeaderMap};
+pub use param_headers::ToolHeaderMap;
 pub use serve::{serve, Server};
 pub use service::{StreamableHttpLayer, StreamableHttpService};
 pub use session::LegacySessions;

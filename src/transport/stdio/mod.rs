@@ -64,7 +64,7 @@
 //!   These errors carry the request's id when it could be read, and no id
 //!   otherwise. The connection keeps serving. Blank lines are ignored.
 //! * Requests run concurrently, each registered in the connection's
-//!   [`InFlight`](crate::InFlight) registry. The reader polls each new
+//!   [`InFlight`](crate::cancel::InFlight) registry. The reader polls each new
 //!   request once: one that is ready then is answered without a task of
 //!   its own (its answer joins those of the other requests read in the
 //!   same go, written together); one still pending goes on in its own

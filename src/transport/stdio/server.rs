@@ -14,13 +14,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::framing::{Frame, LineReader};
 use super::writer::{give_way, write_loop, Hold, ReaderTurn};
+use crate::cancel::InFlight;
 use crate::cancel::{CancelOutcome, InFlightGuard};
 use crate::jsonrpc::{self, ErrorObject, Message, RawNotification, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::observe::Transport;
 use crate::transport::call::server::{self as call, encode_error_without_id, Ending, McpService};
 use crate::transport::DEFAULT_DRAIN_GRACE;
-use crate::{CancelReason, InFlight};
+use crate::CancelReason;
 
 /// The default maximum size of one incoming line: 4 MiB.
 pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
