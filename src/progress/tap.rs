@@ -25,6 +25,7 @@ pub struct Progress {
 
 /// What [`ProgressTap::record`] did with a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecordOutcome {
     /// It increased: the idle clock restarts and observers see it.
     Accepted,

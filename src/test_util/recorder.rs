@@ -10,6 +10,7 @@ use crate::{CancelReason, McpRequest};
 
 /// What happened to a recorded handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
     /// The handler started ([`Recorder::start`]).
     Started(RequestId),
@@ -164,6 +165,7 @@ impl Events {
     /// Sets how long [`next`](Self::next) waits before it panics (a guard
     /// against hangs, never a synchronisation; default one hour, far longer
     /// than any test needs, also under a paused clock).
+    #[must_use]
     pub fn with_bound(mut self, bound: Duration) -> Self {
         self.bound = bound;
         self

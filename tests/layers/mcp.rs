@@ -1236,3 +1236,24 @@ async fn layers_compose_inside_an_axum_router() {
         .to_bytes();
     assert_eq!(&body[..], b"ok");
 }
+
+// ---------- inner services ----------
+
+/// Each middleware hands out the service it wraps: shared, mutable, and
+/// back by value.
+#[test]
+fn every_middleware_reaches_its_inner_service() {
+    use tower::Layer;
+
+    let mut timeout = TimeoutLayer::new(Duration::from_secs(1)).layer(1u8);
+    *timeout.get_mut() += 1;
+    assert_eq!((*timeout.get_ref(), timeout.into_inner()), (2, 2));
+
+    let mut progress = ProgressResetLayer::new(Duration::from_secs(1)).layer(1u8);
+    *progress.get_mut() += 1;
+    assert_eq!((*progress.get_ref(), progress.into_inner()), (2, 2));
+
+    let mut cancel = CancelOnDisconnectLayer::new().layer(1u8);
+    *cancel.get_mut() += 1;
+    assert_eq!((*cancel.get_ref(), cancel.into_inner()), (2, 2));
+}

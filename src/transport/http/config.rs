@@ -36,6 +36,7 @@ const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// What the adapter does with a request from an earlier revision
 /// (`MCP-Protocol-Version: 2025-…`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LegacyRequests {
     /// Pass it to the MCP service unchanged; a disconnect does not cancel it
     /// (the handler runs on detached, its answer discarded, until its end,

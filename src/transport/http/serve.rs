@@ -218,6 +218,7 @@ impl Server {
     }
 
     /// Sets `TCP_NODELAY` on accepted streams (default `true`).
+    #[must_use]
     pub fn nodelay(mut self, nodelay: bool) -> Self {
         self.nodelay = nodelay;
         self
@@ -229,6 +230,7 @@ impl Server {
     /// rest of the HTTP/2 preface, then (HTTP/1) for each request head,
     /// also on an idle keep-alive connection. Any value is accepted (a
     /// huge one is "never").
+    #[must_use]
     pub fn header_read_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.header_read_timeout = timeout.map(|t| t.min(MAX_TIMER));
         self
@@ -238,6 +240,7 @@ impl Server {
     /// bytes the server has to send before it is closed, cancelling its
     /// requests; `None` waits forever (default 60 s). Any value is accepted
     /// (a huge one is "never").
+    #[must_use]
     pub fn write_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.write_timeout = timeout;
         self
@@ -247,6 +250,7 @@ impl Server {
     /// 30 s; hyper sends none by default). A ping
     /// not answered within 20 s closes the connection. Any value is
     /// accepted (a huge one is "never").
+    #[must_use]
     pub fn http2_keep_alive(mut self, interval: Option<Duration>) -> Self {
         self.http2_keep_alive = interval.map(|t| t.min(MAX_TIMER));
         self
@@ -255,6 +259,7 @@ impl Server {
     /// How many streams a client may reset before the server accepted them
     /// before hyper closes the HTTP/2 connection (default 1024; hyper's is
     /// 20, see [`Server`]).
+    #[must_use]
     pub fn max_pending_accept_reset_streams(mut self, max: usize) -> Self {
         self.max_pending_accept_reset_streams = max;
         self

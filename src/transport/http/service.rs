@@ -160,12 +160,14 @@ impl<S> StreamableHttpService<S> {
 
     /// Sets the `Origin` policy (DNS-rebinding protection; default
     /// [`OriginPolicy::Localhost`]).
+    #[must_use]
     pub fn origin_policy(mut self, policy: OriginPolicy) -> Self {
         self.config_mut().origin = policy;
         self
     }
 
     /// Sets the body size limit (default 4 MiB); larger bodies get `413`.
+    #[must_use]
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.config_mut().max_body_bytes = limit;
         self
@@ -177,6 +179,7 @@ impl<S> StreamableHttpService<S> {
     /// A slow upload that keeps sending is not affected. `None`: no timer
     /// (default 30 s; any value is accepted). The [shutdown token](Self::shutdown) also ends
     /// the wait for a body, with `503`.
+    #[must_use]
     pub fn body_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.config_mut().body_timeout = timeout;
         self
@@ -185,12 +188,14 @@ impl<S> StreamableHttpService<S> {
     /// Sets the keep-alive interval of SSE responses (default 15 s; `None`:
     /// no keep-alives).
     /// Keep-alives are SSE comments: a client never counts them as progress.
+    #[must_use]
     pub fn keep_alive(mut self, interval: Option<Duration>) -> Self {
         self.config_mut().keep_alive = interval;
         self
     }
 
     /// Sets the protocol versions accepted as modern (default: `2026-07-28`).
+    #[must_use]
     pub fn supported_versions<I, V>(mut self, versions: I) -> Self
     where
         I: IntoIterator<Item = V>,
@@ -202,6 +207,7 @@ impl<S> StreamableHttpService<S> {
 
     /// Sets what happens with requests from earlier revisions (default
     /// [`LegacyRequests::Serve`]).
+    #[must_use]
     pub fn legacy_requests(mut self, legacy: LegacyRequests) -> Self {
         self.config_mut().legacy = legacy;
         self
@@ -216,6 +222,7 @@ impl<S> StreamableHttpService<S> {
     /// A body that carries `_meta["io.modelcontextprotocol/protocolVersion"]`
     /// is not from such a client, and stays rejected: leaving the header
     /// out must not be a way around the modern header checks.
+    #[must_use]
     pub fn missing_version_as_2025_03_26(mut self, on: bool) -> Self {
         self.config_mut().missing_version_legacy = on;
         self
@@ -238,6 +245,7 @@ impl<S> StreamableHttpService<S> {
     ///
     /// Each call creates a new, empty store, shared by the clones of this
     /// adapter (and by the services a [`StreamableHttpLayer`] made from it).
+    #[must_use]
     pub fn legacy_sessions(mut self, limits: super::LegacySessions) -> Self {
         self.config_mut().sessions = Some(Arc::new(super::session::Sessions::new(limits)));
         self
@@ -259,6 +267,7 @@ impl<S> StreamableHttpService<S> {
     /// every 15 s stay well inside them. What changes for a slow handler is
     /// that its answer comes with status `200` inside the stream even when it
     /// is an error (e.g. `-32601`, which is `404` as JSON).
+    #[must_use]
     pub fn sse_after(mut self, delay: Option<Duration>) -> Self {
         self.config_mut().sse_after = delay;
         self
@@ -270,6 +279,7 @@ impl<S> StreamableHttpService<S> {
     /// decoding (integers numerically), or the request is rejected with
     /// `400` `HeaderMismatch` naming the header. Other `Mcp-Param-*` headers
     /// are ignored, and so are calls of tools not in the map.
+    #[must_use]
     pub fn param_headers(mut self, tools: ToolHeaderMap) -> Self {
         self.config_mut().param_headers = Arc::new(tools);
         self
@@ -278,6 +288,7 @@ impl<S> StreamableHttpService<S> {
     /// Adds one tool's `inputSchema` to the [`param_headers`](Self::param_headers)
     /// map. An invalid annotation is logged (`warn`) and the tool left out —
     /// conforming clients do not list it either.
+    #[must_use]
     pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
         let map = Arc::make_mut(&mut self.config_mut().param_headers);
         if let Err(e) = map.insert(tool, input_schema) {
@@ -289,6 +300,7 @@ impl<S> StreamableHttpService<S> {
     /// Sets the [`param_headers`](Self::param_headers) map from the server's
     /// `tools/list` result (`{"tools": [...]}`) or a bare array of tool
     /// definitions; invalid tools are logged (`warn`) and left out.
+    #[must_use]
     pub fn tools(self, tools: &serde_json::Value) -> Self {
         let (map, rejected) = ToolHeaderMap::from_tools(tools);
         for r in rejected {
@@ -307,6 +319,7 @@ impl<S> StreamableHttpService<S> {
     /// their handler being called. Fire the same token as axum's
     /// `with_graceful_shutdown` signal (or hyper-util's graceful shutdown) so
     /// the server returns as soon as those responses are out.
+    #[must_use]
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
         self.config_mut().shutdown = Some(token);
         self
@@ -324,6 +337,7 @@ impl<S> StreamableHttpService<S> {
     /// future dropped, token fired): `503` if no byte was sent, otherwise the
     /// SSE stream ends without an answer. With [`serve`](super::serve) on the
     /// same token, the server returns once they are all done.
+    #[must_use]
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.config_mut().drain_grace = grace;
         self
@@ -342,6 +356,7 @@ impl<S> StreamableHttpService<S> {
     /// requests in flight"). The count is shared by the clones of this
     /// adapter (and by the services a [`StreamableHttpLayer`] made from
     /// it); each call of this method starts a new one.
+    #[must_use]
     pub fn max_in_flight(mut self, requests: usize) -> Self {
         self.config_mut().set_max_in_flight(requests);
         self
@@ -350,6 +365,7 @@ impl<S> StreamableHttpService<S> {
     /// Sets how many notifications a handler may queue ahead of a slow client
     /// before [`Notifier::notify`](crate::Notifier::notify) waits (default 32;
     /// at least 1, at most tokio's `Semaphore::MAX_PERMITS`).
+    #[must_use]
     pub fn notification_queue(mut self, capacity: usize) -> Self {
         self.config_mut().queue = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
@@ -358,6 +374,11 @@ impl<S> StreamableHttpService<S> {
     /// The MCP service.
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The MCP service, mutably (the adapter's settings stay as they are).
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
     }
 
     /// Consumes the adapter, returning the MCP service.

@@ -70,6 +70,7 @@ impl StdioServer {
     /// The largest incoming line accepted (default 4 MiB; at least 1); a
     /// longer one is answered with `-32600` (no id) and skipped up to its
     /// newline.
+    #[must_use]
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);
         self
@@ -86,6 +87,7 @@ impl StdioServer {
     /// full, handlers sending progress (and the reader answering malformed
     /// lines) wait: a peer that stops reading slows the server down instead
     /// of growing its memory.
+    #[must_use]
     pub fn write_queue(mut self, messages: usize) -> Self {
         // A tokio channel holds at most `Semaphore::MAX_PERMITS`.
         self.write_queue = messages.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
@@ -99,6 +101,7 @@ impl StdioServer {
     /// bounded writer queue this bounds what a peer that sends without
     /// reading can make the server hold: once the queue is full the reader
     /// waits to queue the next answer and stops reading.
+    #[must_use]
     pub fn max_in_flight(mut self, requests: usize) -> Self {
         self.max_in_flight = requests.max(1);
         self
@@ -108,6 +111,7 @@ impl StdioServer {
     /// fresh one, so that it can be observed from outside (its `len()` as an
     /// in-flight gauge, in tests or metrics). Ids are only meaningful within
     /// one connection: give each served connection its own registry.
+    #[must_use]
     pub fn in_flight(mut self, registry: InFlight) -> Self {
         self.registry = Some(registry);
         self
@@ -122,6 +126,7 @@ impl StdioServer {
     /// starts ends it at once. The same token can stop an HTTP endpoint
     /// ([`StreamableHttpService::shutdown`](crate::transport::http::StreamableHttpService::shutdown))
     /// and any number of connections.
+    #[must_use]
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
         self.shutdown = Some(token);
         self
@@ -143,6 +148,7 @@ impl StdioServer {
     /// written for them. [`serve`](Self::serve) returns as soon as nothing
     /// is in flight. A shutdown during the grace that followed the end of
     /// input ends that grace at once.
+    #[must_use]
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.drain_grace = grace;
         self

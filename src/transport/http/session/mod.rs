@@ -75,6 +75,7 @@ impl LegacySessions {
 
     /// At most this many sessions at once (default 10 000; at least 1); a new `initialize`
     /// beyond it is refused with `503` unless an idle session has expired.
+    #[must_use]
     pub fn max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max.max(1);
         self
@@ -83,6 +84,7 @@ impl LegacySessions {
     /// A session with nothing in flight ends this long after its last
     /// request (or the end of its last call); later requests with its id
     /// get `404` (default 30 minutes).
+    #[must_use]
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.idle_timeout = idle;
         self

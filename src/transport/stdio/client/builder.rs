@@ -90,6 +90,7 @@ impl Default for StdioClientBuilder {
 impl StdioClientBuilder {
     /// The largest incoming line accepted (default 4 MiB; at least 1);
     /// longer ones are skipped.
+    #[must_use]
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);
         self
@@ -98,6 +99,7 @@ impl StdioClientBuilder {
     /// How many requests may wait for the writer (default 64; at least 1;
     /// callers wait when full).
     /// Cancellations do not count: they are never blocked nor lost.
+    #[must_use]
     pub fn write_queue(mut self, requests: usize) -> Self {
         // A tokio channel holds at most `Semaphore::MAX_PERMITS`.
         self.write_queue = requests.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
@@ -107,6 +109,7 @@ impl StdioClientBuilder {
     /// How long a child process gets to exit after its stdin was closed,
     /// before it is sent SIGTERM (Unix), and again after that before it is
     /// killed (SIGKILL), as the stdio transport asks (default 5 s).
+    #[must_use]
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -117,6 +120,7 @@ impl StdioClientBuilder {
     /// are reserved at most (past that, the oldest reservation ends early).
     /// A call with a reserved id fails at once. Default: 60 s, 1024 ids;
     /// a zero duration or count reserves nothing.
+    #[must_use]
     pub fn reserve_cancelled_ids(mut self, for_at_most: Duration, max_ids: usize) -> Self {
         self.reservation = for_at_most;
         self.max_reserved = max_ids;
@@ -130,6 +134,7 @@ impl StdioClientBuilder {
     /// off to keep a process group set on the command, or the caller's (a
     /// child that must read the terminal or change its settings needs the
     /// foreground group; the piped stdin and stdout do not).
+    #[must_use]
     pub fn own_process_group(mut self, own: bool) -> Self {
         self.own_process_group = own;
         self
