@@ -68,7 +68,7 @@ use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 use tower_mcp_cancel::transport::http::{
-    serve, LegacySessions, OriginPolicy, StreamableHttpService,
+    serve, OriginPolicy, SessionLimits, StreamableHttpService,
 };
 use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, Cancellation, TimeoutLayer};
 
@@ -114,7 +114,7 @@ async fn main() {
         .max_body_bytes(MAX_BODY_BYTES)
         // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
         // initialize opens a session whose notifications/cancelled cancel.
-        .legacy_sessions(LegacySessions::new())
+        .stateful_sessions(SessionLimits::new())
         .shutdown(shutdown.clone())
         .drain_grace(common::drain_grace());
 

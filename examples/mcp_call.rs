@@ -218,10 +218,10 @@ where
         .await;
     if let Some(http_era) = http_era {
         return match (http_era(), probed) {
-            (ServerEra::Legacy { .. }, _) => Ok(Era::Legacy),
+            (ServerEra::Stateful { .. }, _) => Ok(Era::Legacy),
             (_, Ok(_)) => Ok(Era::Modern),
             // Answered in the modern shape (e.g. -32601: no server/discover).
-            (ServerEra::Modern, Err(e))
+            (ServerEra::Stateless, Err(e))
                 if e.downcast_ref::<ErrorObject>()
                     .is_some_and(|e| !is_modern_error(e)) =>
             {

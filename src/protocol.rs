@@ -7,7 +7,7 @@ pub const PROTOCOL_VERSION: &str = "2026-07-28";
 
 /// The earlier revisions recognized as legacy by default (the Streamable
 /// HTTP adapter serves them, see
-/// [`LegacyRequests`](crate::transport::http::LegacyRequests)).
+/// [`StatefulRequests`](crate::transport::http::StatefulRequests)).
 pub(crate) const LEGACY_VERSIONS: &[&str] =
     &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 

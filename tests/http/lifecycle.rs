@@ -585,7 +585,7 @@ async fn shutdown_answers_a_request_whose_body_is_still_coming_with_503() {
 
 #[tokio::test(start_paused = true)]
 async fn a_session_delete_reaches_a_detached_handler_and_gives_its_place_back() {
-    use tower_mcp_cancel::transport::http::LegacySessions;
+    use tower_mcp_cancel::transport::http::SessionLimits;
     let (tools, mut events) = Tools::new();
     let inner = tools.service();
     let mcp = service_fn(move |req: McpRequest| {
@@ -598,7 +598,7 @@ async fn a_session_delete_reaches_a_detached_handler_and_gives_its_place_back() 
         }
     });
     let svc = StreamableHttpService::new(mcp)
-        .legacy_sessions(LegacySessions::new())
+        .stateful_sessions(SessionLimits::new())
         .max_in_flight(1);
     let init = legacy_post(
         0,

@@ -14,7 +14,7 @@ use super::session::Sessions;
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
 
 /// The revision a request without `MCP-Protocol-Version` is taken for when
-/// [`StreamableHttpService::missing_version_as_2025_03_26`](super::StreamableHttpService::missing_version_as_2025_03_26)
+/// [`StreamableHttpService::accept_missing_version`](super::StreamableHttpService::accept_missing_version)
 /// is on.
 pub(crate) const ASSUMED_LEGACY_VERSION: &str = "2025-03-26";
 
@@ -33,11 +33,12 @@ const DEFAULT_NOTIFICATION_QUEUE: usize = 32;
 /// The default of [`StreamableHttpService::body_timeout`](super::StreamableHttpService::body_timeout).
 const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the adapter does with a request from an earlier revision
-/// (`MCP-Protocol-Version: 2025-…`).
+/// What the adapter does with a request of a stateful revision
+/// (`MCP-Protocol-Version: 2025-…`, whose clients run the `initialize`
+/// handshake and for which a disconnect is not a cancellation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum LegacyRequests {
+pub enum StatefulRequests {
     /// Pass it to the MCP service unchanged; a disconnect does not cancel it
     /// (the handler runs on detached, its answer discarded, until its end,
     /// a legacy session's cancel, or the shutdown after the drain grace;
@@ -58,7 +59,7 @@ pub(crate) struct Config {
     pub(crate) keep_alive: Option<Duration>,
     pub(crate) supported: Arc<[String]>,
     pub(crate) legacy_versions: Arc<[String]>,
-    pub(crate) legacy: LegacyRequests,
+    pub(crate) legacy: StatefulRequests,
     pub(crate) shutdown: Option<CancellationToken>,
     pub(crate) queue: usize,
     pub(crate) param_headers: Arc<ToolHeaderMap>,
@@ -92,7 +93,7 @@ impl Default for Config {
             keep_alive: Some(DEFAULT_KEEP_ALIVE),
             supported: Arc::new([PROTOCOL_VERSION.to_owned()]),
             legacy_versions: LEGACY_VERSIONS.iter().map(|v| v.to_string()).collect(),
-            legacy: LegacyRequests::Serve,
+            legacy: StatefulRequests::Serve,
             shutdown: None,
             queue: DEFAULT_NOTIFICATION_QUEUE,
             param_headers: Arc::new(ToolHeaderMap::new()),

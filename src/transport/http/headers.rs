@@ -8,7 +8,7 @@ use base64::Engine as _;
 pub(crate) const MCP_PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 /// The `Mcp-Session-Id` header of the 2025-era transport: minted by the
 /// server on `initialize`, sent back by the client on every later request
-/// (see [`LegacySessions`](super::LegacySessions)).
+/// (see [`SessionLimits`](super::SessionLimits)).
 pub(crate) const MCP_SESSION_ID_HEADER: &str = "mcp-session-id";
 /// The `Mcp-Name` request header (`tools/call`, `resources/read`, `prompts/get`).
 pub(crate) const MCP_NAME_HEADER: &str = "mcp-name";

@@ -13,7 +13,7 @@
 //!   server is detected and spoken to through its `initialize` session,
 //!   where a dropped call also posts `notifications/cancelled`.
 //! * [`session`] — opt-in 2025-era sessions on the server
-//!   ([`StreamableHttpService::legacy_sessions`]): `initialize`, a session's
+//!   ([`StreamableHttpService::stateful_sessions`]): `initialize`, a session's
 //!   `notifications/cancelled` and `DELETE` cancel, bounded.
 //! * [`serve`] / [`Server`] — serving it on a `TcpListener` with the
 //!   settings a server whose clients cancel needs (HTTP/2 reset allowance,
@@ -73,10 +73,10 @@ mod validation;
 
 pub use body::ResponseBody;
 pub use client::{ConnectErrorKind, HttpClient, HttpClientBuilder, HttpClientError, ServerEra};
-pub use config::LegacyRequests;
+pub use config::StatefulRequests;
 pub use origin::OriginPolicy;
 pub use param_headers::ToolHeaderMap;
 pub use serve::{serve, Server};
 pub use service::{StreamableHttpLayer, StreamableHttpService};
-pub use session::LegacySessions;
+pub use session::SessionLimits;
 pub use validation::Rejection;

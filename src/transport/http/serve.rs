@@ -109,7 +109,7 @@ where
 ///   and the future returns once they have all closed — and once every
 ///   request served has ended, also a 2025-era one whose client hung up
 ///   (its handler runs on detached, see
-///   [`LegacyRequests::Serve`](super::LegacyRequests::Serve)). Give the same token
+///   [`StatefulRequests::Serve`](super::StatefulRequests::Serve)). Give the same token
 ///   to [`StreamableHttpService::shutdown`](super::StreamableHttpService::shutdown):
 ///   it cancels the MCP requests in flight (reason `Shutdown`) and gives
 ///   open `subscriptions/listen` streams their graceful result, so the

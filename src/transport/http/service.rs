@@ -14,7 +14,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::config::{Config, LegacyRequests};
+use super::config::{Config, StatefulRequests};
 use super::future::ResponseFuture;
 use super::handle;
 use super::origin::OriginPolicy;
@@ -57,7 +57,7 @@ use crate::transport::McpService;
 ///
 /// 1. `Origin` not allowed by the [`OriginPolicy`] → `403`. Not `POST` →
 ///    `405` (`GET` included: there is no GET stream; `DELETE` too unless
-///    [legacy sessions](StreamableHttpService::legacy_sessions) are on). `Accept` without both `application/json` and
+///    [legacy sessions](StreamableHttpService::stateful_sessions) are on). `Accept` without both `application/json` and
 ///    `text/event-stream` → `406`. A `Content-Type` other than JSON → `415`.
 /// 2. A body over the limit → `413` (also when a tower-http
 ///    `RequestBodyLimitLayer` outside cut it). Not JSON-RPC → `400` with the
@@ -102,7 +102,7 @@ use crate::transport::McpService;
 /// # Earlier revisions (2025-03-26 … 2025-11-25)
 ///
 /// A request without `MCP-Protocol-Version` is rejected, unless
-/// [`missing_version_as_2025_03_26`](StreamableHttpService::missing_version_as_2025_03_26)
+/// [`accept_missing_version`](StreamableHttpService::accept_missing_version)
 /// is on: it is then a 2025-03-26 request like those below.
 /// A request whose `MCP-Protocol-Version` is an earlier revision is passed to
 /// the MCP service unchanged, without the 2026 requirements (those clients
@@ -116,8 +116,8 @@ use crate::transport::McpService;
 /// cancellation, so the handler is left to run on (until its end, or the
 /// [shutdown](StreamableHttpService::shutdown) after the drain grace, as
 /// any request) and its answer is
-/// discarded. [`LegacyRequests`] changes that. Without
-/// [`legacy_sessions`](StreamableHttpService::legacy_sessions), what the
+/// discarded. [`StatefulRequests`] changes that. Without
+/// [`stateful_sessions`](StreamableHttpService::stateful_sessions), what the
 /// adapter does not do of the 2025 transport: sessions (`Mcp-Session-Id` is
 /// ignored, never minted or echoed; `DELETE` gets `405`), and
 /// `notifications/cancelled` posted by a 2025 client (answered `202` and
@@ -205,25 +205,25 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
-    /// Sets what happens with requests from earlier revisions (default
-    /// [`LegacyRequests::Serve`]).
+    /// Sets what happens with requests of the stateful (2025) revisions (default
+    /// [`StatefulRequests::Serve`]).
     #[must_use]
-    pub fn legacy_requests(mut self, legacy: LegacyRequests) -> Self {
+    pub fn stateful_requests(mut self, legacy: StatefulRequests) -> Self {
         self.config_mut().legacy = legacy;
         self
     }
 
-    /// Treats a request without an `MCP-Protocol-Version` header as protocol
-    /// version `2025-03-26` (the spec's MAY, for clients older than
+    /// Accepts a request without an `MCP-Protocol-Version` header, as
+    /// protocol version `2025-03-26` (the spec's MAY, for clients older than
     /// 2025-06-18, which did not send it): it then follows the
-    /// [`LegacyRequests`] setting like any 2025 request. Off by default: such
+    /// [`StatefulRequests`] setting like any 2025 request. Off by default: such
     /// a request is rejected with `400` `HeaderMismatch`.
     ///
     /// A body that carries `_meta["io.modelcontextprotocol/protocolVersion"]`
     /// is not from such a client, and stays rejected: leaving the header
     /// out must not be a way around the modern header checks.
     #[must_use]
-    pub fn missing_version_as_2025_03_26(mut self, on: bool) -> Self {
+    pub fn accept_missing_version(mut self, on: bool) -> Self {
         self.config_mut().missing_version_legacy = on;
         self
     }
@@ -239,14 +239,14 @@ impl<S> StreamableHttpService<S> {
     /// bounded by `limits` (count, idle expiry); at the bound a new
     /// `initialize` gets `503`.
     ///
-    /// A legacy request's disconnect still follows [`LegacyRequests`]
+    /// A legacy request's disconnect still follows [`StatefulRequests`]
     /// (not cancelled by default). Modern (2026-07-28) requests stay
     /// stateless: an `Mcp-Session-Id` on them is ignored.
     ///
     /// Each call creates a new, empty store, shared by the clones of this
     /// adapter (and by the services a [`StreamableHttpLayer`] made from it).
     #[must_use]
-    pub fn legacy_sessions(mut self, limits: super::LegacySessions) -> Self {
+    pub fn stateful_sessions(mut self, limits: super::SessionLimits) -> Self {
         self.config_mut().sessions = Some(Arc::new(super::session::Sessions::new(limits)));
         self
     }
@@ -348,7 +348,7 @@ impl<S> StreamableHttpService<S> {
     ///
     /// Every request whose handler is called counts, from the call until
     /// its end: attached to its response, detached (a 2025-era request
-    /// whose client hung up runs on, see [`LegacyRequests::Serve`]), and
+    /// whose client hung up runs on, see [`StatefulRequests::Serve`]), and
     /// open `subscriptions/listen` streams. Notifications, `DELETE` and
     /// refused requests do not. A request past the bound is answered at
     /// once, without calling the handler: `503` with `Retry-After: 1` and

@@ -24,7 +24,7 @@ pub struct HttpClientBuilder {
     pub(super) headers: HeaderMap,
     pub(super) tools: ToolHeaderMap,
     pub(super) relist_on_mismatch: bool,
-    pub(super) legacy_fallback: bool,
+    pub(super) stateful_fallback: bool,
     pub(super) tls: TlsSettings,
 }
 
@@ -40,14 +40,15 @@ impl HttpClientBuilder {
         self
     }
 
-    /// Whether a server that answers the first (modern) request with
-    /// `400 Bad Request` whose body is not a recognized modern error is
-    /// spoken to in its 2025 revision: `initialize`, then its session
+    /// Whether a server that answers the first (stateless, 2026-07-28)
+    /// request with `400 Bad Request` whose body is not a recognized
+    /// 2026 error is spoken to in its stateful 2025 revision:
+    /// `initialize`, then its session
     /// (default: on; the spec's dual-era client). Off: such answers are
     /// errors. Other refusals are errors either way.
     #[must_use]
-    pub fn legacy_fallback(mut self, on: bool) -> Self {
-        self.legacy_fallback = on;
+    pub fn stateful_fallback(mut self, on: bool) -> Self {
+        self.stateful_fallback = on;
         self
     }
 
@@ -148,7 +149,7 @@ impl HttpClientBuilder {
                 in_flight: Arc::new(Mutex::new(Pending::new())),
                 tools: RwLock::new(self.tools),
                 relist_on_mismatch: self.relist_on_mismatch,
-                era: EraCell::new(self.legacy_fallback),
+                era: EraCell::new(self.stateful_fallback),
                 pending_cancels: Arc::new(Semaphore::new(MAX_PENDING_CANCELS)),
             }),
         }

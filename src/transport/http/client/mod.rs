@@ -234,7 +234,7 @@ impl HttpClient {
             headers: HeaderMap::new(),
             tools: ToolHeaderMap::new(),
             relist_on_mismatch: true,
-            legacy_fallback: true,
+            stateful_fallback: true,
             tls: Default::default(),
         }
     }
