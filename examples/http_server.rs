@@ -68,7 +68,7 @@ use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 use tower_mcp_cancel::transport::http::{
-    serve, LegacySessions, OriginPolicy, StreamableHttpService,
+    serve, OriginPolicy, SessionLimits, StreamableHttpService,
 };
 use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, Cancellation, TimeoutLayer};
 
@@ -98,6 +98,9 @@ fn listen_addr() -> SocketAddr {
     })
 }
 
+/// The largest request body, for the MCP endpoint and the whole router.
+const MAX_BODY_BYTES: usize = 4 << 20;
+
 #[tokio::main]
 async fn main() {
     common::init_tracing();
@@ -108,9 +111,10 @@ async fn main() {
     let mcp = StreamableHttpService::new(common::server_stack(opts))
         .origin_policy(OriginPolicy::Localhost)
         .keep_alive(Some(Duration::from_secs(15)))
+        .max_body_bytes(MAX_BODY_BYTES)
         // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
         // initialize opens a session whose notifications/cancelled cancel.
-        .legacy_sessions(LegacySessions::new())
+        .stateful_sessions(SessionLimits::new())
         .shutdown(shutdown.clone())
         .drain_grace(common::drain_grace());
 
@@ -132,9 +136,7 @@ async fn main() {
         .layer(
             ServiceBuilder::new()
                 .layer(TraceLayer::new_for_http())
-                .layer(RequestBodyLimitLayer::new(
-                    StreamableHttpService::<()>::DEFAULT_MAX_BODY_BYTES,
-                )),
+                .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES)),
         );
 
     let listener = match tokio::net::TcpListener::bind(addr).await {

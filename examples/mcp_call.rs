@@ -48,7 +48,7 @@ use tokio::process::Command;
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::cancel::drop_with_reason;
-use tower_mcp_cancel::jsonrpc::{ErrorObject, PROTOCOL_VERSION_META};
+use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::http::{HttpClient, ServerEra};
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{
@@ -59,6 +59,8 @@ use tower_mcp_cancel::{
 const USAGE: &str = "usage: mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]\n       mcp-call [--timeout 30s] [--idle 10s] [--max 5m] --url http://…/mcp [--http2] <tool> [key=value…]";
 const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";
+/// The `_meta` key of the protocol version every 2026-07-28 request carries.
+const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// The limits of one call.
 #[derive(Clone, Copy, Debug)]
@@ -216,10 +218,10 @@ where
         .await;
     if let Some(http_era) = http_era {
         return match (http_era(), probed) {
-            (ServerEra::Legacy { .. }, _) => Ok(Era::Legacy),
+            (ServerEra::Stateful { .. }, _) => Ok(Era::Legacy),
             (_, Ok(_)) => Ok(Era::Modern),
             // Answered in the modern shape (e.g. -32601: no server/discover).
-            (ServerEra::Modern, Err(e))
+            (ServerEra::Stateless, Err(e))
                 if e.downcast_ref::<ErrorObject>()
                     .is_some_and(|e| !is_modern_error(e)) =>
             {

@@ -1,9 +1,19 @@
 //! Entry points for the coverage-guided fuzz targets in `fuzz/` (feature
 //! `fuzzing`). Not a public API: it exposes crate-private pieces of the
-//! wire path so that the fuzzers reach exactly the code a peer reaches.
+//! wire path so that the fuzzers reach exactly the code a peer reaches: the
+//! JSON-RPC codec, the header value decoding, the stdio framing, the HTTP
+//! client's reading of a response.
 
 #[cfg(feature = "stdio")]
 pub use self::stdio::Lines;
+
+pub use crate::jsonrpc::encode::{encode_notification, encode_request, encode_response};
+pub use crate::jsonrpc::message::{DecodeError, Message, RawNotification, RawRequest, RawResponse};
+#[cfg(feature = "http")]
+pub use crate::transport::http::headers::decode_header_value;
+
+/// The earlier protocol revisions the HTTP adapter recognizes as legacy.
+pub const LEGACY_VERSIONS: &[&str] = crate::protocol::LEGACY_VERSIONS;
 
 #[cfg(feature = "stdio")]
 mod stdio {

@@ -18,6 +18,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Which limit fired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Limit {
     /// The fixed deadline of [`TimeoutLayer`](crate::TimeoutLayer).
     Timeout,
@@ -89,6 +90,7 @@ impl std::error::Error for Elapsed {}
 
 /// Why a request was cancelled.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CancelReason {
     /// The peer sent `notifications/cancelled` (the reason text it gave, sanitized).
     Peer(Option<String>),

@@ -71,7 +71,7 @@
 //! | --- | --- | --- |
 //! | wire | [`jsonrpc`], [`protocol`], [`sanitize`] | ids, tokens, method names, the message envelope, one-line encoding; the protocol revisions; the log sanitizer |
 //! | request | [`error`], [`request`] | [`CancelReason`], [`Elapsed`], [`Cancelled`]; [`McpRequest`], [`RequestView`], [`ExtensionMap`] |
-//! | layers | [`cancel`], [`timeout`], [`progress`], [`builder`] | [`Cancellation`] and [`CancelOnDisconnectLayer`] (guard, future, body, service, layer) and the per-connection [`InFlight`] registry; [`TimeoutLayer`] and [`ProgressResetLayer`] over one [`MethodPolicy`]; [`ProgressTap`] |
+//! | layers | [`cancel`], [`timeout`], [`progress`] | [`Cancellation`] and [`CancelOnDisconnectLayer`] (guard, future, body, service, layer) and the per-connection [`InFlight`](cancel::InFlight) registry; [`TimeoutLayer`] and [`ProgressResetLayer`] over one [`MethodPolicy`]; [`ProgressTap`] |
 //! | observability | [`observe`] | [`Outcome`](observe::Outcome), the span fields, the metric names (feature `metrics`); the lifecycle records them |
 //! | handler side | [`notify`] | [`RequestContext`] and [`Notifier`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |
@@ -82,7 +82,6 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
-pub mod builder;
 pub mod cancel;
 pub mod error;
 pub mod integration;
@@ -109,8 +108,7 @@ pub mod __fuzz;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use builder::ServiceBuilderExt;
-pub use cancel::{CancelOnDisconnectLayer, Cancellation, InFlight};
+pub use cancel::{CancelOnDisconnectLayer, Cancellation};
 pub use error::{BoxError, CancelReason, Cancelled, Elapsed, Limit};
 pub use notify::{Notifier, RequestContext};
 pub use progress::{

@@ -7,12 +7,13 @@ pub const PROTOCOL_VERSION: &str = "2026-07-28";
 
 /// The earlier revisions recognized as legacy by default (the Streamable
 /// HTTP adapter serves them, see
-/// [`LegacyRequests`](crate::transport::http::LegacyRequests)).
-pub const LEGACY_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// [`StatefulRequests`](crate::transport::http::StatefulRequests)).
+pub(crate) const LEGACY_VERSIONS: &[&str] =
+    &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
 /// The `Mcp-Method` request header of the Streamable HTTP transport: the
 /// method a request claims before its body is read. The layers over
 /// `http::Request` read it (see
 /// [`RequestView::mcp_method_checked`](crate::RequestView::mcp_method_checked)
 /// for how far they trust it).
-pub const MCP_METHOD_HEADER: &str = "mcp-method";
+pub(crate) const MCP_METHOD_HEADER: &str = "mcp-method";

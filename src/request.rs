@@ -86,6 +86,7 @@ impl McpRequest {
     ///
     /// Never for `serde_json::Value`; for a type whose `Serialize` fails, the
     /// params are left unset.
+    #[must_use]
     pub fn with_params<P: serde::Serialize>(mut self, params: P) -> Self {
         if let Ok(raw) = serde_json::value::to_raw_value(&params) {
             self.set_raw_params(Some(raw));
@@ -165,6 +166,7 @@ impl McpRequest {
 
     /// Sets the request's [`Cancellation`], builder style (a client that
     /// wants to cancel a call itself keeps a clone).
+    #[must_use]
     pub fn with_cancellation(mut self, cancellation: Cancellation) -> Self {
         self.cancellation = Some(cancellation);
         self
@@ -190,6 +192,7 @@ impl McpRequest {
     }
 
     /// Adds an extension value, builder style.
+    #[must_use]
     pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
         self

@@ -6,16 +6,16 @@
 //! peer can neither forge log lines nor flood them.
 
 /// The longest text kept from the wire, in characters.
-pub const MAX_CHARS: usize = 256;
+pub(crate) const MAX_CHARS: usize = 256;
 
-/// Truncates text from the wire to [`MAX_CHARS`] characters (marking the cut
-/// with `…`) and replaces control characters (newlines, escapes, NUL, …)
+/// Truncates text from the wire to 256 characters (marking the cut with
+/// `…`) and replaces control characters (newlines, escapes, NUL, …)
 /// with spaces.
 ///
 /// ```
 /// use tower_mcp_cancel::sanitize;
 /// assert_eq!(sanitize::for_log("bad\n\x1b[31mred"), "bad  [31mred");
-/// assert!(sanitize::for_log(&"x".repeat(10_000)).chars().count() <= sanitize::MAX_CHARS + 1);
+/// assert!(sanitize::for_log(&"x".repeat(10_000)).chars().count() == 256 + 1);
 /// ```
 pub fn for_log(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_CHARS + 3));

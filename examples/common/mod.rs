@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder};
-use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId, PROTOCOL_VERSION_META};
+use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
 
@@ -43,6 +43,8 @@ use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLay
 pub const SUPPORTED_VERSIONS: &[&str] = &["2026-07-28"];
 /// The legacy versions answered through `initialize`.
 pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The `_meta` key of the protocol version every 2026-07-28 request carries.
+pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 /// The server's name in `serverInfo`.
 pub const SERVER_NAME: &str = "tower-mcp-cancel-example";
 
@@ -110,7 +112,7 @@ pub fn arg_value(name: &str) -> Option<String> {
 /// value that is not a number of seconds.
 pub fn drain_grace() -> Duration {
     let Some(text) = arg_value("--drain-grace") else {
-        return tower_mcp_cancel::transport::DEFAULT_DRAIN_GRACE;
+        return Duration::ZERO;
     };
     match text.parse::<f64>() {
         Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),

@@ -31,12 +31,11 @@ use http_body_util::{BodyExt, StreamBody};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 use tower::{service_fn, ServiceExt};
-use tower_mcp_cancel::jsonrpc::{ErrorObject, Message};
+use tower_mcp_cancel::__fuzz::{decode_header_value, Message, LEGACY_VERSIONS};
+use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::notify::RequestContext;
-use tower_mcp_cancel::protocol::LEGACY_VERSIONS;
-use tower_mcp_cancel::transport::http::headers::decode_header_value;
 use tower_mcp_cancel::transport::http::{
-    LegacyRequests, OriginPolicy, StreamableHttpService,
+    StatefulRequests, OriginPolicy, StreamableHttpService,
 };
 use tower_mcp_cancel::{BoxError, CancelReason, Cancelled, McpRequest};
 
@@ -45,7 +44,7 @@ struct Opts {
     method: Vec<u8>,
     chunk: usize,
     max: usize,
-    legacy: LegacyRequests,
+    legacy: StatefulRequests,
     assume: bool,
     sse_after: Option<Duration>,
     keep_alive: Option<Duration>,
@@ -78,9 +77,9 @@ fn parse_opts(line: &[u8]) -> Opts {
             b"max" => o.max = n.min(1 << 20) as usize,
             b"legacy" => {
                 o.legacy = match v {
-                    b"reject" => LegacyRequests::Reject,
-                    b"cancel" => LegacyRequests::ServeCancelOnDisconnect,
-                    _ => LegacyRequests::Serve,
+                    b"reject" => StatefulRequests::Reject,
+                    b"cancel" => StatefulRequests::ServeCancelOnDisconnect,
+                    _ => StatefulRequests::Serve,
                 }
             }
             b"assume" => o.assume = true,
@@ -277,8 +276,8 @@ fuzz_target!(|data: &[u8]| {
     });
     let mut svc = StreamableHttpService::new(mcp)
         .max_body_bytes(opts.max)
-        .legacy_requests(opts.legacy)
-        .missing_version_as_2025_03_26(opts.assume)
+        .stateful_requests(opts.legacy)
+        .accept_missing_version(opts.assume)
         .sse_after(opts.sse_after)
         .keep_alive(opts.keep_alive)
         .tool_schema(

@@ -18,8 +18,8 @@ use std::task::{Context, Poll};
 
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncRead, BufReader, ReadBuf};
-use tower_mcp_cancel::__fuzz::Lines;
-use tower_mcp_cancel::jsonrpc::{self, ErrorObject, Message};
+use tower_mcp_cancel::__fuzz::{self as jsonrpc, Lines, Message};
+use tower_mcp_cancel::jsonrpc::ErrorObject;
 
 struct Rng(u64);
 

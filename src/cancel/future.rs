@@ -16,6 +16,7 @@ use crate::error::{BoxError, CancelReason, Cancelled};
 pin_project! {
     /// Response future of [`CancelOnDisconnect`](super::CancelOnDisconnect).
     #[project = Projection]
+    #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<F, G> {
         #[pin]
         inner: Option<F>,

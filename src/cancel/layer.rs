@@ -10,10 +10,10 @@ use crate::cancel::service::CancelOnDisconnect;
 
 /// Applies [`CancelOnDisconnect`] to a service. See the [module docs](crate::cancel).
 ///
-/// `G` decides how far the guard reaches: [`Passthrough`] (the default) ends
-/// it with the response future; [`GuardBody`] (from
-/// [`CancelOnDisconnectLayer::http`]) carries it into an `http::Response`
-/// body, so that a body dropped before its end fires the token.
+/// `G` decides how far the guard reaches: by default ([`new`](Self::new)) it
+/// ends with the response future; [`CancelOnDisconnectLayer::http`] carries
+/// it into an `http::Response` body, so that a body dropped before its end
+/// fires the token. (`G` is never named: it comes from the constructor.)
 pub struct CancelOnDisconnectLayer<G = Passthrough> {
     _guard: PhantomData<fn() -> G>,
 }

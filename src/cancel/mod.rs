@@ -38,10 +38,14 @@
 //! The files follow tower-http's `on_early_drop`, one concept each, with
 //! imports running one way: [`Cancellation`] (the state) and the drop-reason
 //! scope; the guard that fires a cancellation when dropped; the response
-//! [`future`] and the guarded body that carry it; [`GuardResponse`] (how far
-//! it reaches); the [`CancelOnDisconnect`] service; its layer. The
+//! [`future`] and the guarded body that carry it; how far it reaches (the
+//! future only, or an `http::Response` body too); the [`CancelOnDisconnect`] service; its layer. The
 //! per-connection [`InFlight`] registry stands beside them, for transports.
 
+// The response shapes of the layer (`Passthrough`, `GuardBody`, its
+// `CancelOnDropBody`) are `pub` but unnameable: they appear in the layer's
+// types, a user never names them.
+#[allow(unreachable_pub)]
 mod body;
 mod cancellation;
 mod drop_reason;
@@ -51,13 +55,14 @@ pub mod future;
 pub(crate) mod guard;
 mod layer;
 mod registry;
+#[allow(unreachable_pub)]
 mod response;
 mod service;
 
-pub use body::CancelOnDropBody;
 pub use cancellation::Cancellation;
 pub use drop_reason::{current_drop_reason, drop_with_reason, with_drop_reason};
 pub use layer::CancelOnDisconnectLayer;
 pub use registry::{CancelOutcome, DuplicateId, InFlight, InFlightGuard};
-pub use response::{GuardBody, GuardResponse, Passthrough};
+#[cfg(any(feature = "stdio", feature = "http"))]
+pub(crate) use response::Passthrough;
 pub use service::CancelOnDisconnect;

@@ -15,7 +15,9 @@ use crate::error::BoxError;
 use crate::request::RequestView;
 
 /// Races the inner future against the request's [`Cancellation`], and fires
-/// it when the response (future, or body with [`GuardBody`](super::GuardBody)) is dropped early.
+/// it when the response (future, or body with
+/// [`CancelOnDisconnectLayer::http`](super::CancelOnDisconnectLayer::http))
+/// is dropped early.
 pub struct CancelOnDisconnect<S, G = Passthrough> {
     inner: S,
     _guard: PhantomData<fn() -> G>,

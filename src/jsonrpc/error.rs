@@ -68,6 +68,7 @@ impl ErrorObject {
     }
 
     /// Attaches `data`.
+    #[must_use]
     pub fn with_data(mut self, data: serde_json::Value) -> Self {
         self.data = Some(data);
         self

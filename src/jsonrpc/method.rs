@@ -6,11 +6,11 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The method of the cancellation notification.
-pub const CANCELLED: &str = "notifications/cancelled";
+pub(crate) const CANCELLED: &str = "notifications/cancelled";
 /// The method of the progress notification.
-pub const PROGRESS: &str = "notifications/progress";
+pub(crate) const PROGRESS: &str = "notifications/progress";
 /// The method of the long-lived subscription request, exempt from timeouts by default.
-pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
 /// An MCP method name, cheap to clone: well-known methods are static strings,
 /// others are shared.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,39 +1,52 @@
-//! JSON-RPC 2.0 wire types, decoded only as far as the layers need.
+//! The JSON-RPC 2.0 values a handler or a layer deals with: request ids,
+//! progress tokens, method names and error objects.
 //!
-//! A request is decoded once: its `id`, `method` and `params._meta.progressToken`
-//! are read, and `params` itself is kept as raw JSON ([`RawValue`](serde_json::value::RawValue)) for the
-//! handler, so nothing is parsed twice.
+//! The transports decode a request once: its `id`, `method` and
+//! `params._meta.progressToken` are read, and `params` itself is kept as raw
+//! JSON ([`RawValue`](serde_json::value::RawValue)) for the handler, so
+//! nothing is parsed twice. That codec is internal to the transports.
 //!
 //! ```
-//! use tower_mcp_cancel::jsonrpc::{Message, RequestId};
+//! use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
 //!
-//! let line = br#"{"jsonrpc":"2.0","id":"1","method":"tools/call","params":{"name":"echo","_meta":{"progressToken":7}}}"#;
-//! let Message::Request(req) = Message::decode(line).unwrap() else { panic!() };
-//! assert_eq!(req.id, RequestId::from("1"));
-//! assert_ne!(req.id, RequestId::from(1)); // "1" and 1 are different ids
-//! assert_eq!(req.progress_token.unwrap().to_string(), "7");
+//! assert_ne!(RequestId::from("1"), RequestId::from(1)); // "1" and 1 are different ids
+//! let error = ErrorObject::new(ErrorObject::INVALID_PARAMS, "no such tool");
+//! assert_eq!(error.code, -32602);
 //! ```
 
 //! The module runs one way: ids and tokens, method names and error objects
 //! first; the params the layers read; the message envelope and its
 //! decoding; encoding.
 
-mod encode;
+// The codec serves the transports: a build without one of them (or both)
+// leaves parts of it unused.
+#![cfg_attr(
+    not(all(feature = "stdio", feature = "http")),
+    allow(unused_imports, dead_code)
+)]
+
+// `encode` and `message` are crate-private; their items are `pub` only so
+// that the fuzz entry points (`__fuzz`) can re-export them.
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub(crate) mod encode;
 mod error;
 mod id;
-mod message;
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub(crate) mod message;
 mod method;
 mod params;
 
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) use encode::encode_cancelled;
-pub use encode::{encode_notification, encode_request, encode_response};
+pub(crate) use encode::{encode_notification, encode_request, encode_response};
 pub use error::ErrorObject;
 pub use id::{ProgressToken, RequestId};
-pub use message::{DecodeError, Message, RawNotification, RawRequest, RawResponse};
-pub use method::{Method, CANCELLED, PROGRESS, SUBSCRIPTIONS_LISTEN};
+pub(crate) use message::{Message, RawNotification, RawRequest, RawResponse};
+pub use method::Method;
+pub(crate) use method::{CANCELLED, PROGRESS, SUBSCRIPTIONS_LISTEN};
 pub(crate) use params::{params_with_progress_token, peek_progress_token};
-pub use params::{CancelledParams, ProgressParams, PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META};
+pub(crate) use params::{CancelledParams, ProgressParams};
+pub(crate) use params::{PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META};
 
 #[cfg(test)]
 mod tests;

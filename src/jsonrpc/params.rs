@@ -11,9 +11,9 @@ use serde_json::value::RawValue;
 use super::id::{ProgressToken, RequestId};
 
 /// The `_meta` key carrying the id of the `subscriptions/listen` request a message belongs to.
-pub const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
+pub(crate) const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 /// The `_meta` key carrying the protocol version of a request (2026-07-28 and later).
-pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// `params` of `notifications/cancelled`.
 ///
@@ -24,20 +24,14 @@ pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion
 /// key — is an error, so the notification is not a cancellation and is
 /// ignored, as the spec asks of invalid cancellations. Both the stdio server
 /// and the stdio client decode through this type.
-///
-/// ```
-/// use tower_mcp_cancel::jsonrpc::CancelledParams;
-/// assert!(serde_json::from_str::<CancelledParams>(r#"{"requestId":1}"#).is_ok());
-/// assert!(serde_json::from_str::<CancelledParams>(r#"[1]"#).is_err());
-/// ```
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CancelledParams {
+pub(crate) struct CancelledParams {
     /// The id of the request to cancel.
-    pub request_id: RequestId,
+    pub(crate) request_id: RequestId,
     /// Why, for logs and UIs.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for CancelledParams {
@@ -80,17 +74,17 @@ impl<'de> Deserialize<'de> for CancelledParams {
 /// `params` of `notifications/progress`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ProgressParams {
+pub(crate) struct ProgressParams {
     /// The token of the request this progress is for.
-    pub progress_token: ProgressToken,
+    pub(crate) progress_token: ProgressToken,
     /// Progress so far; must increase with each notification.
-    pub progress: f64,
+    pub(crate) progress: f64,
     /// The total, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total: Option<f64>,
+    pub(crate) total: Option<f64>,
     /// A human-readable message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// Reads `_meta.progressToken` out of raw params without building a tree.

@@ -172,3 +172,36 @@ fn peer_text_in_decode_errors_and_method_debug_is_bounded_and_clean() {
     assert!(shown.chars().count() < 1024, "{}", shown.len());
     assert!(!shown.chars().any(char::is_control), "{shown:?}");
 }
+
+#[test]
+fn cancelled_params_decode_only_from_an_object_with_a_valid_request_id() {
+    use serde_json::json;
+    // `params` values that name request 1 in some way but are not a valid
+    // cancellation of it.
+    let malformed = [
+        json!([1]),
+        json!([1, "by position"]),
+        json!({}),
+        json!({"requestId": null}),
+        json!({"requestId": 1.5}),
+        json!({"requestId": [1]}),
+        json!({"requestId": {"id": 1}}),
+        json!({"requestId": true}),
+        json!({"request_id": 1}),
+    ];
+    for p in malformed {
+        assert!(
+            serde_json::from_value::<CancelledParams>(p.clone()).is_err(),
+            "{p} decoded as a cancellation"
+        );
+    }
+    // A duplicate key, which `json!` cannot write.
+    assert!(serde_json::from_str::<CancelledParams>(r#"{"requestId":1,"requestId":2}"#).is_err());
+    let ok: CancelledParams =
+        serde_json::from_value(json!({"requestId": "a", "reason": "r", "other": [1]})).unwrap();
+    assert_eq!(ok.request_id, "a".into());
+    assert_eq!(ok.reason.as_deref(), Some("r"));
+    let ok: CancelledParams = serde_json::from_value(json!({"requestId": 0})).unwrap();
+    assert_eq!(ok.request_id, 0.into());
+    assert_eq!(ok.reason, None);
+}

@@ -1,25 +1,6 @@
-//! The metric names (feature `metrics`), recorded through the
-//! [`metrics`](https://docs.rs/metrics) facade by the transports.
-//!
-//! | name | kind | labels |
-//! | --- | --- | --- |
-//! | [`mcp.server.requests.in_flight`](SERVER_IN_FLIGHT), [`mcp.client.requests.in_flight`](CLIENT_IN_FLIGHT) | gauge | `mcp.transport` |
-//! | [`mcp.server.requests`](SERVER_REQUESTS), [`mcp.client.requests`](CLIENT_REQUESTS) | counter, one per ended request | `mcp.transport`, `mcp.request.outcome` (an [`Outcome::kind`]) |
-//! | [`mcp.server.operation.duration`](SERVER_DURATION), [`mcp.client.operation.duration`](CLIENT_DURATION) | histogram, seconds (the OpenTelemetry MCP conventions' names) | `mcp.transport`, `mcp.request.outcome` |
-//! | [`mcp.server.progress.notifications`](SERVER_PROGRESS) | counter: progress notifications a handler queued | |
-//! | [`mcp.client.progress.notifications`](CLIENT_PROGRESS) | counter: progress notifications routed to a request in flight | |
-//!
-//! ```
-//! use metrics_util::debugging::DebuggingRecorder;
-//! use tower_mcp_cancel::observe::metrics::SERVER_REQUESTS;
-//!
-//! let recorder = DebuggingRecorder::new();
-//! let snapshotter = recorder.snapshotter();
-//! metrics::with_local_recorder(&recorder, || {
-//!     // … serve requests on a current-thread runtime …
-//! });
-//! let _ = (snapshotter.snapshot(), SERVER_REQUESTS);
-//! ```
+//! The metrics (feature `metrics`), recorded through the
+//! [`metrics`](https://docs.rs/metrics) facade by the transports; their
+//! names are listed in the [`observe`](super) module docs.
 
 #![cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 
@@ -28,26 +9,26 @@ use std::time::Duration;
 use super::{Outcome, Side, Transport};
 
 /// Gauge: server requests in flight, by `mcp.transport`.
-pub const SERVER_IN_FLIGHT: &str = "mcp.server.requests.in_flight";
+pub(crate) const SERVER_IN_FLIGHT: &str = "mcp.server.requests.in_flight";
 /// Gauge: client requests in flight, by `mcp.transport`.
-pub const CLIENT_IN_FLIGHT: &str = "mcp.client.requests.in_flight";
+pub(crate) const CLIENT_IN_FLIGHT: &str = "mcp.client.requests.in_flight";
 /// Counter: ended server requests, by `mcp.transport` and `mcp.request.outcome`.
-pub const SERVER_REQUESTS: &str = "mcp.server.requests";
+pub(crate) const SERVER_REQUESTS: &str = "mcp.server.requests";
 /// Counter: ended client requests, by `mcp.transport` and `mcp.request.outcome`.
-pub const CLIENT_REQUESTS: &str = "mcp.client.requests";
+pub(crate) const CLIENT_REQUESTS: &str = "mcp.client.requests";
 /// Histogram (seconds): server request durations, by `mcp.transport` and `mcp.request.outcome`.
-pub const SERVER_DURATION: &str = "mcp.server.operation.duration";
+pub(crate) const SERVER_DURATION: &str = "mcp.server.operation.duration";
 /// Histogram (seconds): client request durations, by `mcp.transport` and `mcp.request.outcome`.
-pub const CLIENT_DURATION: &str = "mcp.client.operation.duration";
+pub(crate) const CLIENT_DURATION: &str = "mcp.client.operation.duration";
 /// Counter: progress notifications queued by server handlers.
-pub const SERVER_PROGRESS: &str = "mcp.server.progress.notifications";
+pub(crate) const SERVER_PROGRESS: &str = "mcp.server.progress.notifications";
 /// Counter: progress notifications a client routed to a request in flight.
-pub const CLIENT_PROGRESS: &str = "mcp.client.progress.notifications";
+pub(crate) const CLIENT_PROGRESS: &str = "mcp.client.progress.notifications";
 
 /// The transport label's key.
-pub const TRANSPORT_LABEL: &str = super::field::MCP_TRANSPORT;
+pub(crate) const TRANSPORT_LABEL: &str = super::field::MCP_TRANSPORT;
 /// The outcome label's key.
-pub const OUTCOME_LABEL: &str = super::field::OUTCOME;
+pub(crate) const OUTCOME_LABEL: &str = super::field::OUTCOME;
 
 pub(crate) fn started(side: Side, transport: Transport) {
     let name = match side {

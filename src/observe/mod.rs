@@ -23,19 +23,19 @@
 //!
 //! | field | value |
 //! | --- | --- |
-//! | [`mcp.method.name`](field::MCP_METHOD_NAME) | the method (sanitized) |
-//! | [`jsonrpc.request.id`](field::JSONRPC_REQUEST_ID) | the id, as a string |
-//! | [`gen_ai.tool.name`](field::GEN_AI_TOOL_NAME), `gen_ai.operation.name` | for a `tools/call`: the tool (sanitized), `execute_tool` |
-//! | [`gen_ai.prompt.name`](field::GEN_AI_PROMPT_NAME) | for a `prompts/get`: the prompt (sanitized) |
-//! | [`rpc.system.name`](field::RPC_SYSTEM_NAME) | `jsonrpc` |
-//! | [`network.transport`](field::NETWORK_TRANSPORT) | `pipe` (stdio) or `tcp` (HTTP) |
-//! | [`network.protocol.name`](field::NETWORK_PROTOCOL_NAME) | `http` over HTTP |
-//! | [`mcp.transport`](field::MCP_TRANSPORT) | `stdio` or `http` (this crate's) |
-//! | [`mcp.era`](field::MCP_ERA) | `2026` (revision 2026-07-28) or `legacy` (2025 revisions): on HTTP from the version checks (server) or the era found (client); on stdio from the request's `_meta["io.modelcontextprotocol/protocolVersion"]`, which every 2026 request carries |
-//! | [`mcp.request.outcome`](field::OUTCOME) | the [`Outcome::kind`] (this crate's) |
-//! | [`mcp.cancel.reason`](field::CANCEL_REASON) | the peer's reason of a cancel, sanitized (this crate's) |
-//! | [`error.type`](field::ERROR_TYPE) | for a [failure](Outcome::is_failure) only: the JSON-RPC code, `timeout`, or `transport_error` |
-//! | [`rpc.response.status_code`](field::RPC_RESPONSE_STATUS_CODE) | the JSON-RPC error code of an error answer |
+//! | `mcp.method.name` | the method (sanitized) |
+//! | `jsonrpc.request.id` | the id, as a string |
+//! | `gen_ai.tool.name`, `gen_ai.operation.name` | for a `tools/call`: the tool (sanitized), `execute_tool` |
+//! | `gen_ai.prompt.name` | for a `prompts/get`: the prompt (sanitized) |
+//! | `rpc.system.name` | `jsonrpc` |
+//! | `network.transport` | `pipe` (stdio) or `tcp` (HTTP) |
+//! | `network.protocol.name` | `http` over HTTP |
+//! | `mcp.transport` | `stdio` or `http` (this crate's) |
+//! | `mcp.era` | `2026` (revision 2026-07-28) or `legacy` (2025 revisions): on HTTP from the version checks (server) or the era found (client); on stdio from the request's `_meta["io.modelcontextprotocol/protocolVersion"]`, which every 2026 request carries |
+//! | `mcp.request.outcome` | the [`Outcome::kind`] (this crate's) |
+//! | `mcp.cancel.reason` | the peer's reason of a cancel, sanitized (this crate's) |
+//! | `error.type` | for a [failure](Outcome::is_failure) only: the JSON-RPC code, `timeout`, or `transport_error` |
+//! | `rpc.response.status_code` | the JSON-RPC error code of an error answer |
 //! | `otel.name`, `otel.kind`, `otel.status_code` | for `tracing-opentelemetry`: the conventions' span name (`tools/call get_weather`, else the method), `server`/`client`, `ERROR` on a failure |
 //!
 //! A cancellation is never a failure: a peer's cancel, a client gone away,
@@ -64,12 +64,31 @@
 //!
 //! Recorded through the [`metrics`](https://docs.rs/metrics) facade, so any
 //! exporter (Prometheus, OpenTelemetry, statsd) installed as the recorder
-//! gets them; without a recorder they cost next to nothing. Names are in
-//! [`metrics`] (the module), labels are `mcp.transport`
-//! (`stdio`/`http`) and, on the outcome counter, `mcp.request.outcome`.
-//! The method is not a label: its values come from the peer.
+//! gets them; without a recorder they cost next to nothing. The method is
+//! not a label: its values come from the peer.
+//!
+//! | metric | kind | labels |
+//! | --- | --- | --- |
+//! | `mcp.server.requests.in_flight`, `mcp.client.requests.in_flight` | gauge | `mcp.transport` (`stdio`/`http`) |
+//! | `mcp.server.requests`, `mcp.client.requests` | counter, one per ended request | `mcp.transport`, `mcp.request.outcome` (an [`Outcome::kind`]) |
+//! | `mcp.server.operation.duration`, `mcp.client.operation.duration` | histogram, seconds (the OpenTelemetry MCP conventions' names) | `mcp.transport`, `mcp.request.outcome` |
+//! | `mcp.server.progress.notifications` | counter: progress notifications a handler queued | |
+//! | `mcp.client.progress.notifications` | counter: progress notifications routed to a request in flight | |
+//!
+//! ```
+//! # #[cfg(feature = "metrics")] {
+//! use metrics_util::debugging::DebuggingRecorder;
+//!
+//! let recorder = DebuggingRecorder::new();
+//! let snapshotter = recorder.snapshotter();
+//! metrics::with_local_recorder(&recorder, || {
+//!     // … serve requests on a current-thread runtime …
+//! });
+//! // Each entry's key is one of the names above, e.g. "mcp.server.requests".
+//! let _ = snapshotter.snapshot();
+//! # }
+//! ```
 #![doc = include_str!("guide.md")]
-
 // Each transport uses its own variants: a build with one of them (or
 // none) leaves the others unused.
 #![cfg_attr(not(all(feature = "stdio", feature = "http")), allow(dead_code))]
@@ -79,38 +98,24 @@ mod outcome;
 pub(crate) mod record;
 
 #[cfg(feature = "metrics")]
-pub mod metrics;
+pub(crate) mod metrics;
 
 pub use outcome::Outcome;
 
-/// The span field names (attribute keys).
-pub mod field {
-    /// The MCP method (OpenTelemetry MCP conventions).
-    pub const MCP_METHOD_NAME: &str = "mcp.method.name";
-    /// The JSON-RPC request id as a string (OpenTelemetry JSON-RPC conventions).
-    pub const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
-    /// The tool of a `tools/call` (OpenTelemetry GenAI conventions, named by the MCP ones).
-    pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
-    /// The prompt of a `prompts/get` (OpenTelemetry GenAI conventions, named by the MCP ones).
-    pub const GEN_AI_PROMPT_NAME: &str = "gen_ai.prompt.name";
-    /// The RPC system, `jsonrpc` (OpenTelemetry RPC conventions).
-    pub const RPC_SYSTEM_NAME: &str = "rpc.system.name";
-    /// `pipe` for stdio, `tcp` for HTTP (OpenTelemetry network conventions).
-    pub const NETWORK_TRANSPORT: &str = "network.transport";
-    /// `http` over HTTP (OpenTelemetry network conventions).
-    pub const NETWORK_PROTOCOL_NAME: &str = "network.protocol.name";
+/// The span field names the code records by name after the span opened
+/// (the span macro itself takes literal names); the module docs list all.
+pub(crate) mod field {
     /// The class of a failure (OpenTelemetry `error.type`).
-    pub const ERROR_TYPE: &str = "error.type";
+    pub(crate) const ERROR_TYPE: &str = "error.type";
     /// The JSON-RPC error code of an error answer (OpenTelemetry RPC conventions).
-    pub const RPC_RESPONSE_STATUS_CODE: &str = "rpc.response.status_code";
+    pub(crate) const RPC_RESPONSE_STATUS_CODE: &str = "rpc.response.status_code";
     /// This crate's: `stdio` or `http`.
-    pub const MCP_TRANSPORT: &str = "mcp.transport";
-    /// This crate's: `2026` or `legacy`.
-    pub const MCP_ERA: &str = "mcp.era";
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) const MCP_TRANSPORT: &str = "mcp.transport";
     /// This crate's: the [`Outcome::kind`](super::Outcome::kind).
-    pub const OUTCOME: &str = "mcp.request.outcome";
+    pub(crate) const OUTCOME: &str = "mcp.request.outcome";
     /// This crate's: the sanitized reason of a cancel.
-    pub const CANCEL_REASON: &str = "mcp.cancel.reason";
+    pub(crate) const CANCEL_REASON: &str = "mcp.cancel.reason";
 }
 
 /// Which side of a request this process is.
@@ -189,5 +194,65 @@ impl Era {
             Era::Modern => "2026",
             Era::Legacy => "legacy",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// This file: its module docs list the names a user matches in a collector.
+    const DOCS: &str = include_str!("mod.rs");
+
+    /// Whether the module docs' tables name `name` (as the first cell of a
+    /// row, alone or with others).
+    fn documented(name: &str) -> bool {
+        let cell = format!("`{name}`");
+        DOCS.lines()
+            .filter(|l| l.starts_with("//! | "))
+            .any(|l| l.split('|').nth(1).is_some_and(|c| c.contains(&cell)))
+    }
+
+    /// Every field of the request spans, as the code opens them, is in the
+    /// field table.
+    #[cfg(any(feature = "stdio", feature = "http"))]
+    #[test]
+    fn the_span_field_table_names_every_field() {
+        use super::record::Record;
+        use super::{Side, Transport};
+
+        let subscriber = tracing_subscriber::registry();
+        tracing::subscriber::with_default(subscriber, || {
+            for side in [Side::Server, Side::Client] {
+                let record = Record::start(side, Transport::Http, None, None, "ping", None);
+                let metadata = record.span().metadata().expect("the span is enabled");
+                let names: Vec<_> = metadata.fields().iter().map(|f| f.name()).collect();
+                assert!(names.len() >= 17, "{names:?}");
+                for name in names {
+                    assert!(documented(name), "{name} is not in the field table");
+                }
+                assert!(DOCS.contains(&format!("| `{}` |", metadata.name())));
+            }
+        });
+        assert!(!documented("mcp.no.such.field"));
+    }
+
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn the_metrics_table_names_every_metric() {
+        use super::metrics::*;
+        for name in [
+            SERVER_IN_FLIGHT,
+            CLIENT_IN_FLIGHT,
+            SERVER_REQUESTS,
+            CLIENT_REQUESTS,
+            SERVER_DURATION,
+            CLIENT_DURATION,
+            SERVER_PROGRESS,
+            CLIENT_PROGRESS,
+        ] {
+            assert!(documented(name), "{name} is not in the metrics table");
+        }
+        // The labels' keys are span fields, named in the metrics table too.
+        assert!(DOCS.contains(&format!("`{TRANSPORT_LABEL}`")));
+        assert!(DOCS.contains(&format!("`{OUTCOME_LABEL}`")));
     }
 }

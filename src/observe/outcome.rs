@@ -10,7 +10,7 @@ use crate::jsonrpc::ErrorObject;
 /// How one MCP request ended, on either side.
 ///
 /// The transports record it on the request's span (field
-/// [`mcp.request.outcome`](super::field::OUTCOME)) and, with the `metrics`
+/// `mcp.request.outcome`) and, with the `metrics`
 /// feature, count it. A layer of your own reads the same classification
 /// with [`Outcome::of`] (the result of the inner service),
 /// [`Outcome::from_reason`] (a [`CancelReason`]) and

@@ -33,6 +33,7 @@ pin_project! {
     /// request's limits live with its tap, in its `Cancellation`
     /// ([`TapRequest`](super::tap::TapRequest)), and both
     /// deadlines are computed from them only once the inner future waits.
+    #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<F> {
         #[pin]
         inner: Option<F>,

@@ -63,7 +63,7 @@ impl fmt::Debug for ProgressResetLayer {
 
 impl ProgressResetLayer {
     /// The default hard maximum, as a multiple of the idle limit.
-    pub const DEFAULT_MAX_FACTOR: u32 = 10;
+    const DEFAULT_MAX_FACTOR: u32 = 10;
 
     /// Idle limit `idle`, restarted by progress; hard maximum
     /// `10 × idle` unless set with [`max`](Self::max) (or removed with
@@ -84,6 +84,7 @@ impl ProgressResetLayer {
     }
 
     /// Sets the hard maximum of the default limits.
+    #[must_use]
     pub fn max(mut self, max: Duration) -> Self {
         let mut limits = self.policy.default_limit();
         limits.max = Some(max);
@@ -94,6 +95,7 @@ impl ProgressResetLayer {
     /// Removes the hard maximum of the default limits. The spec says
     /// implementations SHOULD always enforce one; use this only with a
     /// [`TimeoutLayer`](crate::TimeoutLayer) outside as the cap.
+    #[must_use]
     pub fn without_max(mut self) -> Self {
         let mut limits = self.policy.default_limit();
         limits.max = None;
@@ -103,12 +105,14 @@ impl ProgressResetLayer {
 
     /// Sets the limits for `method` (a request whose method is only claimed
     /// gets them only where they are tighter than the default).
+    #[must_use]
     pub fn method(mut self, method: &str, limits: ProgressLimits) -> Self {
         self.policy = self.policy.method(method, limits);
         self
     }
 
     /// No limits for `method`.
+    #[must_use]
     pub fn method_unlimited(mut self, method: &str) -> Self {
         self.policy = self.policy.method_unlimited(method);
         self
@@ -116,6 +120,7 @@ impl ProgressResetLayer {
 
     /// Whether `subscriptions/listen` is exempt (default: yes: a listen
     /// stream is quiet by design).
+    #[must_use]
     pub fn exempt_listen(mut self, exempt: bool) -> Self {
         self.policy = self.policy.exempt_listen(exempt);
         self
@@ -166,6 +171,11 @@ impl<S> ProgressReset<S> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
     }
 
     /// Consumes the middleware, returning the inner service.

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::limits::ProgressLimits;
 use crate::cancel::Cancellation;
 use crate::error::{CancelReason, Elapsed, Limit};
-use crate::jsonrpc::{Method, ProgressParams, ProgressToken, RequestId};
+use crate::jsonrpc::{Method, ProgressToken, RequestId};
 
 /// One progress report.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +25,7 @@ pub struct Progress {
 
 /// What [`ProgressTap::record`] did with a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecordOutcome {
     /// It increased: the idle clock restarts and observers see it.
     Accepted,
@@ -363,7 +364,8 @@ impl ProgressTap {
 
     /// Records the params of a `notifications/progress` (the token is not
     /// checked: the caller routed it here by token).
-    pub fn record_params(&self, params: ProgressParams) -> RecordOutcome {
+    #[cfg(any(feature = "stdio", feature = "http"))]
+    pub(crate) fn record_params(&self, params: crate::jsonrpc::ProgressParams) -> RecordOutcome {
         self.record(params.progress, params.total, params.message)
     }
 

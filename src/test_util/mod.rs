@@ -53,10 +53,10 @@ where
 }
 
 /// How many times [`settle`] yields.
-pub const SETTLE_ROUNDS: usize = 200;
+const SETTLE_ROUNDS: usize = 200;
 
 /// Yields to the scheduler until spawned tasks and woken futures have run
-/// ([`SETTLE_ROUNDS`] rounds), without advancing time.
+/// (200 rounds), without advancing time.
 pub async fn settle() {
     settle_rounds(SETTLE_ROUNDS).await;
 }

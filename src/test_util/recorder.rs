@@ -10,6 +10,7 @@ use crate::{CancelReason, McpRequest};
 
 /// What happened to a recorded handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
     /// The handler started ([`Recorder::start`]).
     Started(RequestId),
@@ -152,7 +153,7 @@ impl Drop for Recording {
 impl Events {
     /// Far longer than any test needs, also under a paused clock (which
     /// jumps to it only when nothing else can run).
-    pub const DEFAULT_BOUND: Duration = Duration::from_secs(3600);
+    const DEFAULT_BOUND: Duration = Duration::from_secs(3600);
 
     fn new(rx: mpsc::UnboundedReceiver<Event>) -> Self {
         Events {
@@ -162,7 +163,9 @@ impl Events {
     }
 
     /// Sets how long [`next`](Self::next) waits before it panics (a guard
-    /// against hangs, never a synchronisation).
+    /// against hangs, never a synchronisation; default one hour, far longer
+    /// than any test needs, also under a paused clock).
+    #[must_use]
     pub fn with_bound(mut self, bound: Duration) -> Self {
         self.bound = bound;
         self

@@ -15,6 +15,7 @@ use crate::error::{BoxError, CancelReason, Elapsed, Limit};
 
 pin_project! {
     /// Response future of [`Timeout`](super::Timeout).
+    #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<F> {
         #[pin]
         inner: Option<F>,

@@ -35,18 +35,21 @@ impl TimeoutLayer {
 
     /// Sets the deadline for `method` (a request whose method is only
     /// claimed gets it only when it is shorter than the default).
+    #[must_use]
     pub fn method(mut self, method: &str, limit: Duration) -> Self {
         self.policy = self.policy.method(method, limit);
         self
     }
 
     /// No deadline for `method`.
+    #[must_use]
     pub fn method_unlimited(mut self, method: &str) -> Self {
         self.policy = self.policy.method_unlimited(method);
         self
     }
 
     /// Whether `subscriptions/listen` is exempt (default: yes).
+    #[must_use]
     pub fn exempt_listen(mut self, exempt: bool) -> Self {
         self.policy = self.policy.exempt_listen(exempt);
         self

@@ -94,12 +94,14 @@ impl<T: Copy> MethodPolicy<T> {
     }
 
     /// Sets the limit for `method`.
+    #[must_use]
     pub fn method(mut self, method: &str, limit: T) -> Self {
         self.set(method, Some(limit));
         self
     }
 
     /// No limit for `method`.
+    #[must_use]
     pub fn method_unlimited(mut self, method: &str) -> Self {
         self.set(method, None);
         self
@@ -107,6 +109,7 @@ impl<T: Copy> MethodPolicy<T> {
 
     /// Whether `subscriptions/listen` is exempt (it is by default); when not,
     /// it gets the default limit unless it has an entry of its own.
+    #[must_use]
     pub fn exempt_listen(mut self, exempt: bool) -> Self {
         if exempt {
             self.set(SUBSCRIPTIONS_LISTEN, None);
@@ -128,6 +131,7 @@ impl<T: Copy> MethodPolicy<T> {
     }
 
     /// Sets the default limit.
+    #[must_use]
     pub fn with_default(mut self, default: T) -> Self {
         self.default = default;
         self

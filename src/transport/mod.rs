@@ -25,4 +25,5 @@ pub use call::server::McpService;
 /// orchestrator's termination period (Kubernetes: 30 s by default) minus
 /// the time the process needs to exit. Set it to that where finished work
 /// is worth the wait.
-pub const DEFAULT_DRAIN_GRACE: std::time::Duration = std::time::Duration::ZERO;
+#[cfg(any(feature = "stdio", feature = "http"))]
+pub(crate) const DEFAULT_DRAIN_GRACE: std::time::Duration = std::time::Duration::ZERO;

@@ -13,7 +13,7 @@ use http_support::*;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tower_mcp_cancel::jsonrpc::RequestId;
-use tower_mcp_cancel::transport::http::LegacyRequests;
+use tower_mcp_cancel::transport::http::StatefulRequests;
 use tower_mcp_cancel::CancelReason;
 
 /// Waits for both the drop of the handler future and the token firing with
@@ -179,7 +179,7 @@ async fn legacy_request_is_not_cancelled_by_disconnect_by_default() {
 #[tokio::test]
 async fn legacy_request_cancelled_on_disconnect_when_configured() {
     let (addr, _tools, mut events) = serve_tools(Proto::H1, |s| {
-        s.legacy_requests(LegacyRequests::ServeCancelOnDisconnect)
+        s.stateful_requests(StatefulRequests::ServeCancelOnDisconnect)
     })
     .await;
     let stream = raw_request(addr, &legacy_call(8, "wait_release"), &legacy_headers()).await;
@@ -191,7 +191,7 @@ async fn legacy_request_cancelled_on_disconnect_when_configured() {
 #[tokio::test]
 async fn legacy_request_rejected_when_configured() {
     let (addr, _tools, _events) =
-        serve_tools(Proto::H1, |s| s.legacy_requests(LegacyRequests::Reject)).await;
+        serve_tools(Proto::H1, |s| s.stateful_requests(StatefulRequests::Reject)).await;
     let mut conn = Conn::connect(addr, Proto::H1).await;
     let res = bounded(conn.send(post(&legacy_call(9, "echo"), &legacy_headers())))
         .await

@@ -47,7 +47,7 @@ async fn a_keep_alive_of_duration_max_never_fires_and_never_panics() {
 
 use proptest::prelude::*;
 use tower::{service_fn, ServiceBuilder};
-use tower_mcp_cancel::transport::http::LegacySessions;
+use tower_mcp_cancel::transport::http::SessionLimits;
 use tower_mcp_cancel::{BoxError, McpRequest, ProgressResetLayer, TimeoutLayer};
 
 /// The extreme durations, and one ordinary one.
@@ -142,8 +142,8 @@ async fn exercise_http(s: HttpSettings) {
         .drain_grace(s.drain_grace)
         .max_body_bytes(s.body)
         .notification_queue(s.queue)
-        .legacy_sessions(
-            LegacySessions::new()
+        .stateful_sessions(
+            SessionLimits::new()
                 .max_sessions(s.sessions)
                 .idle_timeout(s.session_idle),
         )

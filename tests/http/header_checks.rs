@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
 use tower::ServiceExt;
-use tower_mcp_cancel::transport::http::{LegacySessions, ResponseBody, StreamableHttpService};
+use tower_mcp_cancel::transport::http::{ResponseBody, SessionLimits, StreamableHttpService};
 
 use crate::support::http::{modern_headers, tool_call, Tools};
 
@@ -153,7 +153,7 @@ async fn protocol_versions_quoted_in_errors_are_sanitized_and_bounded() {
 async fn repeated_session_content_type_and_origin_headers_are_refused() {
     let (tools, _events) = Tools::new();
     let ep: Endpoint = BoxCloneService::new(
-        StreamableHttpService::new(tools.service()).legacy_sessions(LegacySessions::new()),
+        StreamableHttpService::new(tools.service()).stateful_sessions(SessionLimits::new()),
     );
     let body = tool_call(1, "echo", json!({"text": "hi"}));
     for (name, first, second, want) in [

@@ -18,9 +18,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::transport::http::headers::MCP_SESSION_ID_HEADER;
 use tower_mcp_cancel::transport::http::{
-    HttpClient, LegacySessions, ServerEra, StreamableHttpService,
+    HttpClient, ServerEra, SessionLimits, StreamableHttpService,
 };
 use tower_mcp_cancel::{
     BoxError, CancelReason, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
@@ -60,7 +59,7 @@ async fn legacy_server_holding_cancels(
         }
     });
     let mcp = tower::util::BoxCloneService::new(mcp);
-    let adapter = StreamableHttpService::new(mcp).legacy_sessions(LegacySessions::new());
+    let adapter = StreamableHttpService::new(mcp).stateful_sessions(SessionLimits::new());
     let front = service_fn(move |req: Request<Incoming>| {
         let adapter = adapter.clone();
         let hold = hold.clone();
@@ -116,7 +115,7 @@ fn call(name: &str, args: Value) -> McpRequest {
 
 fn session_of(c: &HttpClient) -> String {
     match c.server_era() {
-        ServerEra::Legacy {
+        ServerEra::Stateful {
             protocol_version,
             session_id,
         } => {
@@ -135,7 +134,7 @@ async fn raw_status(addr: std::net::SocketAddr, method: http::Method, session: &
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-06-18")
-        .header(MCP_SESSION_ID_HEADER, session)
+        .header("mcp-session-id", session)
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
@@ -345,7 +344,7 @@ async fn a_modern_server_stays_modern() {
     .await
     .unwrap_err();
     assert!(err.is::<tower_mcp_cancel::jsonrpc::ErrorObject>(), "{err}");
-    assert_eq!(c.server_era(), ServerEra::Modern);
+    assert_eq!(c.server_era(), ServerEra::Stateless);
     bounded(
         c.ready()
             .await
@@ -354,7 +353,7 @@ async fn a_modern_server_stays_modern() {
     )
     .await
     .unwrap();
-    assert_eq!(c.server_era(), ServerEra::Modern);
+    assert_eq!(c.server_era(), ServerEra::Stateless);
 }
 
 /// A caller's 2026 `_meta` (protocol version, client info) is left out of
@@ -465,7 +464,7 @@ async fn only_a_400_without_a_modern_error_falls_back_to_initialize() {
         };
         assert!(refusal, "{status}: not the refusal itself: {err}");
         assert!(
-            !matches!(c.server_era(), ServerEra::Legacy { .. }),
+            !matches!(c.server_era(), ServerEra::Stateful { .. }),
             "{status}: {:?}",
             c.server_era()
         );
@@ -478,7 +477,7 @@ async fn only_a_400_without_a_modern_error_falls_back_to_initialize() {
         .await
         .unwrap();
         assert_eq!(r["content"][0]["text"], "still modern");
-        assert_eq!(c.server_era(), ServerEra::Modern, "{status}");
+        assert_eq!(c.server_era(), ServerEra::Stateless, "{status}");
         let seen = seen.lock().unwrap().clone();
         assert!(
             !seen.iter().any(|m| m == "initialize"),
@@ -507,7 +506,7 @@ async fn a_413_from_a_modern_server_is_the_calls_error() {
         err.to_string().contains("Payload Too Large"),
         "the 413 itself, not a failed initialize: {err}"
     );
-    assert!(!matches!(c.server_era(), ServerEra::Legacy { .. }));
+    assert!(!matches!(c.server_era(), ServerEra::Stateful { .. }));
     let r = bounded(
         c.ready()
             .await
@@ -517,7 +516,7 @@ async fn a_413_from_a_modern_server_is_the_calls_error() {
     .await
     .unwrap();
     assert_eq!(r["content"][0]["text"], "small");
-    assert_eq!(c.server_era(), ServerEra::Modern);
+    assert_eq!(c.server_era(), ServerEra::Stateless);
 }
 
 /// The uniqueness of ids and progress tokens among calls in flight holds in

@@ -274,10 +274,6 @@ async fn serve_returns_only_after_a_detached_legacy_handler_ended() {
 async fn past_the_default_bound_a_request_is_refused_with_503_and_detached_handlers_count() {
     // The documented default: 1024 requests at once, attached or detached.
     const BOUND: i64 = 1024;
-    assert_eq!(
-        StreamableHttpService::<()>::DEFAULT_MAX_IN_FLIGHT,
-        BOUND as usize
-    );
     let (tools, mut events) = Tools::new();
     let svc = StreamableHttpService::new(tools.service());
     for id in 0..BOUND {
@@ -364,6 +360,9 @@ async fn serve_with(server: Server, shutdown: &CancellationToken) -> std::net::S
 
 /// Reads until the server closes the connection; when that was, or `None`
 /// if it was still open after `bound`.
+/// The documented default of `Server::header_read_timeout`.
+const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 async fn closed_within(stream: &mut TcpStream, bound: Duration) -> Option<Duration> {
     let t0 = Instant::now();
     let mut buf = [0u8; 1024];
@@ -384,8 +383,8 @@ async fn a_connection_that_sends_nothing_is_closed_by_the_header_read_timeout() 
     let shutdown = CancellationToken::new();
     let addr = serve_with(Server::new(), &shutdown).await;
     let mut client = TcpStream::connect(addr).await.unwrap();
-    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
-    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+    let closed = closed_within(&mut client, 10 * DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(DEFAULT_HEADER_READ_TIMEOUT));
 }
 
 #[tokio::test(start_paused = true)]
@@ -394,8 +393,8 @@ async fn a_connection_inside_the_http2_preface_is_closed_by_the_header_read_time
     let addr = serve_with(Server::new(), &shutdown).await;
     let mut client = TcpStream::connect(addr).await.unwrap();
     client.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
-    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
-    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+    let closed = closed_within(&mut client, 10 * DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(DEFAULT_HEADER_READ_TIMEOUT));
 }
 
 #[tokio::test(start_paused = true)]
@@ -407,9 +406,9 @@ async fn a_partial_http1_head_is_closed_by_the_header_read_timeout() {
         .write_all(b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n")
         .await
         .unwrap();
-    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
+    let closed = closed_within(&mut client, 10 * DEFAULT_HEADER_READ_TIMEOUT).await;
     assert!(
-        closed.is_some_and(|t| t <= 2 * Server::DEFAULT_HEADER_READ_TIMEOUT),
+        closed.is_some_and(|t| t <= 2 * DEFAULT_HEADER_READ_TIMEOUT),
         "{closed:?}"
     );
 }
@@ -435,8 +434,8 @@ async fn an_idle_http1_keep_alive_connection_is_closed_by_the_header_read_timeou
     let addr = serve_with(Server::new(), &shutdown).await;
     let mut client = TcpStream::connect(addr).await.unwrap();
     echo_over(&mut client).await;
-    let closed = closed_within(&mut client, 10 * Server::DEFAULT_HEADER_READ_TIMEOUT).await;
-    assert_eq!(closed, Some(Server::DEFAULT_HEADER_READ_TIMEOUT));
+    let closed = closed_within(&mut client, 10 * DEFAULT_HEADER_READ_TIMEOUT).await;
+    assert_eq!(closed, Some(DEFAULT_HEADER_READ_TIMEOUT));
 }
 
 #[tokio::test(start_paused = true)]
@@ -586,8 +585,7 @@ async fn shutdown_answers_a_request_whose_body_is_still_coming_with_503() {
 
 #[tokio::test(start_paused = true)]
 async fn a_session_delete_reaches_a_detached_handler_and_gives_its_place_back() {
-    use tower_mcp_cancel::transport::http::headers::MCP_SESSION_ID_HEADER;
-    use tower_mcp_cancel::transport::http::LegacySessions;
+    use tower_mcp_cancel::transport::http::SessionLimits;
     let (tools, mut events) = Tools::new();
     let inner = tools.service();
     let mcp = service_fn(move |req: McpRequest| {
@@ -600,7 +598,7 @@ async fn a_session_delete_reaches_a_detached_handler_and_gives_its_place_back() 
         }
     });
     let svc = StreamableHttpService::new(mcp)
-        .legacy_sessions(LegacySessions::new())
+        .stateful_sessions(SessionLimits::new())
         .max_in_flight(1);
     let init = legacy_post(
         0,
@@ -610,10 +608,9 @@ async fn a_session_delete_reaches_a_detached_handler_and_gives_its_place_back() 
     );
     let res = svc.clone().oneshot(init).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    let session = res.headers()[MCP_SESSION_ID_HEADER].clone();
+    let session = res.headers()["mcp-session-id"].clone();
     let in_session = |mut req: Request<Full<Bytes>>| {
-        req.headers_mut()
-            .insert(MCP_SESSION_ID_HEADER, session.clone());
+        req.headers_mut().insert("mcp-session-id", session.clone());
         req
     };
 

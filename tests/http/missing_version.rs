@@ -1,6 +1,6 @@
 //! A request without `MCP-Protocol-Version`: rejected by default (`400`,
-//! `-32020`); with `missing_version_as_2025_03_26(true)` taken as a
-//! 2025-03-26 request, which then follows the `LegacyRequests` setting —
+//! `-32020`); with `accept_missing_version(true)` taken as a
+//! 2025-03-26 request, which then follows the `StatefulRequests` setting —
 //! served and not cancelled by a disconnect by default, cancelled when so
 //! configured, refused with `-32022` under `Reject`. A body that carries a
 //! modern `_meta` protocol version stays rejected.
@@ -12,7 +12,7 @@ use http_support::*;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tower_mcp_cancel::jsonrpc::RequestId;
-use tower_mcp_cancel::transport::http::LegacyRequests;
+use tower_mcp_cancel::transport::http::StatefulRequests;
 use tower_mcp_cancel::CancelReason;
 
 /// What a 2025-03-26 client sends: no version header, no `Mcp-Method`.
@@ -52,8 +52,7 @@ async fn without_the_option_a_missing_version_is_rejected() {
 
 #[tokio::test]
 async fn with_the_option_it_is_served_as_2025_03_26() {
-    let (addr, _tools, _events) =
-        serve_tools(Proto::H1, |s| s.missing_version_as_2025_03_26(true)).await;
+    let (addr, _tools, _events) = serve_tools(Proto::H1, |s| s.accept_missing_version(true)).await;
     let mut conn = Conn::connect(addr, Proto::H1).await;
     let (status, v) = post_json(&mut conn, &old_call(2, "echo", json!({"text": "old"}))).await;
     assert_eq!(status, 200, "{v}");
@@ -70,7 +69,7 @@ async fn with_the_option_it_is_served_as_2025_03_26() {
 #[tokio::test]
 async fn assumed_2025_requests_are_not_cancelled_by_a_disconnect_by_default() {
     let (addr, tools, mut events) =
-        serve_tools(Proto::H1, |s| s.missing_version_as_2025_03_26(true)).await;
+        serve_tools(Proto::H1, |s| s.accept_missing_version(true)).await;
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let headers = old_headers();
     let extra: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -97,8 +96,8 @@ async fn assumed_2025_requests_are_not_cancelled_by_a_disconnect_by_default() {
 async fn assumed_2025_requests_follow_the_legacy_setting() {
     // Cancelled on disconnect when configured.
     let (addr, _tools, mut events) = serve_tools(Proto::H1, |s| {
-        s.missing_version_as_2025_03_26(true)
-            .legacy_requests(LegacyRequests::ServeCancelOnDisconnect)
+        s.accept_missing_version(true)
+            .stateful_requests(StatefulRequests::ServeCancelOnDisconnect)
     })
     .await;
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -124,8 +123,8 @@ async fn assumed_2025_requests_follow_the_legacy_setting() {
 
     // Refused, as 2025-03-26, under Reject.
     let (addr, _tools, _events) = serve_tools(Proto::H1, |s| {
-        s.missing_version_as_2025_03_26(true)
-            .legacy_requests(LegacyRequests::Reject)
+        s.accept_missing_version(true)
+            .stateful_requests(StatefulRequests::Reject)
     })
     .await;
     let mut conn = Conn::connect(addr, Proto::H1).await;

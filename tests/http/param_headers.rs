@@ -149,7 +149,7 @@ async fn client_learns_from_tools_list_and_mirrors_into_headers() {
         .expect("sent again after listing the tools");
         assert_eq!(r["headers"]["mcp-param-limit"], "42", "{r}");
         assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
-        assert_eq!(fresh.param_headers().get("query").unwrap().len(), 3);
+        assert_eq!(fresh.param_headers().headers("query").unwrap().len(), 3);
         calls.store(0, Ordering::SeqCst);
 
         let mut c = builder(addr, proto)
@@ -198,7 +198,7 @@ async fn client_learns_from_tools_list_and_mirrors_into_headers() {
         assert!(about("bad_number").contains("type number"), "{w:?}");
         assert!(about("bad_items").contains("`items`"), "{w:?}");
         assert!(!w.iter().any(|l| l.contains("tool=query ")), "{w:?}");
-        assert_eq!(c.param_headers().get("query").unwrap().len(), 3);
+        assert_eq!(c.param_headers().headers("query").unwrap().len(), 3);
 
         // Now the call carries the headers: Base64 for the non-ASCII string,
         // the integer in decimal, the nested boolean.

@@ -195,3 +195,12 @@ async fn with_a_drain_grace_serve_lets_a_request_in_flight_finish() {
     assert!(text(res).await.contains("released"));
     bounded(server).await.unwrap();
 }
+
+/// The adapter hands out the MCP service it wraps: shared, mutable, and
+/// back by value.
+#[test]
+fn the_adapter_reaches_its_mcp_service() {
+    let mut adapter = StreamableHttpService::new(1u8);
+    *adapter.get_mut() += 1;
+    assert_eq!((*adapter.get_ref(), adapter.into_inner()), (2, 2));
+}

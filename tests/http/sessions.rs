@@ -1,4 +1,4 @@
-//! 2025-era sessions (`StreamableHttpService::legacy_sessions`): minted by
+//! 2025-era sessions (`StreamableHttpService::stateful_sessions`): minted by
 //! a legacy `initialize`; a session's `notifications/cancelled` drops only
 //! its own request (also in a race with the handler's end, after which
 //! nothing is written); `DELETE` cancels what is in flight; unknown,
@@ -17,8 +17,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Service, ServiceExt};
-use tower_mcp_cancel::transport::http::headers::MCP_SESSION_ID_HEADER;
-use tower_mcp_cancel::transport::http::{LegacySessions, ResponseBody, StreamableHttpService};
+use tower_mcp_cancel::transport::http::{ResponseBody, SessionLimits, StreamableHttpService};
 use tower_mcp_cancel::{BoxError, CancelReason, McpRequest};
 
 use crate::support::http::{modern_headers, tool_call, Event, Events, Tools};
@@ -27,7 +26,7 @@ type Endpoint = BoxCloneService<Request<Full<Bytes>>, Response<ResponseBody>, In
 
 /// The test tools behind an adapter with legacy sessions; `initialize` is
 /// answered as a 2025 server does.
-fn endpoint(limits: LegacySessions) -> (Endpoint, Tools, Events) {
+fn endpoint(limits: SessionLimits) -> (Endpoint, Tools, Events) {
     let (tools, events) = Tools::new();
     let inner = tools.service();
     let mcp = service_fn(move |req: McpRequest| {
@@ -43,7 +42,7 @@ fn endpoint(limits: LegacySessions) -> (Endpoint, Tools, Events) {
             inner.oneshot(req).await
         }
     });
-    let svc = StreamableHttpService::new(mcp).legacy_sessions(limits);
+    let svc = StreamableHttpService::new(mcp).stateful_sessions(limits);
     (BoxCloneService::new(svc), tools, events)
 }
 
@@ -59,7 +58,7 @@ fn request(
         .header("accept", "application/json, text/event-stream");
     if let Some(s) = session {
         b = b
-            .header(MCP_SESSION_ID_HEADER, s)
+            .header("mcp-session-id", s)
             .header("mcp-protocol-version", "2025-11-25");
     }
     let body = body
@@ -97,7 +96,7 @@ async fn send(ep: &Endpoint, req: Request<Full<Bytes>>) -> (u16, Option<String>,
     let status = res.status().as_u16();
     let session = res
         .headers()
-        .get(MCP_SESSION_ID_HEADER)
+        .get("mcp-session-id")
         .map(|v| v.to_str().unwrap().to_owned());
     (status, session, body(res).await)
 }
@@ -138,7 +137,7 @@ async fn started(events: &mut Events, id: i64) {
 
 #[tokio::test]
 async fn initialize_mints_a_random_visible_ascii_session_id() {
-    let (ep, _tools, _events) = endpoint(LegacySessions::new());
+    let (ep, _tools, _events) = endpoint(SessionLimits::new());
     let a = open(&ep).await;
     let b = open(&ep).await;
     assert_ne!(a, b);
@@ -157,7 +156,7 @@ async fn a_failed_initialize_keeps_no_session() {
     // The plain test tools answer initialize with -32601.
     let (tools, _events) = Tools::new();
     let ep = StreamableHttpService::new(tools.service())
-        .legacy_sessions(LegacySessions::new().max_sessions(1));
+        .stateful_sessions(SessionLimits::new().max_sessions(1));
     let ep = BoxCloneService::new(ep);
     for _ in 0..3 {
         let (status, session, _) = send(&ep, post(&initialize(0), None)).await;
@@ -168,7 +167,7 @@ async fn a_failed_initialize_keeps_no_session() {
 
 #[tokio::test]
 async fn a_cancel_drops_only_the_request_of_its_own_session() {
-    let (ep, tools, mut events) = endpoint(LegacySessions::new());
+    let (ep, tools, mut events) = endpoint(SessionLimits::new());
     let a = open(&ep).await;
     let b = open(&ep).await;
     let call_a = start(&ep, post(&legacy_call(1, "hang"), Some(&a)));
@@ -218,7 +217,7 @@ async fn a_cancel_drops_only_the_request_of_its_own_session() {
 /// The same id in two sessions: each session's cancel reaches its own.
 #[tokio::test]
 async fn ids_are_per_session() {
-    let (ep, _tools, mut events) = endpoint(LegacySessions::new());
+    let (ep, _tools, mut events) = endpoint(SessionLimits::new());
     let a = open(&ep).await;
     let b = open(&ep).await;
     let call_a = start(&ep, post(&legacy_call(7, "hang"), Some(&a)));
@@ -242,7 +241,7 @@ async fn ids_are_per_session() {
 /// means nothing is written; a cancel after the end changes nothing.
 #[tokio::test]
 async fn a_cancel_racing_the_end_never_writes_after_it() {
-    let (ep, tools, mut events) = endpoint(LegacySessions::new());
+    let (ep, tools, mut events) = endpoint(SessionLimits::new());
     let s = open(&ep).await;
 
     // The handler's result is ready and the cancel lands before the
@@ -272,7 +271,7 @@ async fn a_cancel_racing_the_end_never_writes_after_it() {
 
 #[tokio::test]
 async fn delete_ends_the_session_and_cancels_its_work() {
-    let (ep, tools, mut events) = endpoint(LegacySessions::new());
+    let (ep, tools, mut events) = endpoint(SessionLimits::new());
     let s = open(&ep).await;
     let call = start(&ep, post(&legacy_call(3, "hang"), Some(&s)));
     started(&mut events, 3).await;
@@ -307,7 +306,7 @@ async fn delete_ends_the_session_and_cancels_its_work() {
 /// but the session can: the detached call stays registered.
 #[tokio::test]
 async fn a_disconnect_detaches_and_the_session_can_still_cancel() {
-    let (ep, _tools, mut events) = endpoint(LegacySessions::new());
+    let (ep, _tools, mut events) = endpoint(SessionLimits::new());
     let s = open(&ep).await;
     let call = start(&ep, post(&legacy_call(5, "hang"), Some(&s)));
     started(&mut events, 5).await;
@@ -322,7 +321,7 @@ async fn a_disconnect_detaches_and_the_session_can_still_cancel() {
 #[tokio::test(start_paused = true)]
 async fn unknown_and_expired_sessions_get_404() {
     let (ep, _tools, _events) =
-        endpoint(LegacySessions::new().idle_timeout(Duration::from_secs(60)));
+        endpoint(SessionLimits::new().idle_timeout(Duration::from_secs(60)));
     let unknown = "0".repeat(64);
     let (status, _, text) = send(&ep, post(&legacy_call(1, "echo"), Some(&unknown))).await;
     assert_eq!(status, 404, "{text}");
@@ -341,7 +340,7 @@ async fn unknown_and_expired_sessions_get_404() {
 #[tokio::test(start_paused = true)]
 async fn at_the_bound_initialize_is_refused_and_no_live_session_is_evicted() {
     let (ep, _tools, _events) = endpoint(
-        LegacySessions::new()
+        SessionLimits::new()
             .max_sessions(2)
             .idle_timeout(Duration::from_secs(60)),
     );
@@ -373,14 +372,14 @@ async fn at_the_bound_initialize_is_refused_and_no_live_session_is_evicted() {
 /// and their cancellation is their disconnect.
 #[tokio::test]
 async fn modern_requests_stay_stateless() {
-    let (ep, tools, mut events) = endpoint(LegacySessions::new());
+    let (ep, tools, mut events) = endpoint(SessionLimits::new());
     let s = open(&ep).await;
     let mut req = post(&tool_call(1, "echo", json!({"text": "hi"})), None);
     for (k, v) in modern_headers("echo") {
         req.headers_mut().insert(k, v.parse().unwrap());
     }
     req.headers_mut()
-        .insert(MCP_SESSION_ID_HEADER, "0".repeat(64).parse().unwrap());
+        .insert("mcp-session-id", "0".repeat(64).parse().unwrap());
     let (status, session, text) = send(&ep, req).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(session, None);
@@ -391,7 +390,7 @@ async fn modern_requests_stay_stateless() {
         req.headers_mut().insert(k, v.parse().unwrap());
     }
     req.headers_mut()
-        .insert(MCP_SESSION_ID_HEADER, s.parse().unwrap());
+        .insert("mcp-session-id", s.parse().unwrap());
     let call = start(&ep, req);
     started(&mut events, 2).await;
     send(&ep, post(&cancelled(2), Some(&s))).await;
@@ -418,7 +417,7 @@ async fn without_the_option_there_are_no_sessions() {
 /// request, served statelessly).
 #[tokio::test]
 async fn initialize_with_a_2025_version_header_opens_a_session() {
-    let (ep, _tools, _events) = endpoint(LegacySessions::new());
+    let (ep, _tools, _events) = endpoint(SessionLimits::new());
     let mut req = post(&initialize(0), None);
     req.headers_mut()
         .insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
@@ -458,7 +457,7 @@ async fn a_draining_server_refuses_new_work_but_still_serves_cancels() {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let ep = BoxCloneService::new(
         StreamableHttpService::new(mcp)
-            .legacy_sessions(LegacySessions::new())
+            .stateful_sessions(SessionLimits::new())
             .shutdown(shutdown.clone())
             .drain_grace(Duration::from_secs(3600)),
     );
@@ -486,7 +485,7 @@ async fn a_draining_server_refuses_new_work_but_still_serves_cancels() {
 /// 2025 lifecycle's own example (`-32602` "Unsupported protocol version")
 /// when the client asks for `1999-01-01`, after a notification first when
 /// it asks for `1999-01-02` (an SSE answer), and answered otherwise.
-fn picky_endpoint(limits: LegacySessions) -> Endpoint {
+fn picky_endpoint(limits: SessionLimits) -> Endpoint {
     let mcp = service_fn(|req: McpRequest| async move {
         let params: Value = req.params_as().unwrap_or_default();
         let asked = params["protocolVersion"].as_str().unwrap_or("");
@@ -507,7 +506,7 @@ fn picky_endpoint(limits: LegacySessions) -> Endpoint {
         Ok(json!({"protocolVersion": "2025-11-25", "capabilities": {},
             "serverInfo": {"name": "test", "version": "0"}}))
     });
-    BoxCloneService::new(StreamableHttpService::new(mcp).legacy_sessions(limits))
+    BoxCloneService::new(StreamableHttpService::new(mcp).stateful_sessions(limits))
 }
 
 fn initialize_asking(id: i64, version: &str) -> Value {
@@ -522,7 +521,7 @@ fn initialize_asking(id: i64, version: &str) -> Value {
 /// bound.
 #[tokio::test]
 async fn an_initialize_answered_with_an_error_mints_no_session() {
-    let ep = picky_endpoint(LegacySessions::new().max_sessions(1));
+    let ep = picky_endpoint(SessionLimits::new().max_sessions(1));
     for id in 0..3 {
         let (status, session, text) =
             send(&ep, post(&initialize_asking(id, "1999-01-01"), None)).await;
@@ -543,7 +542,7 @@ async fn an_initialize_answered_with_an_error_mints_no_session() {
 /// place and its id is unknown afterwards.
 #[tokio::test]
 async fn a_streamed_initialize_error_ends_the_session_it_named() {
-    let ep = picky_endpoint(LegacySessions::new().max_sessions(1));
+    let ep = picky_endpoint(SessionLimits::new().max_sessions(1));
     let (status, session, text) = send(&ep, post(&initialize_asking(0, "1999-01-02"), None)).await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("-32602"), "{text}");
@@ -560,7 +559,7 @@ async fn a_streamed_initialize_error_ends_the_session_it_named() {
 /// legacy sessions on, that includes `DELETE`.
 #[tokio::test]
 async fn get_is_405_with_an_allow_that_lists_every_method_served() {
-    let (ep, _tools, _events) = endpoint(LegacySessions::new());
+    let (ep, _tools, _events) = endpoint(SessionLimits::new());
     let res = ep
         .clone()
         .oneshot(request(http::Method::GET, None, None))
@@ -639,7 +638,7 @@ impl Logs {
 #[tokio::test]
 async fn a_session_cancel_logs_a_bounded_request_id() {
     let (logs, _guard) = Logs::capture();
-    let (ep, _tools, mut events) = endpoint(LegacySessions::new());
+    let (ep, _tools, mut events) = endpoint(SessionLimits::new());
     let s = open(&ep).await;
     let huge = format!("{}\u{1b}[31m\u{85}", "i\n".repeat(500_000));
     let mut call = legacy_call(0, "hang");
@@ -682,7 +681,7 @@ async fn an_initialize_dropped_before_its_answer_holds_no_place() {
         }
     });
     let ep: Endpoint = BoxCloneService::new(
-        StreamableHttpService::new(mcp).legacy_sessions(LegacySessions::new().max_sessions(1)),
+        StreamableHttpService::new(mcp).stateful_sessions(SessionLimits::new().max_sessions(1)),
     );
     let mut slow = Box::pin(
         ep.clone()

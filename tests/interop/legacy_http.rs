@@ -262,7 +262,7 @@ fn text(v: &Value) -> String {
 
 fn legacy_session(c: &HttpClient) -> String {
     match c.server_era() {
-        ServerEra::Legacy {
+        ServerEra::Stateful {
             protocol_version,
             session_id,
         } => {

@@ -12,7 +12,7 @@ use tower_mcp_cancel::test_util::{mock_stack, settle, DropProbe};
 use tower_mcp_cancel::{
     CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, Limit, McpRequest,
     ProgressLimits, ProgressObserver, ProgressResetLayer, RequestTimeout, RequestView,
-    ServiceBuilderExt, TimeoutLayer,
+    TimeoutLayer,
 };
 
 type Value = serde_json::Value;
@@ -652,7 +652,7 @@ fn cancel_stack(
     Future = impl Future<Output = Result<Value, BoxError>> + Send,
 > {
     ServiceBuilder::new()
-        .cancel_on_disconnect()
+        .layer(CancelOnDisconnectLayer::new())
         .service(service_fn(move |_r: McpRequest| never(probe.guard())))
 }
 
@@ -1144,9 +1144,9 @@ async fn full_stack_composes_in_service_builder() {
     let probe = DropProbe::default();
     let guards = probe.clone();
     let mut svc = ServiceBuilder::new()
-        .cancel_on_disconnect()
-        .mcp_timeout_layer(TimeoutLayer::new(Duration::from_secs(30)))
-        .progress_reset(Duration::from_secs(2), Duration::from_secs(60))
+        .layer(CancelOnDisconnectLayer::new())
+        .layer(TimeoutLayer::new(Duration::from_secs(30)))
+        .layer(ProgressResetLayer::new(Duration::from_secs(2)).max(Duration::from_secs(60)))
         .service(service_fn(move |r: McpRequest| {
             let g = guards.guard();
             let tap = r.progress_tap().cloned();
@@ -1168,16 +1168,16 @@ async fn full_stack_composes_in_service_builder() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn progress_reset_in_the_builder_takes_its_maximum_explicitly() {
+async fn progress_reset_in_the_builder_takes_the_maximum_set() {
     // 100 s of work with progress every second, under a 120 s tools/call
     // deadline: no hidden 10 × idle maximum cuts it at 20 s.
     let schedule: Vec<(u64, f64)> = (1..=100).map(|i| (1000, i as f64)).collect();
     let mut svc = ServiceBuilder::new()
-        .mcp_timeout_layer(
+        .layer(
             TimeoutLayer::new(Duration::from_secs(30))
                 .method("tools/call", Duration::from_secs(120)),
         )
-        .progress_reset(Duration::from_secs(2), Duration::MAX)
+        .layer(ProgressResetLayer::new(Duration::from_secs(2)).max(Duration::MAX))
         .service(progress_service(schedule.clone(), None));
     let start = Instant::now();
     svc.ready()
@@ -1189,7 +1189,7 @@ async fn progress_reset_in_the_builder_takes_its_maximum_explicitly() {
     assert_eq!(Instant::now() - start, Duration::from_secs(100));
     // The maximum given is the one enforced.
     let mut svc = ServiceBuilder::new()
-        .progress_reset(Duration::from_secs(2), Duration::from_secs(50))
+        .layer(ProgressResetLayer::new(Duration::from_secs(2)).max(Duration::from_secs(50)))
         .service(progress_service(schedule, None));
     let e = call_err(&mut svc, McpRequest::new(2, "tools/call")).await;
     assert_eq!(
@@ -1201,7 +1201,7 @@ async fn progress_reset_in_the_builder_takes_its_maximum_explicitly() {
     let schedule: Vec<(u64, f64)> = (1..=100).map(|i| (1000, i as f64)).collect();
     let layer = ProgressResetLayer::new(Duration::from_secs(2)).without_max();
     let svc = ServiceBuilder::new()
-        .progress_reset_layer(layer)
+        .layer(layer)
         .service(progress_service(schedule, None));
     svc.oneshot(McpRequest::new(3, "tools/call"))
         .await
@@ -1235,4 +1235,25 @@ async fn layers_compose_inside_an_axum_router() {
         .unwrap()
         .to_bytes();
     assert_eq!(&body[..], b"ok");
+}
+
+// ---------- inner services ----------
+
+/// Each middleware hands out the service it wraps: shared, mutable, and
+/// back by value.
+#[test]
+fn every_middleware_reaches_its_inner_service() {
+    use tower::Layer;
+
+    let mut timeout = TimeoutLayer::new(Duration::from_secs(1)).layer(1u8);
+    *timeout.get_mut() += 1;
+    assert_eq!((*timeout.get_ref(), timeout.into_inner()), (2, 2));
+
+    let mut progress = ProgressResetLayer::new(Duration::from_secs(1)).layer(1u8);
+    *progress.get_mut() += 1;
+    assert_eq!((*progress.get_ref(), progress.into_inner()), (2, 2));
+
+    let mut cancel = CancelOnDisconnectLayer::new().layer(1u8);
+    *cancel.get_mut() += 1;
+    assert_eq!((*cancel.get_ref(), cancel.into_inner()), (2, 2));
 }

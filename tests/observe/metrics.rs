@@ -7,7 +7,6 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
 use serde_json::json;
 use tower::ServiceExt;
-use tower_mcp_cancel::observe::metrics as names;
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{McpRequest, ProgressObserver};
 
@@ -112,41 +111,36 @@ async fn in_flight_outcomes_durations_and_progress_are_counted() {
     cap.started("mcp.server.request", "4").await;
     let mut totals = Totals::default();
     let s = totals.take(&snapshotter);
-    let stdio = [(names::TRANSPORT_LABEL, "stdio")];
-    assert_eq!(gauge(s, names::SERVER_IN_FLIGHT, &stdio), 1.0);
-    assert_eq!(gauge(s, names::CLIENT_IN_FLIGHT, &stdio), 1.0);
+    let stdio = [("mcp.transport", "stdio")];
+    assert_eq!(gauge(s, "mcp.server.requests.in_flight", &stdio), 1.0);
+    assert_eq!(gauge(s, "mcp.client.requests.in_flight", &stdio), 1.0);
     // Closing the connection ends it on both sides.
     client.shutdown().await.unwrap();
     served.await.unwrap().unwrap();
     hang.await.unwrap().unwrap_err();
 
     let s = totals.take(&snapshotter);
-    let by = |outcome| {
-        [
-            (names::TRANSPORT_LABEL, "stdio"),
-            (names::OUTCOME_LABEL, outcome),
-        ]
-    };
-    assert_eq!(counter(s, names::SERVER_REQUESTS, &by("completed")), 2);
-    assert_eq!(counter(s, names::SERVER_REQUESTS, &by("error")), 1);
-    assert_eq!(counter(s, names::CLIENT_REQUESTS, &by("completed")), 2);
+    let by = |outcome| [("mcp.transport", "stdio"), ("mcp.request.outcome", outcome)];
+    assert_eq!(counter(s, "mcp.server.requests", &by("completed")), 2);
+    assert_eq!(counter(s, "mcp.server.requests", &by("error")), 1);
+    assert_eq!(counter(s, "mcp.client.requests", &by("completed")), 2);
     assert_eq!(
-        counter(s, names::CLIENT_REQUESTS, &by("error")),
+        counter(s, "mcp.client.requests", &by("error")),
         2,
         "the failed call and the one the closed connection failed"
     );
     assert_eq!(
-        counter(s, names::SERVER_REQUESTS, &by("transport_closed")),
+        counter(s, "mcp.server.requests", &by("transport_closed")),
         1
     );
-    assert_eq!(gauge(s, names::SERVER_IN_FLIGHT, &stdio), 0.0);
-    assert_eq!(gauge(s, names::CLIENT_IN_FLIGHT, &stdio), 0.0);
-    let slow = histogram(s, names::SERVER_DURATION, &by("completed"));
+    assert_eq!(gauge(s, "mcp.server.requests.in_flight", &stdio), 0.0);
+    assert_eq!(gauge(s, "mcp.client.requests.in_flight", &stdio), 0.0);
+    let slow = histogram(s, "mcp.server.operation.duration", &by("completed"));
     assert_eq!(slow.len(), 2);
     assert!(
         slow.contains(&1.0),
         "the slow call took the paused clock's 1 s: {slow:?}"
     );
-    assert_eq!(counter(s, names::SERVER_PROGRESS, &[]), 2);
-    assert_eq!(counter(s, names::CLIENT_PROGRESS, &[]), 2);
+    assert_eq!(counter(s, "mcp.server.progress.notifications", &[]), 2);
+    assert_eq!(counter(s, "mcp.client.progress.notifications", &[]), 2);
 }

@@ -8,8 +8,7 @@
 
 use std::path::Path;
 
-use tower_mcp_cancel::jsonrpc::{ErrorObject, Message};
-
+#[cfg(feature = "fuzzing")]
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz/seeds")
@@ -30,8 +29,12 @@ fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
 /// Every line of every stdio seed decodes (or is refused) with one of the
 /// two codes the server answers with, and the mix of outcomes the seeds
 /// were written for is there: requests, notifications, responses, errors.
+#[cfg(feature = "fuzzing")]
 #[test]
 fn stdio_seed_lines_decode_or_are_refused() {
+    use tower_mcp_cancel::__fuzz::Message;
+    use tower_mcp_cancel::jsonrpc::ErrorObject;
+
     let (mut requests, mut notifications, mut responses, mut errors) = (0, 0, 0, 0);
     for (name, data) in seeds("stdio_framing") {
         let payload = &data[4..]; // max, capacity, 2 seed bytes

@@ -36,12 +36,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::cancel::InFlight;
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::sanitize::for_log;
 use tower_mcp_cancel::test_util::{settle, DropProbe};
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{
-    BoxError, CancelReason, Cancellation, Elapsed, InFlight, Limit, McpRequest, ProgressResetLayer,
+    BoxError, CancelReason, Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer,
 };
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 //! Only a `notifications/cancelled` whose `params` is an object with a valid
 //! `requestId` is a cancellation, on both sides of a stdio connection: the
-//! one type both decode, `jsonrpc::CancelledParams`, refuses the rest (serde's
-//! derived `Deserialize` would take the struct from an array, too).
+//! one type both decode refuses the rest (serde's derived `Deserialize` would
+//! take the struct from an array, too; its decoding is unit-tested in
+//! `src/jsonrpc/tests.rs`).
 #![cfg(feature = "stdio")]
 
 use crate::support::stdio as stdio_support;
@@ -10,7 +11,7 @@ use serde_json::{json, Value};
 use stdio_support::*;
 use tower::util::BoxCloneService;
 use tower::{service_fn, ServiceExt};
-use tower_mcp_cancel::jsonrpc::{CancelledParams, RequestId};
+use tower_mcp_cancel::jsonrpc::RequestId;
 use tower_mcp_cancel::test_util::{Event, Recorder};
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{BoxError, McpRequest};
@@ -33,25 +34,6 @@ fn malformed() -> Vec<Value> {
 
 fn cancel_line(params: &Value) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
-}
-
-#[test]
-fn cancelled_params_decode_only_from_an_object_with_a_valid_request_id() {
-    for p in malformed() {
-        assert!(
-            serde_json::from_value::<CancelledParams>(p.clone()).is_err(),
-            "{p} decoded as a cancellation"
-        );
-    }
-    // A duplicate key, which `json!` cannot write.
-    assert!(serde_json::from_str::<CancelledParams>(r#"{"requestId":1,"requestId":2}"#).is_err());
-    let ok: CancelledParams =
-        serde_json::from_value(json!({"requestId": "a", "reason": "r", "other": [1]})).unwrap();
-    assert_eq!(ok.request_id, "a".into());
-    assert_eq!(ok.reason.as_deref(), Some("r"));
-    let ok: CancelledParams = serde_json::from_value(json!({"requestId": 0})).unwrap();
-    assert_eq!(ok.request_id, 0.into());
-    assert_eq!(ok.reason, None);
 }
 
 #[tokio::test(start_paused = true)]

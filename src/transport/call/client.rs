@@ -381,6 +381,7 @@ pub(crate) fn outcome(
 /// The response future of the stdio and HTTP clients: the `result` of the
 /// response, or the error. Dropping it before it is ready cancels the
 /// request.
+#[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture {
     inner: Pin<Box<dyn Future<Output = Result<serde_json::Value, BoxError>> + Send>>,
 }

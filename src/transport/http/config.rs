@@ -14,29 +14,31 @@ use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
 use crate::transport::admission::Admission;
 
 /// The revision a request without `MCP-Protocol-Version` is taken for when
-/// [`StreamableHttpService::missing_version_as_2025_03_26`](super::StreamableHttpService::missing_version_as_2025_03_26)
+/// [`StreamableHttpService::accept_missing_version`](super::StreamableHttpService::accept_missing_version)
 /// is on.
-pub const ASSUMED_LEGACY_VERSION: &str = "2025-03-26";
+pub(crate) const ASSUMED_LEGACY_VERSION: &str = "2025-03-26";
 
 /// The default of [`StreamableHttpService::sse_after`](super::StreamableHttpService::sse_after):
 /// a handler silent for this long gets an SSE response with keep-alives
 /// instead of a JSON answer at the end.
-pub const DEFAULT_SSE_AFTER: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SSE_AFTER: Duration = Duration::from_secs(10);
 
 /// The default body limit: 4 MiB.
-pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
+const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
 const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The default bound on the requests one adapter runs at once: what the
 /// stdio server lets one connection run.
-pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 const DEFAULT_NOTIFICATION_QUEUE: usize = 32;
 /// The default of [`StreamableHttpService::body_timeout`](super::StreamableHttpService::body_timeout).
-pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the adapter does with a request from an earlier revision
-/// (`MCP-Protocol-Version: 2025-…`).
+/// What the adapter does with a request of a stateful revision
+/// (`MCP-Protocol-Version: 2025-…`, whose clients run the `initialize`
+/// handshake and for which a disconnect is not a cancellation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LegacyRequests {
+#[non_exhaustive]
+pub enum StatefulRequests {
     /// Pass it to the MCP service unchanged; a disconnect does not cancel it
     /// (the handler runs on detached, its answer discarded, until its end,
     /// a legacy session's cancel, or the shutdown after the drain grace;
@@ -57,7 +59,7 @@ pub(crate) struct Config {
     pub(crate) keep_alive: Option<Duration>,
     pub(crate) supported: Arc<[String]>,
     pub(crate) legacy_versions: Arc<[String]>,
-    pub(crate) legacy: LegacyRequests,
+    pub(crate) legacy: StatefulRequests,
     pub(crate) shutdown: Option<CancellationToken>,
     pub(crate) queue: usize,
     pub(crate) param_headers: Arc<ToolHeaderMap>,
@@ -88,7 +90,7 @@ impl Default for Config {
             keep_alive: Some(DEFAULT_KEEP_ALIVE),
             supported: Arc::new([PROTOCOL_VERSION.to_owned()]),
             legacy_versions: LEGACY_VERSIONS.iter().map(|v| v.to_string()).collect(),
-            legacy: LegacyRequests::Serve,
+            legacy: StatefulRequests::Serve,
             shutdown: None,
             queue: DEFAULT_NOTIFICATION_QUEUE,
             param_headers: Arc::new(ToolHeaderMap::new()),
@@ -119,5 +121,77 @@ impl fmt::Debug for Config {
             .field("max_in_flight", &self.in_flight.max())
             .field("running", &self.in_flight.taken())
             .finish()
+    }
+}
+
+/// SECURITY.md's table of limits states the defaults in prose: it must say
+/// what the code does.
+#[cfg(all(test, feature = "stdio"))]
+mod security_table_tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::transport::http::client::MAX_RESPONSE_BYTES;
+    use crate::transport::http::Server;
+    use crate::transport::stdio;
+
+    const SECURITY: &str = include_str!("../../../SECURITY.md");
+
+    /// The default cell of the row whose first cell starts with `limit`.
+    fn default_of(limit: &str) -> &'static str {
+        let mut rows = SECURITY
+            .lines()
+            .filter(|l| l.starts_with("| ") && l[2..].starts_with(limit));
+        let row = rows.next().unwrap_or_else(|| panic!("no row for {limit}"));
+        assert!(rows.next().is_none(), "two rows for {limit}");
+        row.split('|').nth(2).unwrap().trim()
+    }
+
+    fn mib(bytes: usize) -> String {
+        assert_eq!(bytes % (1 << 20), 0);
+        format!("{} MiB", bytes >> 20)
+    }
+
+    fn secs(d: Duration) -> String {
+        format!("{} s", d.as_secs())
+    }
+
+    #[test]
+    fn the_limits_table_states_the_defaults_of_the_code() {
+        let http = Config::default();
+        let rows = [
+            ("stdio line size", mib(stdio::DEFAULT_MAX_LINE_BYTES)),
+            (
+                "stdio writer queue",
+                format!("{} messages", stdio::DEFAULT_WRITE_QUEUE),
+            ),
+            (
+                "stdio requests in flight",
+                stdio::DEFAULT_MAX_IN_FLIGHT.to_string(),
+            ),
+            ("HTTP request body (", mib(http.max_body_bytes)),
+            ("HTTP notifications queued", http.queue.to_string()),
+            ("HTTP requests running", http.in_flight.max().to_string()),
+            (
+                "HTTP request body stall",
+                format!("{} between chunks", secs(http.body_timeout.unwrap())),
+            ),
+            (
+                "Connection without a request head",
+                secs(Server::DEFAULT_HEADER_READ_TIMEOUT),
+            ),
+            (
+                "HTTP/2 peer",
+                format!(
+                    "a ping every {}, 20 s to answer",
+                    secs(Server::DEFAULT_HTTP2_KEEP_ALIVE)
+                ),
+            ),
+            ("Peer that takes none", secs(Server::DEFAULT_WRITE_TIMEOUT)),
+            ("HTTP client JSON response body", mib(MAX_RESPONSE_BYTES)),
+        ];
+        for (limit, default) in rows {
+            assert_eq!(default_of(limit), default, "SECURITY.md, {limit}");
+        }
     }
 }

@@ -12,6 +12,7 @@ use super::body::ResponseBody;
 
 /// The response future of [`StreamableHttpService`](super::StreamableHttpService). It owns the handler
 /// future until the response head is ready; dropping it cancels the request.
+#[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture {
     inner: Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>>,
 }

@@ -11,7 +11,7 @@ use http_body::Body;
 use tokio::sync::mpsc;
 
 use super::body::ResponseBody;
-use super::config::{Config, LegacyRequests, ASSUMED_LEGACY_VERSION};
+use super::config::{Config, StatefulRequests, ASSUMED_LEGACY_VERSION};
 use super::drain::{self, ShutdownSignal};
 use super::exchange::{CallFuture, Exchange, Hold};
 use super::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
@@ -199,7 +199,7 @@ fn check_metadata(
                 &config.param_headers,
             )?;
         }
-    } else if config.legacy == LegacyRequests::Reject {
+    } else if config.legacy == StatefulRequests::Reject {
         return Err(Rejection::new(
             StatusCode::BAD_REQUEST,
             Some(raw.id.clone()),
@@ -257,7 +257,7 @@ fn start_call<S: McpService>(
     *mcp.extensions_mut() = extensions;
 
     let cancel_on_disconnect =
-        !era.legacy || config.legacy == LegacyRequests::ServeCancelOnDisconnect;
+        !era.legacy || config.legacy == StatefulRequests::ServeCancelOnDisconnect;
     tracing::debug!(request_id = %id, method = ?mcp.method(), legacy = era.legacy, assumed_version = era.assumed, session = joined.is_some(), "MCP request over HTTP");
     let call = call::run(
         inner,

@@ -1,28 +1,20 @@
-//! The HTTP header names of the MCP transport, one constant each, and the
-//! Base64 sentinel encoding of header values (`Mcp-Name`, `Mcp-Param-*`).
-//!
-//! ```
-//! use tower_mcp_cancel::transport::http::headers::{decode_header_value, encode_header_value};
-//!
-//! // Values that are not plain visible ASCII travel Base64-encoded.
-//! assert_eq!(encode_header_value("get_weather"), "get_weather");
-//! assert_eq!(encode_header_value("Hello, 世界"), "=?base64?SGVsbG8sIOS4lueVjA==?=");
-//! assert_eq!(decode_header_value("=?base64?SGVsbG8sIOS4lueVjA==?=").unwrap(), "Hello, 世界");
-//! ```
+//! The HTTP header names of the MCP transport and the Base64 sentinel
+//! encoding of header values (`Mcp-Name`, `Mcp-Param-*`): values that are
+//! not plain visible ASCII travel Base64-encoded.
 
 use base64::Engine as _;
 
 /// The `MCP-Protocol-Version` request header.
-pub const MCP_PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+pub(crate) const MCP_PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 /// The `Mcp-Session-Id` header of the 2025-era transport: minted by the
 /// server on `initialize`, sent back by the client on every later request
-/// (see [`LegacySessions`](super::LegacySessions)).
-pub const MCP_SESSION_ID_HEADER: &str = "mcp-session-id";
+/// (see [`SessionLimits`](super::SessionLimits)).
+pub(crate) const MCP_SESSION_ID_HEADER: &str = "mcp-session-id";
 /// The `Mcp-Name` request header (`tools/call`, `resources/read`, `prompts/get`).
-pub const MCP_NAME_HEADER: &str = "mcp-name";
+pub(crate) const MCP_NAME_HEADER: &str = "mcp-name";
 /// The prefix of the `Mcp-Param-{Name}` headers, as the spec writes it.
-pub const MCP_PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
-pub use crate::protocol::MCP_METHOD_HEADER;
+pub(crate) const MCP_PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
+pub(crate) use crate::protocol::MCP_METHOD_HEADER;
 
 /// Asks nginx-style proxies not to buffer an SSE response.
 pub(crate) const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
@@ -33,7 +25,7 @@ const SENTINEL_SUFFIX: &str = "?=";
 /// Encodes a value for `Mcp-Name` / `Mcp-Param-*`: as-is when it is plain
 /// visible ASCII (spaces inside allowed) and not sentinel-shaped, otherwise
 /// `=?base64?…?=` of its UTF-8.
-pub fn encode_header_value(value: &str) -> String {
+pub(crate) fn encode_header_value(value: &str) -> String {
     let sentinel_shaped = value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX);
     let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
         && !value.starts_with(' ')
@@ -51,6 +43,8 @@ pub fn encode_header_value(value: &str) -> String {
 
 /// Decodes a header value that may use the Base64 sentinel encoding.
 /// `None` when the sentinel is malformed (bad Base64 or not UTF-8).
+// `pub` for the fuzz entry points (`__fuzz`).
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
 pub fn decode_header_value(value: &str) -> Option<String> {
     match value
         .strip_prefix(SENTINEL_PREFIX)
@@ -79,6 +73,15 @@ mod tests {
 
     #[test]
     fn sentinel_examples_from_the_spec() {
+        assert_eq!(encode_header_value("get_weather"), "get_weather");
+        assert_eq!(
+            encode_header_value("Hello, 世界"),
+            "=?base64?SGVsbG8sIOS4lueVjA==?="
+        );
+        assert_eq!(
+            decode_header_value("=?base64?SGVsbG8sIOS4lueVjA==?=").unwrap(),
+            "Hello, 世界"
+        );
         assert_eq!(encode_header_value("us-west1"), "us-west1");
         assert_eq!(encode_header_value(" padded "), "=?base64?IHBhZGRlZCA=?=");
         assert_eq!(

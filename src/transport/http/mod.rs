@@ -13,15 +13,13 @@
 //!   server is detected and spoken to through its `initialize` session,
 //!   where a dropped call also posts `notifications/cancelled`.
 //! * [`session`] — opt-in 2025-era sessions on the server
-//!   ([`StreamableHttpService::legacy_sessions`]): `initialize`, a session's
+//!   ([`StreamableHttpService::stateful_sessions`]): `initialize`, a session's
 //!   `notifications/cancelled` and `DELETE` cancel, bounded.
 //! * [`serve`] / [`Server`] — serving it on a `TcpListener` with the
 //!   settings a server whose clients cancel needs (HTTP/2 reset allowance,
 //!   `TCP_NODELAY`, header read timeout, graceful shutdown).
 //! * [`OriginPolicy`] — DNS-rebinding protection, also usable as a
 //!   tower-http request validator on other routes.
-//! * [`headers`] — the MCP header names and the Base64 sentinel encoding of
-//!   header values.
 //! * [`param_headers`] — `x-mcp-header` annotations of tool schemas and the
 //!   `Mcp-Param-{Name}` headers they designate ([`ToolHeaderMap`]): the client
 //!   learns them from `tools/list` and mirrors arguments, the server checks
@@ -64,7 +62,7 @@ mod drain;
 mod exchange;
 pub mod future;
 mod handle;
-pub mod headers;
+pub(crate) mod headers;
 mod origin;
 pub mod param_headers;
 mod request_body;
@@ -76,10 +74,10 @@ mod validation;
 
 pub use body::ResponseBody;
 pub use client::{ConnectErrorKind, HttpClient, HttpClientBuilder, HttpClientError, ServerEra};
-pub use config::{LegacyRequests, ASSUMED_LEGACY_VERSION, DEFAULT_SSE_AFTER};
+pub use config::StatefulRequests;
 pub use origin::OriginPolicy;
-pub use param_headers::{ParamHeaders, ToolHeaderMap};
+pub use param_headers::ToolHeaderMap;
 pub use serve::{serve, Server};
 pub use service::{StreamableHttpLayer, StreamableHttpService};
-pub use session::LegacySessions;
+pub use session::SessionLimits;
 pub use validation::Rejection;

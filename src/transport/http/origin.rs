@@ -27,6 +27,7 @@ use crate::jsonrpc::ErrorObject;
 /// request whose `Origin` is not allowed gets `403 Forbidden` with a JSON-RPC
 /// error without id, as the spec asks.
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub enum OriginPolicy {
     /// Only origins whose host is `localhost`, `127.0.0.1` or `[::1]` (any
     /// scheme and port). The default: right for a server bound to loopback.

@@ -75,8 +75,7 @@ where
 ///   small frame back while the peer delays its ACK. (`axum::serve` does not
 ///   set it.)
 /// * **HTTP/2 rapid-reset allowance**
-///   ([`DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS`](Server::DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS)
-///   = 1024). hyper counts the streams a client resets before the server
+///   (1024, [`max_pending_accept_reset_streams`](Server::max_pending_accept_reset_streams)). hyper counts the streams a client resets before the server
 ///   has accepted them and, past its default of 20, closes the whole
 ///   connection with `GOAWAY ENHANCE_YOUR_CALM "too_many_resets"`. In MCP a
 ///   reset stream *is* a cancellation, so a client cancelling a burst of
@@ -85,8 +84,7 @@ where
 ///   CVE-2023-44487 "rapid reset" attack), at five times hyper's 200
 ///   concurrent streams, the same as h2's own limit for locally reset streams.
 /// * **Header read timeout**
-///   ([`DEFAULT_HEADER_READ_TIMEOUT`](Server::DEFAULT_HEADER_READ_TIMEOUT)
-///   = 30 s): a connection that does not finish sending its request head in
+///   (30 s, [`header_read_timeout`](Server::header_read_timeout)): a connection that does not finish sending its request head in
 ///   time is closed, so a slow client cannot hold sockets — from the
 ///   accept on: a connection that sends nothing, or stops inside the
 ///   HTTP/2 preface, is closed by it too (hyper-util's auto builder reads
@@ -94,15 +92,15 @@ where
 ///   idle HTTP/1 keep-alive connection. hyper only applies it with a
 ///   timer, which `axum::serve` does not set.
 /// * **Write timeout**
-///   ([`DEFAULT_WRITE_TIMEOUT`](Server::DEFAULT_WRITE_TIMEOUT) = 60 s): a
+///   (60 s, [`write_timeout`](Server::write_timeout)): a
 ///   connection whose peer takes none of the bytes the server has to send
 ///   for that long — an SSE stream whose reader stopped reading — is
 ///   closed, which drops (cancels) its requests. A slow reader that takes
 ///   some bytes is not affected. (HTTP/2 flow control that stalls a single
 ///   stream while the connection moves is not a stalled write.)
 /// * **HTTP/2 keep-alive pings**
-///   ([`DEFAULT_HTTP2_KEEP_ALIVE`](Server::DEFAULT_HTTP2_KEEP_ALIVE) = 30 s,
-///   answered within 20 s): an HTTP/2 connection whose peer stops
+///   (every 30 s, answered within 20 s,
+///   [`http2_keep_alive`](Server::http2_keep_alive)): an HTTP/2 connection whose peer stops
 ///   answering — gone without a FIN, or holding the socket — is closed.
 /// * **Graceful shutdown through a `CancellationToken`**, the one the
 ///   crate's shutdown takes: when it fires the listener is closed, every
@@ -111,7 +109,7 @@ where
 ///   and the future returns once they have all closed — and once every
 ///   request served has ended, also a 2025-era one whose client hung up
 ///   (its handler runs on detached, see
-///   [`LegacyRequests::Serve`](super::LegacyRequests::Serve)). Give the same token
+///   [`StatefulRequests::Serve`](super::StatefulRequests::Serve)). Give the same token
 ///   to [`StreamableHttpService::shutdown`](super::StreamableHttpService::shutdown):
 ///   it cancels the MCP requests in flight (reason `Shutdown`) and gives
 ///   open `subscriptions/listen` streams their graceful result, so the
@@ -191,23 +189,24 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 impl Server {
     /// The default HTTP/1 header read timeout: 30 s (hyper's own default,
     /// which hyper only enforces when a timer is set, as here).
-    pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+    pub(crate) const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
     /// The default HTTP/2 allowance of streams reset by the client before
     /// they were accepted: 1024 (hyper's default is 20: see
     /// [`Server`]).
-    pub const DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 1024;
+    pub(crate) const DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 1024;
 
     /// The default interval of HTTP/2 keep-alive pings: 30 s (hyper sends
     /// none by default); a ping not answered within 20 s closes the
     /// connection.
-    pub const DEFAULT_HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
+    pub(crate) const DEFAULT_HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
     /// The default write timeout: 60 s without the peer taking a byte.
-    pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+    pub(crate) const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 
-    /// The defaults: `TCP_NODELAY`, a 30 s header read timeout, HTTP/2
-    /// keep-alive pings every 30 s, 1024 pending reset streams.
+    /// The defaults: `TCP_NODELAY`, a 30 s header read timeout, a 60 s
+    /// write timeout, HTTP/2 keep-alive pings every 30 s, 1024 pending
+    /// reset streams.
     pub fn new() -> Self {
         Server {
             nodelay: true,
@@ -219,17 +218,19 @@ impl Server {
     }
 
     /// Sets `TCP_NODELAY` on accepted streams (default `true`).
+    #[must_use]
     pub fn nodelay(mut self, nodelay: bool) -> Self {
         self.nodelay = nodelay;
         self
     }
 
-    /// The header read timeout; `None` disables it (default
-    /// [`DEFAULT_HEADER_READ_TIMEOUT`](Self::DEFAULT_HEADER_READ_TIMEOUT)).
+    /// The header read timeout; `None` disables it (default 30 s, hyper's
+    /// own default, which hyper only enforces when a timer is set, as here).
     /// It bounds the wait for the first bytes of a connection and for the
     /// rest of the HTTP/2 preface, then (HTTP/1) for each request head,
     /// also on an idle keep-alive connection. Any value is accepted (a
     /// huge one is "never").
+    #[must_use]
     pub fn header_read_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.header_read_timeout = timeout.map(|t| t.min(MAX_TIMER));
         self
@@ -237,26 +238,28 @@ impl Server {
 
     /// How long a connection may wait for its peer to take any of the
     /// bytes the server has to send before it is closed, cancelling its
-    /// requests; `None` waits forever (default
-    /// [`DEFAULT_WRITE_TIMEOUT`](Self::DEFAULT_WRITE_TIMEOUT)). Any value is
-    /// accepted (a huge one is "never").
+    /// requests; `None` waits forever (default 60 s). Any value is accepted
+    /// (a huge one is "never").
+    #[must_use]
     pub fn write_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.write_timeout = timeout;
         self
     }
 
     /// The interval of HTTP/2 keep-alive pings; `None` sends none (default
-    /// [`DEFAULT_HTTP2_KEEP_ALIVE`](Self::DEFAULT_HTTP2_KEEP_ALIVE)). A ping
+    /// 30 s; hyper sends none by default). A ping
     /// not answered within 20 s closes the connection. Any value is
     /// accepted (a huge one is "never").
+    #[must_use]
     pub fn http2_keep_alive(mut self, interval: Option<Duration>) -> Self {
         self.http2_keep_alive = interval.map(|t| t.min(MAX_TIMER));
         self
     }
 
     /// How many streams a client may reset before the server accepted them
-    /// before hyper closes the HTTP/2 connection (default
-    /// [`DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS`](Self::DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS)).
+    /// before hyper closes the HTTP/2 connection (default 1024; hyper's is
+    /// 20, see [`Server`]).
+    #[must_use]
     pub fn max_pending_accept_reset_streams(mut self, max: usize) -> Self {
         self.max_pending_accept_reset_streams = max;
         self

@@ -14,9 +14,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::config::{
-    Config, LegacyRequests, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
-};
+use super::config::{Config, StatefulRequests};
 use super::future::ResponseFuture;
 use super::handle;
 use super::origin::OriginPolicy;
@@ -59,7 +57,7 @@ use crate::transport::McpService;
 ///
 /// 1. `Origin` not allowed by the [`OriginPolicy`] → `403`. Not `POST` →
 ///    `405` (`GET` included: there is no GET stream; `DELETE` too unless
-///    [legacy sessions](StreamableHttpService::legacy_sessions) are on). `Accept` without both `application/json` and
+///    [legacy sessions](StreamableHttpService::stateful_sessions) are on). `Accept` without both `application/json` and
 ///    `text/event-stream` → `406`. A `Content-Type` other than JSON → `415`.
 /// 2. A body over the limit → `413` (also when a tower-http
 ///    `RequestBodyLimitLayer` outside cut it). Not JSON-RPC → `400` with the
@@ -104,7 +102,7 @@ use crate::transport::McpService;
 /// # Earlier revisions (2025-03-26 … 2025-11-25)
 ///
 /// A request without `MCP-Protocol-Version` is rejected, unless
-/// [`missing_version_as_2025_03_26`](StreamableHttpService::missing_version_as_2025_03_26)
+/// [`accept_missing_version`](StreamableHttpService::accept_missing_version)
 /// is on: it is then a 2025-03-26 request like those below.
 /// A request whose `MCP-Protocol-Version` is an earlier revision is passed to
 /// the MCP service unchanged, without the 2026 requirements (those clients
@@ -118,8 +116,8 @@ use crate::transport::McpService;
 /// cancellation, so the handler is left to run on (until its end, or the
 /// [shutdown](StreamableHttpService::shutdown) after the drain grace, as
 /// any request) and its answer is
-/// discarded. [`LegacyRequests`] changes that. Without
-/// [`legacy_sessions`](StreamableHttpService::legacy_sessions), what the
+/// discarded. [`StatefulRequests`] changes that. Without
+/// [`stateful_sessions`](StreamableHttpService::stateful_sessions), what the
 /// adapter does not do of the 2025 transport: sessions (`Mcp-Session-Id` is
 /// ignored, never minted or echoed; `DELETE` gets `405`), and
 /// `notifications/cancelled` posted by a 2025 client (answered `202` and
@@ -144,16 +142,6 @@ impl<S> fmt::Debug for StreamableHttpService<S> {
 }
 
 impl<S> StreamableHttpService<S> {
-    /// The default body limit: 4 MiB.
-    pub const DEFAULT_MAX_BODY_BYTES: usize = DEFAULT_MAX_BODY_BYTES;
-
-    /// The default of [`body_timeout`](Self::body_timeout): 30 s.
-    pub const DEFAULT_BODY_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
-
-    /// The default of [`max_in_flight`](Self::max_in_flight): 1024
-    /// requests at once (what the stdio server lets one connection run).
-    pub const DEFAULT_MAX_IN_FLIGHT: usize = DEFAULT_MAX_IN_FLIGHT;
-
     /// The adapter around `inner`, with the defaults: localhost origins only,
     /// 4 MiB bodies, keep-alive every 15 s, SSE after 10 s of silence,
     /// 2026-07-28 supported, earlier revisions served without
@@ -170,13 +158,16 @@ impl<S> StreamableHttpService<S> {
         Arc::make_mut(&mut self.config)
     }
 
-    /// Sets the `Origin` policy (DNS-rebinding protection).
+    /// Sets the `Origin` policy (DNS-rebinding protection; default
+    /// [`OriginPolicy::Localhost`]).
+    #[must_use]
     pub fn origin_policy(mut self, policy: OriginPolicy) -> Self {
         self.config_mut().origin = policy;
         self
     }
 
-    /// Sets the body size limit; larger bodies get `413`.
+    /// Sets the body size limit (default 4 MiB); larger bodies get `413`.
+    #[must_use]
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.config_mut().max_body_bytes = limit;
         self
@@ -186,22 +177,25 @@ impl<S> StreamableHttpService<S> {
     /// does not come within this time of the previous one (or of the
     /// request head) is refused with `408` and the handler is not called.
     /// A slow upload that keeps sending is not affected. `None`: no timer
-    /// (default [`DEFAULT_BODY_TIMEOUT`](Self::DEFAULT_BODY_TIMEOUT); any
-    /// value is accepted). The [shutdown token](Self::shutdown) also ends
+    /// (default 30 s; any value is accepted). The [shutdown token](Self::shutdown) also ends
     /// the wait for a body, with `503`.
+    #[must_use]
     pub fn body_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.config_mut().body_timeout = timeout;
         self
     }
 
-    /// Sets the keep-alive interval of SSE responses (`None`: no keep-alives).
+    /// Sets the keep-alive interval of SSE responses (default 15 s; `None`:
+    /// no keep-alives).
     /// Keep-alives are SSE comments: a client never counts them as progress.
+    #[must_use]
     pub fn keep_alive(mut self, interval: Option<Duration>) -> Self {
         self.config_mut().keep_alive = interval;
         self
     }
 
     /// Sets the protocol versions accepted as modern (default: `2026-07-28`).
+    #[must_use]
     pub fn supported_versions<I, V>(mut self, versions: I) -> Self
     where
         I: IntoIterator<Item = V>,
@@ -211,22 +205,25 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
-    /// Sets what happens with requests from earlier revisions.
-    pub fn legacy_requests(mut self, legacy: LegacyRequests) -> Self {
+    /// Sets what happens with requests of the stateful (2025) revisions (default
+    /// [`StatefulRequests::Serve`]).
+    #[must_use]
+    pub fn stateful_requests(mut self, legacy: StatefulRequests) -> Self {
         self.config_mut().legacy = legacy;
         self
     }
 
-    /// Treats a request without an `MCP-Protocol-Version` header as protocol
-    /// version `2025-03-26` (the spec's MAY, for clients older than
+    /// Accepts a request without an `MCP-Protocol-Version` header, as
+    /// protocol version `2025-03-26` (the spec's MAY, for clients older than
     /// 2025-06-18, which did not send it): it then follows the
-    /// [`LegacyRequests`] setting like any 2025 request. Off by default: such
+    /// [`StatefulRequests`] setting like any 2025 request. Off by default: such
     /// a request is rejected with `400` `HeaderMismatch`.
     ///
     /// A body that carries `_meta["io.modelcontextprotocol/protocolVersion"]`
     /// is not from such a client, and stays rejected: leaving the header
     /// out must not be a way around the modern header checks.
-    pub fn missing_version_as_2025_03_26(mut self, on: bool) -> Self {
+    #[must_use]
+    pub fn accept_missing_version(mut self, on: bool) -> Self {
         self.config_mut().missing_version_legacy = on;
         self
     }
@@ -242,13 +239,14 @@ impl<S> StreamableHttpService<S> {
     /// bounded by `limits` (count, idle expiry); at the bound a new
     /// `initialize` gets `503`.
     ///
-    /// A legacy request's disconnect still follows [`LegacyRequests`]
+    /// A legacy request's disconnect still follows [`StatefulRequests`]
     /// (not cancelled by default). Modern (2026-07-28) requests stay
     /// stateless: an `Mcp-Session-Id` on them is ignored.
     ///
     /// Each call creates a new, empty store, shared by the clones of this
     /// adapter (and by the services a [`StreamableHttpLayer`] made from it).
-    pub fn legacy_sessions(mut self, limits: super::LegacySessions) -> Self {
+    #[must_use]
+    pub fn stateful_sessions(mut self, limits: super::SessionLimits) -> Self {
         self.config_mut().sessions = Some(Arc::new(super::session::Sessions::new(limits)));
         self
     }
@@ -263,12 +261,13 @@ impl<S> StreamableHttpService<S> {
     /// handler's notifications and answer. Comments are never progress: a
     /// client's idle limit is not reset by them. A disconnect still cancels.
     ///
-    /// Default: 10 s ([`DEFAULT_SSE_AFTER`](super::DEFAULT_SSE_AFTER)). The spec makes clients accept
+    /// Default: 10 s. The spec makes clients accept
     /// both shapes, so the switch costs nothing to a conforming client, while
     /// common proxy idle limits are 30–60 s: the first bytes at 10 s and then
     /// every 15 s stay well inside them. What changes for a slow handler is
     /// that its answer comes with status `200` inside the stream even when it
     /// is an error (e.g. `-32601`, which is `404` as JSON).
+    #[must_use]
     pub fn sse_after(mut self, delay: Option<Duration>) -> Self {
         self.config_mut().sse_after = delay;
         self
@@ -280,6 +279,7 @@ impl<S> StreamableHttpService<S> {
     /// decoding (integers numerically), or the request is rejected with
     /// `400` `HeaderMismatch` naming the header. Other `Mcp-Param-*` headers
     /// are ignored, and so are calls of tools not in the map.
+    #[must_use]
     pub fn param_headers(mut self, tools: ToolHeaderMap) -> Self {
         self.config_mut().param_headers = Arc::new(tools);
         self
@@ -288,6 +288,7 @@ impl<S> StreamableHttpService<S> {
     /// Adds one tool's `inputSchema` to the [`param_headers`](Self::param_headers)
     /// map. An invalid annotation is logged (`warn`) and the tool left out —
     /// conforming clients do not list it either.
+    #[must_use]
     pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
         let map = Arc::make_mut(&mut self.config_mut().param_headers);
         if let Err(e) = map.insert(tool, input_schema) {
@@ -299,6 +300,7 @@ impl<S> StreamableHttpService<S> {
     /// Sets the [`param_headers`](Self::param_headers) map from the server's
     /// `tools/list` result (`{"tools": [...]}`) or a bare array of tool
     /// definitions; invalid tools are logged (`warn`) and left out.
+    #[must_use]
     pub fn tools(self, tools: &serde_json::Value) -> Self {
         let (map, rejected) = ToolHeaderMap::from_tools(tools);
         for r in rejected {
@@ -317,15 +319,15 @@ impl<S> StreamableHttpService<S> {
     /// their handler being called. Fire the same token as axum's
     /// `with_graceful_shutdown` signal (or hyper-util's graceful shutdown) so
     /// the server returns as soon as those responses are out.
+    #[must_use]
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
         self.config_mut().shutdown = Some(token);
         self
     }
 
     /// How long requests in flight may go on once the
-    /// [shutdown token](Self::shutdown) fired (default
-    /// [`DEFAULT_DRAIN_GRACE`](crate::transport::DEFAULT_DRAIN_GRACE): none,
-    /// they are cancelled at once).
+    /// [shutdown token](Self::shutdown) fired (default zero: none, they are
+    /// cancelled at once).
     ///
     /// During the grace new requests get `503`, open `subscriptions/listen`
     /// streams get their graceful result at once, and other requests may
@@ -335,17 +337,18 @@ impl<S> StreamableHttpService<S> {
     /// future dropped, token fired): `503` if no byte was sent, otherwise the
     /// SSE stream ends without an answer. With [`serve`](super::serve) on the
     /// same token, the server returns once they are all done.
+    #[must_use]
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.config_mut().drain_grace = grace;
         self
     }
 
-    /// Bounds the MCP requests this adapter runs at once (default
-    /// [`DEFAULT_MAX_IN_FLIGHT`](Self::DEFAULT_MAX_IN_FLIGHT); at least 1).
+    /// Bounds the MCP requests this adapter runs at once (default 1024,
+    /// what the stdio server lets one connection run; at least 1).
     ///
     /// Every request whose handler is called counts, from the call until
     /// its end: attached to its response, detached (a 2025-era request
-    /// whose client hung up runs on, see [`LegacyRequests::Serve`]), and
+    /// whose client hung up runs on, see [`StatefulRequests::Serve`]), and
     /// open `subscriptions/listen` streams. Notifications, `DELETE` and
     /// refused requests do not. A request past the bound is answered at
     /// once, without calling the handler: `503` with `Retry-After: 1` and
@@ -353,6 +356,7 @@ impl<S> StreamableHttpService<S> {
     /// requests in flight"). The count is shared by the clones of this
     /// adapter (and by the services a [`StreamableHttpLayer`] made from
     /// it); each call of this method starts a new one.
+    #[must_use]
     pub fn max_in_flight(mut self, requests: usize) -> Self {
         self.config_mut().set_max_in_flight(requests);
         self
@@ -361,6 +365,7 @@ impl<S> StreamableHttpService<S> {
     /// Sets how many notifications a handler may queue ahead of a slow client
     /// before [`Notifier::notify`](crate::Notifier::notify) waits (default 32;
     /// at least 1, at most tokio's `Semaphore::MAX_PERMITS`).
+    #[must_use]
     pub fn notification_queue(mut self, capacity: usize) -> Self {
         self.config_mut().queue = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
@@ -369,6 +374,11 @@ impl<S> StreamableHttpService<S> {
     /// The MCP service.
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The MCP service, mutably (the adapter's settings stay as they are).
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
     }
 
     /// Consumes the adapter, returning the MCP service.

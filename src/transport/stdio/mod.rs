@@ -64,7 +64,7 @@
 //!   These errors carry the request's id when it could be read, and no id
 //!   otherwise. The connection keeps serving. Blank lines are ignored.
 //! * Requests run concurrently, each registered in the connection's
-//!   [`InFlight`](crate::InFlight) registry. The reader polls each new
+//!   [`InFlight`](crate::cancel::InFlight) registry. The reader polls each new
 //!   request once: one that is ready then is answered without a task of
 //!   its own (its answer joins those of the other requests read in the
 //!   same go, written together); one still pending goes on in its own
@@ -149,11 +149,8 @@ mod server;
 mod std_io;
 mod writer;
 
-pub use client::{
-    future, StdioClient, StdioClientBuilder, DEFAULT_CANCELLED_ID_RESERVATION,
-    DEFAULT_MAX_RESERVED_IDS, DEFAULT_SHUTDOWN_GRACE,
-};
-pub use server::{
-    serve, serve_stdio, StdioServer, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_LINE_BYTES,
-    DEFAULT_WRITE_QUEUE,
-};
+pub use client::{future, StdioClient, StdioClientBuilder};
+#[cfg(all(test, feature = "http"))]
+pub(crate) use server::DEFAULT_MAX_IN_FLIGHT;
+pub use server::{serve, serve_stdio, StdioServer};
+pub(crate) use server::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};

@@ -13,17 +13,21 @@ use super::framing::{Frame, LineReader};
 use super::schedule::{give_way, Batch, HandlerLoad, Hold, ReaderTurn};
 use super::writer::write_loop;
 use crate::cancel::CancelOutcome;
+use crate::cancel::InFlight;
 use crate::jsonrpc::{self, ErrorObject, Message, RawNotification, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::observe::Transport;
 use crate::transport::call::server::{self as call, encode_error_without_id, McpService};
-use crate::{CancelReason, InFlight};
+use crate::CancelReason;
 
 mod config;
 mod drain;
 mod request;
 
-pub use config::{StdioServer, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
+pub use config::StdioServer;
+#[cfg(all(test, feature = "http"))]
+pub(crate) use config::DEFAULT_MAX_IN_FLIGHT;
+pub(crate) use config::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
 use drain::DrainPlan;
 use request::{finish_request, last_message};
 

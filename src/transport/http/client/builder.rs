@@ -24,7 +24,7 @@ pub struct HttpClientBuilder {
     pub(super) headers: HeaderMap,
     pub(super) tools: ToolHeaderMap,
     pub(super) relist_on_mismatch: bool,
-    pub(super) legacy_fallback: bool,
+    pub(super) stateful_fallback: bool,
     pub(super) tls: TlsSettings,
 }
 
@@ -34,18 +34,21 @@ impl HttpClientBuilder {
     /// `Mcp-Param-*` headers the call carries, send it once more (the
     /// spec's SHOULD; default: on). The refused call never reached the
     /// handler, so sending it again cannot run it twice.
+    #[must_use]
     pub fn relist_on_header_mismatch(mut self, on: bool) -> Self {
         self.relist_on_mismatch = on;
         self
     }
 
-    /// Whether a server that answers the first (modern) request with
-    /// `400 Bad Request` whose body is not a recognized modern error is
-    /// spoken to in its 2025 revision: `initialize`, then its session
+    /// Whether a server that answers the first (stateless, 2026-07-28)
+    /// request with `400 Bad Request` whose body is not a recognized
+    /// 2026 error is spoken to in its stateful 2025 revision:
+    /// `initialize`, then its session
     /// (default: on; the spec's dual-era client). Off: such answers are
     /// errors. Other refusals are errors either way.
-    pub fn legacy_fallback(mut self, on: bool) -> Self {
-        self.legacy_fallback = on;
+    #[must_use]
+    pub fn stateful_fallback(mut self, on: bool) -> Self {
+        self.stateful_fallback = on;
         self
     }
 
@@ -53,6 +56,7 @@ impl HttpClientBuilder {
     /// platform's (feature `tls`): for a private CA or a self-signed test
     /// server. `SSL_CERT_FILE` does the same without code.
     #[cfg(feature = "tls")]
+    #[must_use]
     pub fn tls_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
         self.tls
             .roots
@@ -62,6 +66,7 @@ impl HttpClientBuilder {
 
     /// Speak HTTP/2 without upgrade (prior knowledge, `h2c`), one stream per
     /// request over a shared connection.
+    #[must_use]
     pub fn http2_prior_knowledge(mut self) -> Self {
         self.http2 = true;
         self
@@ -69,6 +74,7 @@ impl HttpClientBuilder {
 
     /// The protocol version sent in `MCP-Protocol-Version` and `_meta`
     /// (default `2026-07-28`).
+    #[must_use]
     pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
         self.protocol_version = version.into();
         self
@@ -76,12 +82,14 @@ impl HttpClientBuilder {
 
     /// The `io.modelcontextprotocol/clientInfo` sent with each request
     /// (default: this crate's name and version).
+    #[must_use]
     pub fn client_info(mut self, name: &str, version: &str) -> Self {
         self.client_info = Some(serde_json::json!({ "name": name, "version": version }));
         self
     }
 
     /// Sends no `clientInfo`.
+    #[must_use]
     pub fn without_client_info(mut self) -> Self {
         self.client_info = None;
         self
@@ -92,6 +100,7 @@ impl HttpClientBuilder {
     /// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`,
     /// `Mcp-Session-Id`) are not taken (logged at `warn`): a second copy
     /// of one would make the server refuse the request.
+    #[must_use]
     pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
         if transport_owned(&name) {
             tracing::warn!(header = %name, "extra header ignored: the transport writes it");
@@ -106,6 +115,7 @@ impl HttpClientBuilder {
     /// annotation is logged (`warn`) and the tool left unregistered; use
     /// [`param_headers`](Self::param_headers) with a [`ToolHeaderMap`] to
     /// see the error.
+    #[must_use]
     pub fn tool_schema(mut self, tool: &str, input_schema: &serde_json::Value) -> Self {
         if let Err(e) = self.tools.insert(tool, input_schema) {
             tracing::warn!(tool = %crate::sanitize::for_log(tool), reason = %e, "tool definition rejected: invalid x-mcp-header annotation");
@@ -115,6 +125,7 @@ impl HttpClientBuilder {
 
     /// Starts from these tools' annotations (a later `tools/list` adds to
     /// and replaces them).
+    #[must_use]
     pub fn param_headers(mut self, tools: ToolHeaderMap) -> Self {
         self.tools = tools;
         self
@@ -138,7 +149,7 @@ impl HttpClientBuilder {
                 in_flight: Arc::new(Mutex::new(Pending::new())),
                 tools: RwLock::new(self.tools),
                 relist_on_mismatch: self.relist_on_mismatch,
-                era: EraCell::new(self.legacy_fallback),
+                era: EraCell::new(self.stateful_fallback),
                 pending_cancels: Arc::new(Semaphore::new(MAX_PENDING_CANCELS)),
             }),
         }

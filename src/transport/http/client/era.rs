@@ -47,10 +47,13 @@ pub(super) const MAX_PENDING_CANCELS: usize = 64;
 pub enum ServerEra {
     /// Nothing answered yet.
     Unknown,
-    /// 2026-07-28: stateless, per-request metadata.
-    Modern,
-    /// A 2025 revision, after `initialize`.
-    Legacy {
+    /// Stateless (2026-07-28): every request carries its own metadata; a
+    /// dropped call closes its response stream.
+    Stateless,
+    /// Stateful (a 2025 revision): after the `initialize` handshake, in its
+    /// session if the server assigned one; a dropped call posts
+    /// `notifications/cancelled`.
+    Stateful {
         /// The negotiated protocol version.
         protocol_version: String,
         /// The session the server assigned, if any.
@@ -127,8 +130,8 @@ impl EraCell {
     pub(super) fn public(&self) -> ServerEra {
         match &*self.lock() {
             State::Unknown => ServerEra::Unknown,
-            State::Modern => ServerEra::Modern,
-            State::Legacy(l) => ServerEra::Legacy {
+            State::Modern => ServerEra::Stateless,
+            State::Legacy(l) => ServerEra::Stateful {
                 protocol_version: l.version.to_str().unwrap_or_default().to_owned(),
                 session_id: l
                     .session

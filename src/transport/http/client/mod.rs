@@ -104,6 +104,9 @@ mod request;
 mod response;
 mod tools;
 
+#[cfg(all(test, feature = "stdio"))]
+pub(crate) use response::MAX_RESPONSE_BYTES;
+
 pub use builder::HttpClientBuilder;
 pub use connector::ConnectErrorKind;
 pub use era::ServerEra;
@@ -227,7 +230,7 @@ impl HttpClient {
             headers: HeaderMap::new(),
             tools: ToolHeaderMap::new(),
             relist_on_mismatch: true,
-            legacy_fallback: true,
+            stateful_fallback: true,
             tls: Default::default(),
         }
     }

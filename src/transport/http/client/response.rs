@@ -20,7 +20,7 @@ use crate::error::{BoxError, Cancelled};
 use crate::jsonrpc::{Message, RequestId, CANCELLED, PROGRESS};
 use crate::transport::call::client::{outcome, route_progress, Route};
 
-const MAX_RESPONSE_BYTES: usize = 64 << 20;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// A response body that fails once more than `limit` bytes arrive without
 /// the SSE parser giving out an event (`pending` is reset at each event), so

@@ -6,7 +6,7 @@ use std::fmt;
 /// Why an `x-mcp-header` annotation (and so its tool) is invalid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum InvalidReason {
+pub(crate) enum InvalidReason {
     /// The annotation's value is not a string.
     NotAString,
     /// The annotation's value is empty.
@@ -84,8 +84,9 @@ impl InvalidParamHeader {
         &self.pointer
     }
 
-    /// Why it is invalid.
-    pub fn reason(&self) -> &InvalidReason {
+    /// Why it is invalid (its `Display` says it too).
+    #[cfg(test)]
+    pub(crate) fn reason(&self) -> &InvalidReason {
         &self.reason
     }
 }
@@ -105,7 +106,7 @@ impl std::error::Error for InvalidParamHeader {}
 
 /// An argument value that cannot be mirrored into its header.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnmirrorableValue {
+pub(crate) struct UnmirrorableValue {
     pub(super) header: String,
     pub(super) path: String,
     pub(super) why: &'static str,
@@ -127,16 +128,9 @@ impl std::error::Error for UnmirrorableValue {}
 /// (missing, different, unreadable, repeated, or mirroring a value that
 /// cannot be mirrored): the server answers `HeaderMismatch` (`-32020`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParamHeaderMismatch {
+pub(crate) struct ParamHeaderMismatch {
     pub(super) header: String,
     pub(super) message: String,
-}
-
-impl ParamHeaderMismatch {
-    /// The header concerned, as the spec writes it (`Mcp-Param-Region`).
-    pub fn header(&self) -> &str {
-        &self.header
-    }
 }
 
 impl fmt::Display for ParamHeaderMismatch {

@@ -12,11 +12,11 @@ use super::tool::ParamHeaders;
 
 /// A tool definition rejected for an invalid `x-mcp-header` annotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RejectedTool {
+pub(crate) struct RejectedTool {
     /// The tool's name (`<unnamed>` when it had none).
-    pub name: String,
+    pub(crate) name: String,
     /// Why.
-    pub error: InvalidParamHeader,
+    pub(crate) error: InvalidParamHeader,
 }
 
 /// The `x-mcp-header` annotations of a set of tools, by tool name.
@@ -63,7 +63,7 @@ impl ToolHeaderMap {
 
     /// The map of a `tools/list` result (`{"tools": [...]}`) or a bare array
     /// of tool definitions, and the tools rejected.
-    pub fn from_tools(tools: &Value) -> (Self, Vec<RejectedTool>) {
+    pub(crate) fn from_tools(tools: &Value) -> (Self, Vec<RejectedTool>) {
         let mut map = Self::new();
         let mut copy = tools.clone();
         let rejected = map.learn_tools_list(&mut copy);
@@ -74,7 +74,7 @@ impl ToolHeaderMap {
     /// array): every valid tool's annotations are recorded (replacing what
     /// was known), every invalid tool is removed from `result` and from the
     /// map, and returned. A tool without an `inputSchema` mirrors nothing.
-    pub fn learn_tools_list(&mut self, result: &mut Value) -> Vec<RejectedTool> {
+    pub(crate) fn learn_tools_list(&mut self, result: &mut Value) -> Vec<RejectedTool> {
         let list = match result {
             Value::Array(list) => list,
             Value::Object(obj) => match obj.get_mut("tools") {
@@ -106,12 +106,19 @@ impl ToolHeaderMap {
     }
 
     /// The annotations of `tool`, when known.
-    pub fn get(&self, tool: &str) -> Option<&ParamHeaders> {
+    pub(crate) fn get(&self, tool: &str) -> Option<&ParamHeaders> {
         self.tools.get(tool).map(|a| &**a)
     }
 
     pub(crate) fn get_shared(&self, tool: &str) -> Option<Arc<ParamHeaders>> {
         self.tools.get(tool).cloned()
+    }
+
+    /// The `Mcp-Param-{Name}` headers (lowercase) the arguments of `tool`
+    /// are mirrored into, when the tool is known.
+    pub fn headers(&self, tool: &str) -> Option<Vec<&str>> {
+        let params = self.tools.get(tool)?;
+        Some(params.iter().map(|p| p.header_name().as_str()).collect())
     }
 
     /// How many tools are known.

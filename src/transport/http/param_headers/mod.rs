@@ -4,15 +4,15 @@
 //! `"x-mcp-header": "Region"`; a Streamable HTTP client then sends the
 //! argument's value in `Mcp-Param-Region` (with the Base64 sentinel encoding
 //! when it is not plain ASCII), and the server checks the header against the
-//! body. [`ParamHeaders`] is what one tool's schema declares, parsed and
-//! validated against every constraint of the spec; [`ToolHeaderMap`] holds
-//! them per tool name, for [`HttpClient`](super::HttpClient) (which learns
-//! them from `tools/list`) and [`StreamableHttpService`](super::StreamableHttpService)
-//! (which is told them).
+//! body. A [`ToolHeaderMap`] holds what each tool's schema declares,
+//! parsed and validated against every constraint of the spec, for
+//! [`HttpClient`](super::HttpClient) (which learns them from `tools/list`)
+//! and [`StreamableHttpService`](super::StreamableHttpService) (which is told
+//! them); an annotation it refuses is an [`InvalidParamHeader`].
 //!
 //! ```
 //! use serde_json::json;
-//! use tower_mcp_cancel::transport::http::param_headers::{InvalidReason, ParamHeaders};
+//! use tower_mcp_cancel::transport::http::param_headers::ToolHeaderMap;
 //!
 //! let schema = json!({
 //!     "type": "object",
@@ -21,16 +21,14 @@
 //!         "query": {"type": "string"}
 //!     }
 //! });
-//! let headers = ParamHeaders::from_input_schema(&schema).unwrap();
-//! let out = headers.headers_for(Some(&json!({"region": "us-west1", "query": "SELECT 1"}))).unwrap();
-//! assert_eq!(out[0].0.as_str(), "mcp-param-region");
-//! assert_eq!(out[0].1, "us-west1");
+//! let tools = ToolHeaderMap::new().with_tool("run_query", &schema).unwrap();
+//! assert_eq!(tools.len(), 1);
 //!
 //! // An annotation under `items` (not statically reachable) invalidates the tool.
 //! let bad = json!({"type": "object", "properties": {"list": {"type": "array",
 //!     "items": {"type": "string", "x-mcp-header": "Item"}}}});
-//! let err = ParamHeaders::from_input_schema(&bad).unwrap_err();
-//! assert!(matches!(err.reason(), InvalidReason::NotStaticallyReachable { keyword } if keyword == "items"));
+//! let err = ToolHeaderMap::new().with_tool("bad", &bad).unwrap_err();
+//! assert_eq!(err.pointer(), "/properties/list/items");
 //! ```
 //!
 //! Choices where the spec leaves room, each on the strict side:
@@ -56,12 +54,12 @@ mod schema;
 mod tool;
 mod value;
 
-pub use error::{InvalidParamHeader, InvalidReason, ParamHeaderMismatch, UnmirrorableValue};
-pub use map::{RejectedTool, ToolHeaderMap};
-pub use param::{ParamHeader, ParamKind};
-pub use schema::X_MCP_HEADER;
-pub use tool::ParamHeaders;
-pub use value::MAX_SAFE_INTEGER;
+pub use error::InvalidParamHeader;
+#[cfg(test)]
+use error::InvalidReason;
+pub use map::ToolHeaderMap;
+#[cfg(test)]
+use tool::ParamHeaders;
 
 #[cfg(test)]
 mod tests;

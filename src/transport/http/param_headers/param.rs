@@ -11,7 +11,7 @@ use crate::transport::http::headers::{decode_header_value, MCP_PARAM_HEADER_PREF
 
 /// The primitive type of a mirrored parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParamKind {
+pub(crate) enum ParamKind {
     /// `"type": "string"`.
     String,
     /// `"type": "integer"`: compared numerically by the server.
@@ -22,7 +22,7 @@ pub enum ParamKind {
 
 /// One `x-mcp-header` annotation of a tool's `inputSchema`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParamHeader {
+pub(crate) struct ParamHeader {
     pub(super) name: String,
     pub(super) header: HeaderName,
     pub(super) path: Vec<String>,
@@ -31,24 +31,21 @@ pub struct ParamHeader {
 
 impl ParamHeader {
     /// The annotation's value as written (`Region`).
-    pub fn name(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The header it designates (`mcp-param-region`; header names are
     /// case-insensitive).
-    pub fn header_name(&self) -> &HeaderName {
+    pub(crate) fn header_name(&self) -> &HeaderName {
         &self.header
     }
 
     /// The chain of `properties` keys from the schema root to the property.
-    pub fn path(&self) -> &[String] {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &[String] {
         &self.path
-    }
-
-    /// The declared type.
-    pub fn kind(&self) -> ParamKind {
-        self.kind
     }
 
     /// `Mcp-Param-Region`, for messages.

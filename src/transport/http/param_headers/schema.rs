@@ -13,7 +13,7 @@ use super::param::{ParamHeader, ParamKind};
 use crate::sanitize::for_log;
 
 /// The annotation keyword.
-pub const X_MCP_HEADER: &str = "x-mcp-header";
+pub(crate) const X_MCP_HEADER: &str = "x-mcp-header";
 
 /// The annotations of `schema`, in schema order, or the first invalid one.
 pub(super) fn annotations(schema: &Value) -> Result<Vec<ParamHeader>, InvalidParamHeader> {

@@ -11,38 +11,40 @@ use super::value::header_string;
 
 /// The `x-mcp-header` annotations of one tool, validated.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ParamHeaders {
+pub(crate) struct ParamHeaders {
     params: Vec<ParamHeader>,
 }
 
 impl ParamHeaders {
     /// Parses and validates the `x-mcp-header` annotations of a tool's
     /// `inputSchema` (no annotations: an empty set).
-    pub fn from_input_schema(schema: &Value) -> Result<Self, InvalidParamHeader> {
+    pub(crate) fn from_input_schema(schema: &Value) -> Result<Self, InvalidParamHeader> {
         Ok(Self {
             params: schema::annotations(schema)?,
         })
     }
 
     /// The annotations.
-    pub fn iter(&self) -> impl Iterator<Item = &ParamHeader> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &ParamHeader> {
         self.params.iter()
     }
 
     /// How many annotations.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.params.len()
     }
 
     /// Whether the tool mirrors nothing.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.params.is_empty()
     }
 
     /// The client side: the `Mcp-Param-*` headers for a call with these
     /// `arguments`, one per annotated parameter with a present, non-null
     /// value, encoded per the spec (Base64 sentinel when needed).
-    pub fn headers_for(
+    pub(crate) fn headers_for(
         &self,
         arguments: Option<&Value>,
     ) -> Result<Vec<(HeaderName, HeaderValue)>, UnmirrorableValue> {
@@ -70,7 +72,7 @@ impl ParamHeaders {
     /// the body `arguments`. The error names the header; the server answers
     /// it with `HeaderMismatch`. Headers of parameters this tool does not
     /// annotate are ignored.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         headers: &HeaderMap,
         arguments: Option<&Value>,

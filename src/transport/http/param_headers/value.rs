@@ -7,7 +7,7 @@ use crate::transport::http::headers::encode_header_value;
 
 /// The largest integer a mirrored parameter may carry (2<sup>53</sup>−1);
 /// the smallest is its negation.
-pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+pub(crate) const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 
 /// A value's header form, by its JSON type; `Ok(None)` for `null`.
 pub(super) fn header_string(value: &Value) -> Result<Option<String>, &'static str> {

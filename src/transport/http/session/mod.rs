@@ -1,6 +1,6 @@
 //! Sessions of the 2025-era Streamable HTTP transport (revisions
 //! 2025-03-26 … 2025-11-25), kept only as far as cancellation needs them:
-//! opt in with [`StreamableHttpService::legacy_sessions`](super::StreamableHttpService::legacy_sessions).
+//! opt in with [`StreamableHttpService::stateful_sessions`](super::StreamableHttpService::stateful_sessions).
 //!
 //! * `initialize` from a 2025-era client (no `MCP-Protocol-Version` header,
 //!   or a 2025 one; no modern `_meta`) mints a session: a random
@@ -20,8 +20,8 @@
 //!   initializes again, as that revision says).
 //!
 //! The store belongs to one adapter (its clones share it): nothing is
-//! process-wide. It is bounded: at most [`LegacySessions::max_sessions`]
-//! sessions, each ending after [`LegacySessions::idle_timeout`] without a
+//! process-wide. It is bounded: at most [`SessionLimits::max_sessions`]
+//! sessions, each ending after [`SessionLimits::idle_timeout`] without a
 //! request and with nothing in flight. At the bound, expired sessions are
 //! swept first; if all are live, the new `initialize` is refused with `503`
 //! and a JSON-RPC error saying so — a live session is never evicted to make
@@ -30,12 +30,12 @@
 //! ```
 //! use std::time::Duration;
 //! use tower::service_fn;
-//! use tower_mcp_cancel::transport::http::{LegacySessions, StreamableHttpService};
+//! use tower_mcp_cancel::transport::http::{SessionLimits, StreamableHttpService};
 //! use tower_mcp_cancel::{BoxError, McpRequest};
 //!
 //! let mcp = service_fn(|_req: McpRequest| async { Ok::<_, BoxError>(serde_json::json!({})) });
-//! let endpoint = StreamableHttpService::new(mcp).legacy_sessions(
-//!     LegacySessions::new()
+//! let endpoint = StreamableHttpService::new(mcp).stateful_sessions(
+//!     SessionLimits::new()
 //!         .max_sessions(1_000)
 //!         .idle_timeout(Duration::from_secs(600)),
 //! );
@@ -49,21 +49,21 @@ use std::time::Duration;
 
 pub(crate) use store::{JoinError, Sessions};
 
-/// The default of [`LegacySessions::max_sessions`].
-pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
-/// The default of [`LegacySessions::idle_timeout`]: 30 minutes.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// The default of [`SessionLimits::max_sessions`].
+const DEFAULT_MAX_SESSIONS: usize = 10_000;
+/// The default of [`SessionLimits::idle_timeout`]: 30 minutes.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
-/// The bounds of the 2025-era sessions of a
+/// The bounds of the sessions of stateful (2025-era) clients of a
 /// [`StreamableHttpService`](super::StreamableHttpService) (see the
 /// [module docs](self)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LegacySessions {
+pub struct SessionLimits {
     pub(crate) max_sessions: usize,
     pub(crate) idle_timeout: Duration,
 }
 
-impl LegacySessions {
+impl SessionLimits {
     /// The defaults: at most 10 000 sessions, each ending after 30 minutes
     /// idle.
     pub fn new() -> Self {
@@ -73,8 +73,9 @@ impl LegacySessions {
         }
     }
 
-    /// At most this many sessions at once (at least 1); a new `initialize`
+    /// At most this many sessions at once (default 10 000; at least 1); a new `initialize`
     /// beyond it is refused with `503` unless an idle session has expired.
+    #[must_use]
     pub fn max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max.max(1);
         self
@@ -82,14 +83,15 @@ impl LegacySessions {
 
     /// A session with nothing in flight ends this long after its last
     /// request (or the end of its last call); later requests with its id
-    /// get `404`.
+    /// get `404` (default 30 minutes).
+    #[must_use]
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.idle_timeout = idle;
         self
     }
 }
 
-impl Default for LegacySessions {
+impl Default for SessionLimits {
     fn default() -> Self {
         Self::new()
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::time::Instant;
 
-use super::LegacySessions;
+use super::SessionLimits;
 use crate::cancel::{CancelOutcome, DuplicateId, InFlight, InFlightGuard};
 use crate::jsonrpc::{Method, RequestId};
 use crate::{CancelReason, Cancellation};
@@ -46,7 +46,7 @@ pub(crate) enum JoinError {
 
 /// The sessions of one adapter (shared by its clones).
 pub(crate) struct Sessions {
-    limits: LegacySessions,
+    limits: SessionLimits,
     map: Mutex<HashMap<Arc<str>, Arc<Session>>>,
 }
 
@@ -60,7 +60,7 @@ impl fmt::Debug for Sessions {
 }
 
 impl Sessions {
-    pub(crate) fn new(limits: LegacySessions) -> Self {
+    pub(crate) fn new(limits: SessionLimits) -> Self {
         Self {
             limits,
             map: Mutex::new(HashMap::new()),
@@ -252,8 +252,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn limits(max: usize, idle_secs: u64) -> LegacySessions {
-        LegacySessions::new()
+    fn limits(max: usize, idle_secs: u64) -> SessionLimits {
+        SessionLimits::new()
             .max_sessions(max)
             .idle_timeout(Duration::from_secs(idle_secs))
     }

@@ -17,25 +17,25 @@ use super::process::Handle;
 use super::reserved::Reserved;
 use super::tasks::{read_loop, write_loop};
 use super::{Shared, State, StdioClient};
-use crate::jsonrpc::RawNotification;
 use crate::transport::call::client::{Outbound, Pending};
 use crate::transport::stdio::framing::LineReader;
 use crate::transport::stdio::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
+use serde_json::value::RawValue;
 
 /// The default time a child gets to exit after its stdin was closed.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// How long by default the id of a cancelled request stays reserved while
 /// its late response may still come (see [`StdioClient`]).
-pub const DEFAULT_CANCELLED_ID_RESERVATION: Duration = Duration::from_secs(60);
+const DEFAULT_CANCELLED_ID_RESERVATION: Duration = Duration::from_secs(60);
 
 /// How many ids of cancelled requests are reserved at most by default; past
 /// it, the oldest reservation ends early (see [`StdioClient`]).
-pub const DEFAULT_MAX_RESERVED_IDS: usize = 1024;
+const DEFAULT_MAX_RESERVED_IDS: usize = 1024;
 
 /// A callback for server notifications that are not progress (log messages,
 /// `subscriptions/listen` notifications, …).
-pub(super) type NotificationSink = Arc<dyn Fn(&RawNotification) + Send + Sync>;
+pub(super) type NotificationSink = Arc<dyn Fn(&str, Option<&RawValue>) + Send + Sync>;
 
 /// Configuration of a [`StdioClient`].
 ///
@@ -46,7 +46,7 @@ pub(super) type NotificationSink = Arc<dyn Fn(&RawNotification) + Send + Sync>;
 ///     .max_line_bytes(1 << 20)
 ///     .write_queue(8)
 ///     .shutdown_grace(Duration::from_secs(1))
-///     .on_notification(|n| eprintln!("server says {}", n.method));
+///     .on_notification(|method, _params| eprintln!("server says {method}"));
 /// # let _ = builder;
 /// ```
 #[derive(Clone)]
@@ -88,14 +88,18 @@ impl Default for StdioClientBuilder {
 }
 
 impl StdioClientBuilder {
-    /// The largest incoming line accepted; longer ones are skipped.
+    /// The largest incoming line accepted (default 4 MiB; at least 1);
+    /// longer ones are skipped.
+    #[must_use]
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);
         self
     }
 
-    /// How many requests may wait for the writer (callers wait when full).
+    /// How many requests may wait for the writer (default 64; at least 1;
+    /// callers wait when full).
     /// Cancellations do not count: they are never blocked nor lost.
+    #[must_use]
     pub fn write_queue(mut self, requests: usize) -> Self {
         // A tokio channel holds at most `Semaphore::MAX_PERMITS`.
         self.write_queue = requests.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
@@ -104,7 +108,8 @@ impl StdioClientBuilder {
 
     /// How long a child process gets to exit after its stdin was closed,
     /// before it is sent SIGTERM (Unix), and again after that before it is
-    /// killed (SIGKILL), as the stdio transport asks.
+    /// killed (SIGKILL), as the stdio transport asks (default 5 s).
+    #[must_use]
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -113,9 +118,9 @@ impl StdioClientBuilder {
     /// How long the id of a request cancelled after it was written stays
     /// reserved (its late response may still come), and how many such ids
     /// are reserved at most (past that, the oldest reservation ends early).
-    /// A call with a reserved id fails at once. Default
-    /// [`DEFAULT_CANCELLED_ID_RESERVATION`], [`DEFAULT_MAX_RESERVED_IDS`];
+    /// A call with a reserved id fails at once. Default: 60 s, 1024 ids;
     /// a zero duration or count reserves nothing.
+    #[must_use]
     pub fn reserve_cancelled_ids(mut self, for_at_most: Duration, max_ids: usize) -> Self {
         self.reservation = for_at_most;
         self.max_reserved = max_ids;
@@ -129,14 +134,19 @@ impl StdioClientBuilder {
     /// off to keep a process group set on the command, or the caller's (a
     /// child that must read the terminal or change its settings needs the
     /// foreground group; the piped stdin and stdout do not).
+    #[must_use]
     pub fn own_process_group(mut self, own: bool) -> Self {
         self.own_process_group = own;
         self
     }
 
-    /// Calls `f` with every server notification other than
-    /// `notifications/progress` and `notifications/cancelled`.
-    pub fn on_notification(mut self, f: impl Fn(&RawNotification) + Send + Sync + 'static) -> Self {
+    /// Calls `f` with the method and the (undecoded) params of every server
+    /// notification other than `notifications/progress` and
+    /// `notifications/cancelled`.
+    pub fn on_notification(
+        mut self,
+        f: impl Fn(&str, Option<&RawValue>) + Send + Sync + 'static,
+    ) -> Self {
         self.sink = Some(Arc::new(f));
         self
     }

@@ -35,10 +35,7 @@ mod reserved;
 mod tasks;
 
 use builder::NotificationSink;
-pub use builder::{
-    StdioClientBuilder, DEFAULT_CANCELLED_ID_RESERVATION, DEFAULT_MAX_RESERVED_IDS,
-    DEFAULT_SHUTDOWN_GRACE,
-};
+pub use builder::StdioClientBuilder;
 use process::{reap, Handle};
 use reserved::Reserved;
 use tasks::{Control, Queued, ABANDONED, QUEUED};
@@ -74,10 +71,10 @@ pub mod future {
 ///   request cancelled after it was written stays reserved until its late
 ///   response arrives (which is then dropped, debug log) or, since a server
 ///   that honours the cancellation sends none, until a bounded time has
-///   passed (default [`DEFAULT_CANCELLED_ID_RESERVATION`]). A call with a
+///   passed (default 60 s). A call with a
 ///   reserved id (a caller's own id, [`McpRequest::new`]) fails at once with
 ///   an `-32600` [`ErrorObject`] and is not sent; ids the client assigns skip
-///   reserved ones. At most [`DEFAULT_MAX_RESERVED_IDS`] ids are reserved;
+///   reserved ones. At most 1024 ids (by default) are reserved;
 ///   past that the oldest reservation ends early (only a caller reusing that
 ///   very id could then be answered by its late response). Both bounds:
 ///   [`StdioClientBuilder::reserve_cancelled_ids`].

@@ -4,15 +4,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::cancel::InFlight;
 use crate::transport::DEFAULT_DRAIN_GRACE;
-use crate::InFlight;
 
 /// The default maximum size of one incoming line: 4 MiB.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 /// The default capacity of the writer queue, in messages.
-pub const DEFAULT_WRITE_QUEUE: usize = 64;
+pub(crate) const DEFAULT_WRITE_QUEUE: usize = 64;
 /// The default number of requests one connection may have in flight.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// Configuration of the stdio server driver.
 ///
@@ -39,9 +39,8 @@ impl Default for StdioServer {
 }
 
 impl StdioServer {
-    /// Defaults: lines up to [`DEFAULT_MAX_LINE_BYTES`], a writer queue of
-    /// [`DEFAULT_WRITE_QUEUE`] messages, [`DEFAULT_MAX_IN_FLIGHT`] requests
-    /// in flight, no drain grace, the
+    /// Defaults: lines up to 4 MiB, a writer queue of 64 messages, 1024
+    /// requests in flight, no drain grace, the
     /// [first poll on the reader](Self::first_poll_on_reader) on.
     pub fn new() -> Self {
         Self {
@@ -55,8 +54,10 @@ impl StdioServer {
         }
     }
 
-    /// The largest incoming line accepted; a longer one is answered with
-    /// `-32600` (no id) and skipped up to its newline.
+    /// The largest incoming line accepted (default 4 MiB; at least 1); a
+    /// longer one is answered with `-32600` (no id) and skipped up to its
+    /// newline.
+    #[must_use]
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);
         self
@@ -68,10 +69,12 @@ impl StdioServer {
         self.max_line_bytes
     }
 
-    /// How many outgoing messages may wait for the writer. When the queue is
+    /// How many outgoing messages may wait for the writer (default 64; at
+    /// least 1). When the queue is
     /// full, handlers sending progress (and the reader answering malformed
     /// lines) wait: a peer that stops reading slows the server down instead
     /// of growing its memory.
+    #[must_use]
     pub fn write_queue(mut self, messages: usize) -> Self {
         // A tokio channel holds at most `Semaphore::MAX_PERMITS`.
         self.write_queue = messages.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
@@ -79,12 +82,13 @@ impl StdioServer {
     }
 
     /// How many requests the connection may have in flight (default
-    /// [`DEFAULT_MAX_IN_FLIGHT`]). A request beyond it is answered at once
+    /// 1024; at least 1). A request beyond it is answered at once
     /// with `-32603` ("too many requests in flight") instead of being run,
     /// and reading goes on, so cancellations still get through. With the
     /// bounded writer queue this bounds what a peer that sends without
     /// reading can make the server hold: once the queue is full the reader
     /// waits to queue the next answer and stops reading.
+    #[must_use]
     pub fn max_in_flight(mut self, requests: usize) -> Self {
         self.max_in_flight = requests.max(1);
         self
@@ -94,6 +98,7 @@ impl StdioServer {
     /// fresh one, so that it can be observed from outside (its `len()` as an
     /// in-flight gauge, in tests or metrics). Ids are only meaningful within
     /// one connection: give each served connection its own registry.
+    #[must_use]
     pub fn in_flight(mut self, registry: InFlight) -> Self {
         self.registry = Some(registry);
         self
@@ -109,6 +114,7 @@ impl StdioServer {
     /// starts ends it at once. The same token can stop an HTTP endpoint
     /// ([`StreamableHttpService::shutdown`](crate::transport::http::StreamableHttpService::shutdown))
     /// and any number of connections.
+    #[must_use]
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
         self.shutdown = Some(token);
         self
@@ -116,7 +122,7 @@ impl StdioServer {
 
     /// How long requests in flight may go on when the
     /// [`shutdown`](Self::shutdown) token fires or the input ends (default
-    /// [`DEFAULT_DRAIN_GRACE`]: none, they are cancelled at once).
+    /// zero: none, they are cancelled at once).
     ///
     /// During the grace: open `subscriptions/listen` streams get their
     /// graceful result at once (they would never end on their own); other
@@ -132,6 +138,7 @@ impl StdioServer {
     /// written for them. [`serve`](Self::serve) returns as soon as nothing
     /// is in flight. A shutdown during the grace that followed the end of
     /// input ends that grace at once.
+    #[must_use]
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.drain_grace = grace;
         self
