@@ -46,32 +46,6 @@ impl ErrorObject {
         }
     }
 
-    /// The error a server answers for a failed call: an [`ErrorObject`] as
-    /// it is, an [`Elapsed`](crate::Elapsed) with its limit, a
-    /// [`Cancelled`](crate::Cancelled) nobody asked for (the handler's own,
-    /// or a layer inside the stack) as an internal error that says so,
-    /// anything else as an internal error carrying its message. The one
-    /// mapping for every transport and SDK integration.
-    #[cfg(any(
-        feature = "stdio",
-        feature = "http",
-        feature = "rmcp",
-        feature = "tower-mcp"
-    ))]
-    pub(crate) fn of_error(error: &(dyn std::error::Error + 'static)) -> Self {
-        if let Some(e) = error.downcast_ref::<ErrorObject>() {
-            return e.clone();
-        }
-        if let Some(e) = error.downcast_ref::<crate::Elapsed>() {
-            return e.to_error_object();
-        }
-        let message = match error.downcast_ref::<crate::Cancelled>() {
-            Some(c) => format!("request cancelled by the server: {}", c.reason()),
-            None => error.to_string(),
-        };
-        Self::new(Self::INTERNAL_ERROR, message)
-    }
-
     /// Attaches `data`.
     pub fn with_data(mut self, data: serde_json::Value) -> Self {
         self.data = Some(data);
