@@ -81,10 +81,12 @@ pub mod integrations;
 pub mod jsonrpc;
 pub mod notify;
 pub mod observe;
+mod policy;
 pub mod progress;
 pub mod protocol;
 pub mod request;
 pub mod sanitize;
+mod state;
 pub mod timeout;
 pub mod transport;
 

@@ -43,7 +43,6 @@
 //! per-connection [`InFlight`] registry stands beside them, for transports.
 
 mod body;
-mod cancellation;
 mod drop_reason;
 pub mod future;
 // Crate-internal too: the request lifecycle (`transport::call`) races its
@@ -55,7 +54,8 @@ mod response;
 mod service;
 
 pub use body::CancelOnDropBody;
-pub use cancellation::Cancellation;
+// Defined with the per-request state it is a handle to, below `request`.
+pub use crate::state::Cancellation;
 pub use drop_reason::{current_drop_reason, drop_with_reason, with_drop_reason};
 pub use layer::CancelOnDisconnectLayer;
 pub use registry::{CancelOutcome, DuplicateId, InFlight, InFlightGuard};

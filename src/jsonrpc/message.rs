@@ -34,7 +34,6 @@ pub struct RawNotification {
     pub params: Option<Box<RawValue>>,
 }
 
-
 /// A response as decoded from the wire.
 #[derive(Clone, Debug)]
 pub struct RawResponse {

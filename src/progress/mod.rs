@@ -59,8 +59,8 @@
 pub mod future;
 mod layer;
 mod limits;
-pub(crate) mod tap;
 
 pub use layer::{ProgressReset, ProgressResetLayer};
 pub use limits::{ProgressLimits, ProgressPolicy};
-pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};
+// Defined with the per-request state the tap is a handle to, below `request`.
+pub use crate::state::{Progress, ProgressObserver, ProgressTap, RecordOutcome};

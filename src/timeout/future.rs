@@ -109,7 +109,7 @@ where
             let enforced = this
                 .cancellation
                 .as_ref()
-                .is_some_and(|c| !c.progress().is_closed());
+                .is_some_and(|c| !c.request_state().progress_closed());
             if enforced {
                 return Poll::Pending;
             }
@@ -138,10 +138,10 @@ fn expire(reason: &CancelReason, cancellation: Option<&Cancellation>) {
     };
     tracing::debug!(
         request_id = cancellation
-            .and_then(Cancellation::request_id)
+            .and_then(|c| c.request_state().request_id())
             .map(tracing::field::display),
         method = cancellation
-            .and_then(Cancellation::method)
+            .and_then(|c| c.request_state().method())
             .map_or("", |m| m.as_str()),
         %reason,
         elapsed_ms = elapsed.after().as_millis() as u64,
