@@ -57,19 +57,30 @@
 //! # Module map
 //!
 //! Imports run one way, from the wire types up to the integrations; each
-//! rule of the spec lives in one place.
+//! rule of the spec lives in one place. The layers, bottom-up: a module
+//! imports only from the rows above its own (`python3 api/imports.py`
+//! checks that no two modules import each other, directly or through
+//! others).
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | wire | [`jsonrpc`], [`protocol`], [`sanitize`] | ids, tokens, method names, the message envelope, one-line encoding; the protocol revisions; the log sanitizer |
-//! | request | [`error`], [`request`] | [`CancelReason`], [`Elapsed`], [`Cancelled`]; [`McpRequest`], [`RequestView`], [`ExtensionMap`] |
-//! | layers | [`cancel`], [`timeout`], [`progress`], [`builder`] | [`Cancellation`] and [`CancelOnDisconnectLayer`] (guard, future, body, service, layer) and the per-connection [`InFlight`] registry; [`TimeoutLayer`] and [`ProgressResetLayer`] over one [`MethodPolicy`]; [`ProgressTap`] |
+//! | wire | [`sanitize`], [`protocol`], [`jsonrpc`] | the log sanitizer; the protocol revisions; ids, tokens, method names, the message envelope, one-line encoding |
+//! | outcomes | [`error`] | [`CancelReason`], [`Elapsed`], [`Cancelled`], and their JSON-RPC mapping |
+//! | per-request state | `state` (private) | one allocation per request behind its two handles, [`Cancellation`] (the cancel state, reason, token and waker) and [`ProgressTap`] (re-exported by [`cancel`] and [`progress`]), with what the layers keep per request: the log labels, the progress layer's limits, the one-timer hand-off between [`TimeoutLayer`] and [`ProgressResetLayer`] |
+//! | request | [`request`] | [`McpRequest`], [`RequestView`], [`ExtensionMap`] |
+//! | policy | `policy` (private) | [`MethodPolicy`], the one policy type of both timer layers (re-exported by [`timeout`]) |
+//! | cancellation layer | [`cancel`] | the drop-reason scope; [`CancelOnDisconnectLayer`] (guard, future, body, service, layer); the per-connection [`InFlight`] registry |
+//! | timer layers | [`timeout`], [`progress`] | [`TimeoutLayer`] and [`ProgressResetLayer`], which drop their inner future in [`cancel`]'s drop-reason scope |
+//! | stacking | [`builder`] | [`ServiceBuilderExt`] |
 //! | observability | [`observe`] | [`Outcome`](observe::Outcome), the span fields, the metric names (feature `metrics`); the lifecycle records them |
 //! | handler side | [`notify`] | [`RequestContext`] and [`Notifier`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the opt-in 2025-era HTTP sessions; the clients (the HTTP one dual-era) |
 //! | integrations | [`integrations`] | other SDKs' servers under the same layers (features `rmcp`, `tower-mcp`) |
-//! | tests | `test_util` (feature `test-util`) | drop probes, a handler recorder, mock stacks, `settle` |
+//!
+//! Beside them, for tests: `test_util` (feature `test-util`): drop probes, a
+//! handler recorder, mock stacks, `settle`; it imports from the request row
+//! and below.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]

@@ -36,11 +36,14 @@
 //! ```
 
 //! The files follow tower-http's `on_early_drop`, one concept each, with
-//! imports running one way: [`Cancellation`] (the state) and the drop-reason
-//! scope; the guard that fires a cancellation when dropped; the response
-//! [`future`] and the guarded body that carry it; [`GuardResponse`] (how far
-//! it reaches); the [`CancelOnDisconnect`] service; its layer. The
-//! per-connection [`InFlight`] registry stands beside them, for transports.
+//! imports running one way: the drop-reason scope; the guard that fires a
+//! cancellation when dropped; the response [`future`] and the guarded body
+//! that carry it; [`GuardResponse`] (how far it reaches); the
+//! [`CancelOnDisconnect`] service; its layer. The per-connection
+//! [`InFlight`] registry stands beside them, for transports.
+//! [`Cancellation`] itself, the cancel state, is defined below the request
+//! types (they carry it), with the rest of a request's shared state, and
+//! re-exported here.
 
 mod body;
 mod drop_reason;

@@ -13,9 +13,9 @@
 //! requests of that layer, so that a client transport can route progress to
 //! it without the caller having to ask.
 //!
-//! The tap lives in the request's [`Cancellation`](crate::Cancellation); a
-//! request that has none is given one, so that the handler's token fires
-//! when a limit does. The layer runs one timer for the idle limit, the
+//! The tap shares the request's allocation with its
+//! [`Cancellation`](crate::Cancellation); a request that has none is given
+//! one, so that the handler's token fires when a limit does. The layer runs one timer for the idle limit, the
 //! maximum, and a [`TimeoutLayer`](crate::TimeoutLayer) deadline above it
 //! (see [`timeout`](crate::timeout#one-timer-per-request)). Progress does
 //! not wake the layer: the idle deadline only moves later, so the timer is

@@ -28,7 +28,8 @@ pin_project! {
         // Fired on expiry; its id and method are what the log event names.
         cancellation: Option<Cancellation>,
         // The deadline is enforced by the progress layer below whose tap
-        // lives in `cancellation`, for as long as that tap is open.
+        // lives in the request state behind `cancellation`, for as long as
+        // that tap is open.
         handed_off: bool,
     }
 }
@@ -51,8 +52,8 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    /// A deadline that the progress layer whose tap lives in `cancellation`
-    /// took into its timer; this future arms its own only if the request
+    /// A deadline that the progress layer whose tap lives in the request
+    /// state behind `cancellation` took into its timer; this future arms its own only if the request
     /// goes on once that tap closed.
     #[inline]
     pub(crate) fn handed_off(
