@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks that imports run one way between the crate's modules.
 
-    python3 api/imports.py            # exit 1 naming each cycle, if there is one
-    python3 api/imports.py --graph    # print the edges too
+    python3 api/imports.py              # exit 1 naming each cycle, if there is one
+    python3 api/imports.py --graph      # print the edges too
+    python3 api/imports.py --self-test  # the checker on made-up crates
 
 Reads every `crate::…`, `super::…` and `self::…` path in `src/**/*.rs`
 (`use` trees included; comments and string literals skipped, so a doc
@@ -64,9 +65,9 @@ def strip(code: str) -> str:
     return "".join(out)
 
 
-def module_of(path: pathlib.Path) -> list[str]:
+def module_of(src: pathlib.Path, path: pathlib.Path) -> list[str]:
     """The module path of a source file: `src/a/b.rs` and `src/a/b/mod.rs` → [a, b]."""
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    parts = list(path.relative_to(src).with_suffix("").parts)
     if parts[-1] in ("mod", "lib"):
         parts.pop()
     return parts
@@ -225,12 +226,14 @@ def shortest_cycle(edges, start: str, group: set[str]) -> list[str]:
     return [start, start]
 
 
-def main() -> int:
-    files = sorted(SRC.rglob("*.rs"))
-    modules = {f: module_of(f) for f in files}
+def check(src: pathlib.Path, show_graph: bool = False, out=sys.stderr) -> int:
+    """0 when the modules under `src` import one way; 1, naming each cycle, if not."""
+    files = sorted(src.rglob("*.rs"))
+    modules = {f: module_of(src, f) for f in files}
     top = {m[0] for m in modules.values() if m}
     nested = {t: {m[1] for m in modules.values() if len(m) > 1 and m[0] == t} for t in NESTED}
-    reexports = root_reexports(strip((SRC / "lib.rs").read_text()))
+    lib = src / "lib.rs"
+    reexports = root_reexports(strip(lib.read_text())) if lib.exists() else {}
 
     graphs = {"top-level modules": {}, **{f"{t}::*": {} for t in NESTED}}
     for f in files:
@@ -238,32 +241,72 @@ def main() -> int:
         if not mod:
             continue
         code = strip(f.read_text())
-        src = node(mod, top, nested, reexports)
+        src_node = node(mod, top, nested, reexports)
         for line, scope, path in references(code):
             dst = node(resolve(mod + scope, path), top, nested, reexports)
             if dst is None:
                 continue
-            where = f"{f.relative_to(ROOT)}:{line}: {path}"
-            if src[0] != dst[0]:
-                graphs["top-level modules"].setdefault(src[0], {}).setdefault(dst[0], []).append(where)
-            elif src[0] in NESTED and src[1] and dst[1] and src[1] != dst[1]:
-                g = graphs[f"{src[0]}::*"]
-                g.setdefault(src[1], {}).setdefault(dst[1], []).append(where)
+            where = f"{f.relative_to(src.parent)}:{line}: {path}"
+            if src_node[0] != dst[0]:
+                graphs["top-level modules"].setdefault(src_node[0], {}).setdefault(dst[0], []).append(where)
+            elif src_node[0] in NESTED and src_node[1] and dst[1] and src_node[1] != dst[1]:
+                g = graphs[f"{src_node[0]}::*"]
+                g.setdefault(src_node[1], {}).setdefault(dst[1], []).append(where)
 
     status = 0
     for name, edges in graphs.items():
-        if "--graph" in sys.argv:
+        if show_graph:
             print(f"# {name}")
             for a in sorted(edges):
                 print(f"{a} -> {', '.join(sorted(edges[a]))}")
         for group, cycle in cycles(edges):
             status = 1
-            print(f"import cycle among {name} {{{', '.join(group)}}}, e.g. {' -> '.join(cycle)}",
-                  file=sys.stderr)
+            print(f"import cycle among {name} {{{', '.join(group)}}}, e.g. {' -> '.join(cycle)}", file=out)
             for a, b in zip(cycle, cycle[1:]):
                 for where in edges[a][b][:3]:
-                    print(f"  {a} -> {b}  {where}", file=sys.stderr)
+                    print(f"  {a} -> {b}  {where}", file=out)
     return status
+
+
+def self_test() -> int:
+    """The checker on small made-up crates: it must find each cycle, and
+    nothing where there is none."""
+    import io
+    import tempfile
+
+    cases = [
+        # (expected status, {file: text})
+        (1, {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b::X;", "b.rs": "use crate::{c, a::{Y as Z}};"}),
+        (1, {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b::X;", "b/mod.rs": "mod c;", "b/c.rs": "use super::super::a::Y;"}),
+        (1, {"lib.rs": "mod a; mod b; pub use a::Y;", "a.rs": "fn f() { crate::b::g() }", "b.rs": "fn g() -> crate::Y {}"}),
+        (1, {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b::X;", "b.rs": "#[cfg(test)] mod tests { use crate::a::*; }"}),
+        (1, {"lib.rs": "mod transport;", "transport/mod.rs": "mod http; mod stdio;",
+             "transport/http.rs": "use super::stdio::X;", "transport/stdio.rs": "use crate::transport::http::Y;"}),
+        # Doc links, comments and strings are no imports; one-way imports are fine.
+        (0, {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b::X;",
+             "b.rs": '/// [`Y`](crate::a::Y)\n// crate::a::Y\n/* crate::a::Y */ const S: &str = "crate::a::Y";'}),
+        (0, {"lib.rs": "mod transport;", "transport/mod.rs": "mod http; mod stdio;",
+             "transport/http.rs": "use super::stdio::X;", "transport/stdio.rs": "mod tests { use super::*; }"}),
+    ]
+    failed = 0
+    for k, (expected, tree) in enumerate(cases):
+        with tempfile.TemporaryDirectory() as tmp:
+            src = pathlib.Path(tmp) / "src"
+            for name, text in tree.items():
+                (src / name).parent.mkdir(parents=True, exist_ok=True)
+                (src / name).write_text(text)
+            got = check(src, out=io.StringIO())
+        if got != expected:
+            failed += 1
+            print(f"self-test case {k}: exit {got}, expected {expected}", file=sys.stderr)
+    print(f"self-test: {len(cases) - failed}/{len(cases)} cases pass")
+    return int(failed > 0)
+
+
+def main() -> int:
+    if "--self-test" in sys.argv:
+        return self_test()
+    return check(SRC, show_graph="--graph" in sys.argv)
 
 
 if __name__ == "__main__":
