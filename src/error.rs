@@ -1,20 +1,15 @@
 //! Typed outcomes: [`Elapsed`] (a limit fired), [`Cancelled`] (the request
-//! was cancelled and must not be answered) with its [`CancelReason`], and
-//! their JSON-RPC mapping.
+//! was cancelled and must not be answered) with its [`CancelReason`].
 //!
 //! These are the values every layer and transport shares, so they sit below
-//! all of them: this module imports only the wire types and the log
-//! sanitizer (the wire types import nothing from here: the mappings between
-//! the two, `ErrorObject::of_error` and `RawNotification::cancel_request`,
-//! are implemented at the end of this file).
+//! all of them, the wire types included: this module imports only the log
+//! sanitizer. Their JSON-RPC mapping ([`Elapsed::to_error_object`]) lives
+//! with the wire types, in [`jsonrpc`](crate::jsonrpc).
 
 use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use crate::jsonrpc::ErrorObject;
-#[cfg(any(feature = "stdio", feature = "http"))]
-use crate::jsonrpc::{CancelledParams, RawNotification, RequestId, CANCELLED};
 use crate::sanitize;
 
 /// The error type of the services in this crate, as in tower.
@@ -65,13 +60,6 @@ impl Elapsed {
     /// The configured duration of that limit.
     pub fn after(&self) -> Duration {
         self.after
-    }
-
-    /// The JSON-RPC error a server answers with when its own limit fires.
-    pub fn to_error_object(&self) -> ErrorObject {
-        ErrorObject::new(ErrorObject::INTERNAL_ERROR, self.to_string()).with_data(
-            serde_json::json!({ "limit": self.limit.to_string(), "afterMs": self.after.as_millis() as u64 }),
-        )
     }
 }
 
@@ -160,59 +148,3 @@ impl fmt::Display for Cancelled {
 }
 
 impl std::error::Error for Cancelled {}
-
-// The two mappings between these outcomes and the wire live here, above
-// `jsonrpc`, so that the wire types import nothing of the layers'.
-
-#[cfg(any(
-    feature = "stdio",
-    feature = "http",
-    feature = "rmcp",
-    feature = "tower-mcp"
-))]
-impl ErrorObject {
-    /// The error a server answers for a failed call: an [`ErrorObject`] as
-    /// it is, an [`Elapsed`] with its limit, a
-    /// [`Cancelled`] nobody asked for (the handler's own,
-    /// or a layer inside the stack) as an internal error that says so,
-    /// anything else as an internal error carrying its message. The one
-    /// mapping for every transport and SDK integration.
-    pub(crate) fn of_error(error: &(dyn std::error::Error + 'static)) -> ErrorObject {
-        if let Some(e) = error.downcast_ref::<ErrorObject>() {
-            return e.clone();
-        }
-        if let Some(e) = error.downcast_ref::<Elapsed>() {
-            return e.to_error_object();
-        }
-        let message = match error.downcast_ref::<Cancelled>() {
-            Some(c) => format!("request cancelled by the server: {}", c.reason()),
-            None => error.to_string(),
-        };
-        ErrorObject::new(ErrorObject::INTERNAL_ERROR, message)
-    }
-}
-
-#[cfg(any(feature = "stdio", feature = "http"))]
-impl RawNotification {
-    /// For a `notifications/cancelled`: the request it names and the peer's
-    /// reason (sanitized by [`CancelReason::peer`]).
-    /// `None` for any other notification, and for a cancel whose params are
-    /// missing or malformed (logged at debug: it changes nothing).
-    pub(crate) fn cancel_request(&self) -> Option<(RequestId, CancelReason)> {
-        if self.method != CANCELLED {
-            tracing::debug!(method = ?self.method, "notification carries no cancel: nothing to do");
-            return None;
-        }
-        let Some(params) = self.params.as_deref() else {
-            tracing::debug!("notifications/cancelled without params ignored");
-            return None;
-        };
-        match serde_json::from_str::<CancelledParams>(params.get()) {
-            Ok(p) => Some((p.request_id, CancelReason::peer(p.reason.as_deref()))),
-            Err(e) => {
-                tracing::debug!(error = %sanitize::for_log(&e.to_string()), "malformed notifications/cancelled ignored");
-                None
-            }
-        }
-    }
-}

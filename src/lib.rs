@@ -64,8 +64,9 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | wire | [`sanitize`], [`protocol`], [`jsonrpc`] | the log sanitizer; the protocol revisions; ids, tokens, method names, the message envelope, one-line encoding |
-//! | outcomes | [`error`] | [`CancelReason`], [`Elapsed`], [`Cancelled`], and their JSON-RPC mapping |
+//! | foundations | [`sanitize`], [`protocol`] | the log sanitizer; the protocol revisions |
+//! | outcomes | [`error`] | [`CancelReason`], [`Elapsed`], [`Cancelled`] |
+//! | wire | [`jsonrpc`] | ids, tokens, method names, the message envelope, one-line encoding; the outcomes' JSON-RPC mapping |
 //! | per-request state | `state` (private) | one allocation per request behind its two handles, [`Cancellation`] (the cancel state, reason, token and waker) and [`ProgressTap`] (re-exported by [`cancel`] and [`progress`]), with what the layers keep per request: the log labels, the progress layer's limits, the one-timer hand-off between [`TimeoutLayer`] and [`ProgressResetLayer`] |
 //! | request | [`request`] | [`McpRequest`], [`RequestView`], [`ExtensionMap`] |
 //! | policy | `policy` (private) | [`MethodPolicy`], the one policy type of both timer layers (re-exported by [`timeout`]) |

@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Elapsed;
+
 /// A JSON-RPC error object (`{"code", "message", "data"?}`).
 ///
 /// It is also the error a handler returns to have the transport answer with
@@ -46,6 +48,32 @@ impl ErrorObject {
         }
     }
 
+    /// The error a server answers for a failed call: an [`ErrorObject`] as
+    /// it is, an [`Elapsed`](crate::Elapsed) with its limit, a
+    /// [`Cancelled`](crate::Cancelled) nobody asked for (the handler's own,
+    /// or a layer inside the stack) as an internal error that says so,
+    /// anything else as an internal error carrying its message. The one
+    /// mapping for every transport and SDK integration.
+    #[cfg(any(
+        feature = "stdio",
+        feature = "http",
+        feature = "rmcp",
+        feature = "tower-mcp"
+    ))]
+    pub(crate) fn of_error(error: &(dyn std::error::Error + 'static)) -> Self {
+        if let Some(e) = error.downcast_ref::<ErrorObject>() {
+            return e.clone();
+        }
+        if let Some(e) = error.downcast_ref::<Elapsed>() {
+            return e.to_error_object();
+        }
+        let message = match error.downcast_ref::<crate::Cancelled>() {
+            Some(c) => format!("request cancelled by the server: {}", c.reason()),
+            None => error.to_string(),
+        };
+        Self::new(Self::INTERNAL_ERROR, message)
+    }
+
     /// Attaches `data`.
     pub fn with_data(mut self, data: serde_json::Value) -> Self {
         self.data = Some(data);
@@ -60,3 +88,14 @@ impl fmt::Display for ErrorObject {
 }
 
 impl std::error::Error for ErrorObject {}
+
+// Here rather than in `error`, so that the outcomes import nothing of the
+// wire types (the wire types map them).
+impl Elapsed {
+    /// The JSON-RPC error a server answers with when its own limit fires.
+    pub fn to_error_object(&self) -> ErrorObject {
+        ErrorObject::new(ErrorObject::INTERNAL_ERROR, self.to_string()).with_data(
+            serde_json::json!({ "limit": self.limit().to_string(), "afterMs": self.after().as_millis() as u64 }),
+        )
+    }
+}

@@ -34,6 +34,31 @@ pub struct RawNotification {
     pub params: Option<Box<RawValue>>,
 }
 
+impl RawNotification {
+    /// For a `notifications/cancelled`: the request it names and the peer's
+    /// reason (sanitized by [`CancelReason::peer`](crate::CancelReason::peer)).
+    /// `None` for any other notification, and for a cancel whose params are
+    /// missing or malformed (logged at debug: it changes nothing).
+    #[cfg(any(feature = "stdio", feature = "http"))]
+    pub(crate) fn cancel_request(&self) -> Option<(RequestId, crate::CancelReason)> {
+        if self.method != super::CANCELLED {
+            tracing::debug!(method = ?self.method, "notification carries no cancel: nothing to do");
+            return None;
+        }
+        let Some(params) = self.params.as_deref() else {
+            tracing::debug!("notifications/cancelled without params ignored");
+            return None;
+        };
+        match serde_json::from_str::<super::CancelledParams>(params.get()) {
+            Ok(p) => Some((p.request_id, crate::CancelReason::peer(p.reason.as_deref()))),
+            Err(e) => {
+                tracing::debug!(error = %crate::sanitize::for_log(&e.to_string()), "malformed notifications/cancelled ignored");
+                None
+            }
+        }
+    }
+}
+
 /// A response as decoded from the wire.
 #[derive(Clone, Debug)]
 pub struct RawResponse {
