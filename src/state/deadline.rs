@@ -20,8 +20,11 @@ use std::time::Duration;
 /// below the progress layer) is therefore still armed, and a tie is still
 /// named by the innermost limit, as with nested timers. The deadlines taken
 /// are all `Limit::Timeout` ones: a progress layer's own limits never pass
-/// through here. A progress layer inside another enforces the offered
-/// deadline too but records nothing (its tap lives elsewhere).
+/// through here. A progress layer whose tap lives elsewhere (inside
+/// another progress layer, or called again for the same request) neither
+/// takes nor enforces an offered deadline: the taker or the offering layer
+/// does, and a third timer at that instant would name a tie between the
+/// deadline and an outer layer's limit by the deadline.
 ///
 /// Plain atomics, outside the loom model too: the offers and takes of a
 /// stack called directly happen on the thread that calls it, before the

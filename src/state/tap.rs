@@ -115,7 +115,9 @@ pub(crate) struct TapRequest {
     idle: Nanos,
     max: Nanos,
     /// A `TimeoutLayer`'s limit this layer's timer enforces too
-    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered)).
+    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered));
+    /// only for the tap that lives in the request's state, the one that
+    /// [takes](super::DeadlineHandOff::take) it.
     timeout: Nanos,
     /// The request's own cancellation when the tap could not live in its
     /// state (that already held another layer's tap): an expiry fires it
@@ -284,6 +286,12 @@ impl ProgressTap {
             Err(mut config) => {
                 if let Some(r) = &mut config.request {
                     r.also = Some(cancellation.clone());
+                    // A deadline offered here is enforced by the tap that
+                    // lives in the request's state (it took it) or by the
+                    // offering layer's own timer, never by this one: it
+                    // would name a tie with an outer layer's limit by the
+                    // deadline rather than by that innermost limit.
+                    r.timeout = Nanos::of(None);
                 }
                 Self::in_new_state(request.label.clone(), config)
             }

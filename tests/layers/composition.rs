@@ -315,6 +315,25 @@ async fn a_tie_is_named_by_the_innermost_limit() {
     check(&timers, STEADY, timed_out(ms(2_000), Limit::Max, ms(2_000))).await;
 }
 
+/// A tie between a timeout and the maximum of the progress layer below
+/// it is named by that maximum with a second progress layer inside too:
+/// the inner layer, whose tap lives elsewhere, does not enforce the
+/// deadline the outer one took (it used to, and named the tie by the
+/// timeout: a case `random::any_stacking_ends_at_its_first_limit` found).
+#[tokio::test(start_paused = true)]
+async fn a_tie_over_two_progress_layers_is_named_by_the_innermost_limit() {
+    let timers = [
+        Timeout(ms(2_250)),
+        reset(ms(350), Some(ms(2_250))),
+        reset(ms(350), None),
+    ];
+    let h = Handler {
+        every: Some(ms(300)),
+        done: ms(2_300),
+    };
+    check(&timers, h, timed_out(ms(2_250), Limit::Max, ms(2_250))).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn two_timeouts_stacked_the_shorter_fires_in_either_order() {
     for timers in [
