@@ -1,16 +1,15 @@
 //! Typed outcomes: [`Elapsed`] (a limit fired), [`Cancelled`] (the request
-//! was cancelled and must not be answered) with its [`CancelReason`], and
-//! their JSON-RPC mapping.
+//! was cancelled and must not be answered) with its [`CancelReason`].
 //!
 //! These are the values every layer and transport shares, so they sit below
-//! all of them: this module imports only the wire types and the log
-//! sanitizer.
+//! all of them, the wire types included: this module imports only the log
+//! sanitizer. Their JSON-RPC mapping ([`Elapsed::to_error_object`]) lives
+//! with the wire types, in [`jsonrpc`](crate::jsonrpc).
 
 use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use crate::jsonrpc::ErrorObject;
 use crate::sanitize;
 
 /// The error type of the services in this crate, as in tower.
@@ -62,13 +61,6 @@ impl Elapsed {
     /// The configured duration of that limit.
     pub fn after(&self) -> Duration {
         self.after
-    }
-
-    /// The JSON-RPC error a server answers with when its own limit fires.
-    pub fn to_error_object(&self) -> ErrorObject {
-        ErrorObject::new(ErrorObject::INTERNAL_ERROR, self.to_string()).with_data(
-            serde_json::json!({ "limit": self.limit.to_string(), "afterMs": self.after.as_millis() as u64 }),
-        )
     }
 }
 

@@ -57,9 +57,11 @@
 //! # Module map
 //!
 //! Imports run one way, from the wire types up to the transports; each
-//! rule of the spec lives in one place. No module imports a transport, and
-//! with default features (none) the crate is the layers alone: no HTTP
-//! stack, no MCP SDK.
+//! rule of the spec lives in one place. The layers, bottom-up: a module
+//! imports only from the rows above its own (`python3 api/imports.py`
+//! checks that no two modules import each other, directly or through
+//! others). No module imports a transport, and with default features
+//! (none) the crate is the layers alone: no HTTP stack, no MCP SDK.
 //!
 //! Features: `stdio`, `http` (Streamable HTTP on hyper), `tls` (HTTPS for
 //! the HTTP client), `metrics`, `test-util`. The SDK integrations are
@@ -69,15 +71,23 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | wire | [`jsonrpc`], [`protocol`], [`sanitize`] | ids, tokens, method names, the message envelope, one-line encoding; the protocol revisions; the log sanitizer |
-//! | request | [`error`], [`request`] | [`CancelReason`], [`Elapsed`], [`Cancelled`]; [`McpRequest`], [`RequestView`], [`ExtensionMap`] |
-//! | layers | [`cancel`], [`timeout`], [`progress`] | [`Cancellation`] and [`CancelOnDisconnectLayer`] (guard, future, body, service, layer) and the per-connection [`InFlight`](cancel::InFlight) registry; [`TimeoutLayer`] and [`ProgressResetLayer`] over one [`MethodPolicy`]; [`ProgressTap`] |
+//! | foundations | [`sanitize`], [`protocol`] | the log sanitizer; the protocol revisions |
+//! | outcomes | [`error`] | [`CancelReason`], [`Elapsed`], [`Cancelled`] |
+//! | wire | [`jsonrpc`] | ids, tokens, method names, the message envelope, one-line encoding; the outcomes' JSON-RPC mapping |
+//! | per-request state | `state` (private) | one allocation per request behind its two handles, [`Cancellation`] (the cancel state, reason, token and waker) and [`ProgressTap`] (re-exported by [`cancel`] and [`progress`]), with what the layers keep per request: the log labels, the progress layer's limits, the one-timer hand-off between [`TimeoutLayer`] and [`ProgressResetLayer`] |
+//! | request | [`request`] | [`McpRequest`], [`RequestView`], [`ExtensionMap`] |
+//! | policy | `policy` (private) | [`MethodPolicy`], the one policy type of both timer layers (re-exported by [`timeout`]) |
+//! | cancellation layer | [`cancel`] | the drop-reason scope; [`CancelOnDisconnectLayer`] (guard, future, body, service, layer); the per-connection [`InFlight`](cancel::InFlight) registry |
+//! | timer layers | [`timeout`], [`progress`] | [`TimeoutLayer`] and [`ProgressResetLayer`], which drop their inner future in [`cancel`]'s drop-reason scope |
 //! | observability | [`observe`] | [`Outcome`](observe::Outcome), the span fields, the metric names (feature `metrics`); the lifecycle records them |
 //! | handler side | [`notify`] | [`RequestContext`] and [`Notifier`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the opt-in 2025-era HTTP sessions; the clients (the HTTP one dual-era) |
 //! | for adapters | [`integration`] | what a transport or SDK adapter outside the crate needs to behave as the crate's own: the progress registry, the bridge from an SDK's cancel token to a drop, the one error mapping |
-//! | tests | `test_util` (feature `test-util`) | drop probes, a handler recorder, mock stacks, `settle` |
+//!
+//! Beside them, for tests: `test_util` (feature `test-util`): drop probes, a
+//! handler recorder, mock stacks, `settle`; it imports from the request row
+//! and below.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
@@ -88,10 +98,12 @@ pub mod integration;
 pub mod jsonrpc;
 pub mod notify;
 pub mod observe;
+mod policy;
 pub mod progress;
 pub mod protocol;
 pub mod request;
 pub mod sanitize;
+mod state;
 pub mod timeout;
 pub mod transport;
 

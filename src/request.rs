@@ -32,9 +32,8 @@ use http::Extensions;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
-use crate::cancel::Cancellation;
 use crate::jsonrpc::{self, Method, ProgressToken, RawRequest, RequestId};
-use crate::progress::ProgressTap;
+use crate::state::{Cancellation, ProgressTap};
 
 /// An MCP request: id, method, raw params, progress token and extensions.
 ///

@@ -50,9 +50,9 @@ where
 }
 
 /// A pending request through `CancelOnDisconnectLayer` + `TimeoutLayer` +
-/// `ProgressResetLayer` makes two allocations: the `Cancellation` (which
-/// holds the progress tap too) and one timer (the progress layer's, which
-/// also enforces the timeout above it).
+/// `ProgressResetLayer` makes two allocations: the request's shared state
+/// (behind its `Cancellation`, holding the progress tap too) and one timer
+/// (the progress layer's, which also enforces the timeout above it).
 #[test]
 fn a_pending_request_costs_the_full_stack_two_allocations() {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -57,8 +57,8 @@ impl DisconnectGuard {
 
     pub(crate) fn log_cancelled(&self, reason: &CancelReason, what: &'static str) {
         tracing::debug!(
-            request_id = self.cancellation.request_id().map(tracing::field::display),
-            method = self.cancellation.method().map_or("", |m| m.as_str()),
+            request_id = self.cancellation.request_state().request_id().map(tracing::field::display),
+            method = self.cancellation.request_state().method().map_or("", |m| m.as_str()),
             %reason,
             "{what}"
         );

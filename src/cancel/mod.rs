@@ -36,18 +36,20 @@
 //! ```
 
 //! The files follow tower-http's `on_early_drop`, one concept each, with
-//! imports running one way: [`Cancellation`] (the state) and the drop-reason
-//! scope; the guard that fires a cancellation when dropped; the response
-//! [`future`] and the guarded body that carry it; how far it reaches (the
-//! future only, or an `http::Response` body too); the [`CancelOnDisconnect`] service; its layer. The
-//! per-connection [`InFlight`] registry stands beside them, for transports.
+//! imports running one way: the drop-reason scope; the guard that fires a
+//! cancellation when dropped; the response [`future`] and the guarded body
+//! that carry it; how far it reaches (the future only, or an
+//! `http::Response` body too); the [`CancelOnDisconnect`] service; its
+//! layer. The per-connection [`InFlight`] registry stands beside them, for
+//! transports. [`Cancellation`] itself, the cancel state, is defined below
+//! the request types (they carry it), with the rest of a request's shared
+//! state, and re-exported here.
 
 // The response shapes of the layer (`Passthrough`, `GuardBody`, its
 // `CancelOnDropBody`) are `pub` but unnameable: they appear in the layer's
 // types, a user never names them.
 #[allow(unreachable_pub)]
 mod body;
-mod cancellation;
 mod drop_reason;
 pub mod future;
 // Crate-internal too: the request lifecycle (`transport::call`) races its
@@ -59,7 +61,8 @@ mod registry;
 mod response;
 mod service;
 
-pub use cancellation::Cancellation;
+// Defined with the per-request state it is a handle to, below `request`.
+pub use crate::state::Cancellation;
 pub use drop_reason::{current_drop_reason, drop_with_reason, with_drop_reason};
 pub use layer::CancelOnDisconnectLayer;
 pub use registry::{CancelOutcome, DuplicateId, InFlight, InFlightGuard};

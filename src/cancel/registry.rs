@@ -8,6 +8,7 @@ use crate::jsonrpc::{Method, RequestId};
 
 use crate::cancel::Cancellation;
 use crate::error::CancelReason;
+use crate::state::RequestState;
 
 /// The in-flight requests of one connection, by id.
 ///
@@ -86,7 +87,7 @@ impl InFlight {
         id: RequestId,
         method: Option<Method>,
     ) -> Result<InFlightGuard, DuplicateId> {
-        let cancellation = Cancellation::for_request(Some(id.clone()), method.clone());
+        let cancellation = RequestState::start(Some(id.clone()), method.clone());
         self.register_with(id, method, cancellation)
     }
 

@@ -1,5 +1,5 @@
 //! [`CancelOnDisconnect`]: the service that races its inner service's
-//! future against the request's [`Cancellation`].
+//! future against the request's [`Cancellation`](crate::Cancellation).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -10,11 +10,11 @@ use tower_service::Service;
 use crate::cancel::future::ResponseFuture;
 use crate::cancel::guard::DisconnectGuard;
 use crate::cancel::response::{GuardResponse, Passthrough};
-use crate::cancel::Cancellation;
 use crate::error::BoxError;
 use crate::request::RequestView;
+use crate::state::RequestState;
 
-/// Races the inner future against the request's [`Cancellation`], and fires
+/// Races the inner future against the request's [`Cancellation`](crate::Cancellation), and fires
 /// it when the response (future, or body with
 /// [`CancelOnDisconnectLayer::http`](super::CancelOnDisconnectLayer::http))
 /// is dropped early.
@@ -84,7 +84,7 @@ where
         let cancellation = match req.cancellation() {
             Some(c) => c.clone(),
             None => {
-                let c = Cancellation::for_request(req.request_id(), req.mcp_method());
+                let c = RequestState::start(req.request_id(), req.mcp_method());
                 req.set_cancellation(c.clone());
                 c
             }

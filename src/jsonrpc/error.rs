@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Elapsed;
+
 /// A JSON-RPC error object (`{"code", "message", "data"?}`).
 ///
 /// It is also the error a handler returns to have the transport answer with
@@ -57,7 +59,7 @@ impl ErrorObject {
         if let Some(e) = error.downcast_ref::<ErrorObject>() {
             return e.clone();
         }
-        if let Some(e) = error.downcast_ref::<crate::Elapsed>() {
+        if let Some(e) = error.downcast_ref::<Elapsed>() {
             return e.to_error_object();
         }
         let message = match error.downcast_ref::<crate::Cancelled>() {
@@ -82,3 +84,14 @@ impl fmt::Display for ErrorObject {
 }
 
 impl std::error::Error for ErrorObject {}
+
+// Here rather than in `error`, so that the outcomes import nothing of the
+// wire types (the wire types map them).
+impl Elapsed {
+    /// The JSON-RPC error a server answers with when its own limit fires.
+    pub fn to_error_object(&self) -> ErrorObject {
+        ErrorObject::new(ErrorObject::INTERNAL_ERROR, self.to_string()).with_data(
+            serde_json::json!({ "limit": self.limit().to_string(), "afterMs": self.after().as_millis() as u64 }),
+        )
+    }
+}

@@ -11,8 +11,7 @@ use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::with_drop_reason;
 use crate::error::{BoxError, CancelReason};
-
-use super::tap::ProgressTap;
+use crate::state::ProgressTap;
 
 /// Closes the tap when the request ends, however it ends; emptied when the
 /// future closes it on completion, so that it is closed once.
@@ -30,8 +29,8 @@ pin_project! {
     /// Response future of [`ProgressReset`](super::ProgressReset).
     ///
     /// Small on purpose (it is moved with every layer around it): the
-    /// request's limits live with its tap, in its `Cancellation`
-    /// ([`TapRequest`](super::tap::TapRequest)), and both
+    /// request's limits live with its tap, in its shared state
+    /// ([`TapRequest`](crate::state::TapRequest)), and both
     /// deadlines are computed from them only once the inner future waits.
     #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<F> {
@@ -50,7 +49,7 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
-    /// `tap` carries the request's [`TapRequest`](super::tap::TapRequest)
+    /// `tap` carries the request's [`TapRequest`](crate::state::TapRequest)
     /// (without one, no limit applies).
     #[inline]
     pub(crate) fn new(inner: F, tap: ProgressTap) -> Self {

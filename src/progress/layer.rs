@@ -7,15 +7,13 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::cancel::Cancellation;
 use crate::error::BoxError;
 use crate::jsonrpc::ProgressToken;
 use crate::request::{ExtensionMap, RequestView};
+use crate::state::{ProgressObserver, ProgressTap, RequestState, TapRequest};
 
 use super::future::ResponseFuture;
 use super::limits::{ProgressLimits, ProgressPolicy};
-use super::tap::TapRequest;
-use super::{ProgressObserver, ProgressTap};
 
 /// Applies [`ProgressReset`] to a service. See the [module docs](crate::progress).
 #[derive(Clone)]
@@ -220,18 +218,20 @@ where
         };
         let observer = req.extensions().get::<ProgressObserver>().cloned();
         let started = req.started_at();
-        // The tap lives in the request's `Cancellation`; a request without
-        // one gets one here, as under `CancelOnDisconnectLayer`, so that the
-        // handler's token fires when a limit does. A `TimeoutLayer` above
-        // offered its deadline there: this layer's timer takes it.
+        // The tap lives in the request's state, behind its `Cancellation`;
+        // a request without one gets one here, as under
+        // `CancelOnDisconnectLayer`, so that the handler's token fires when
+        // a limit does. A `TimeoutLayer` above offered its deadline there:
+        // this layer's timer takes it.
         let tap = match req.cancellation() {
             Some(c) => {
-                let timeout = c.offered_deadline();
-                let request = TapRequest::new(started, limits, timeout);
+                let deadlines = c.request_state().deadlines();
+                let timeout = deadlines.offered();
+                let request = TapRequest::new(started, limits.idle, limits.max, timeout);
                 let tap = ProgressTap::for_request(c, token, observer, request);
                 if tap.lives_in(c) {
                     if let Some(limit) = timeout {
-                        c.deadline_taken(limit);
+                        deadlines.take(limit);
                     }
                     req.set_progress_tap(tap.clone());
                 } else if req.progress_tap().is_none() {
@@ -243,8 +243,8 @@ where
                 tap
             }
             None => {
-                let c = Cancellation::for_request(req.request_id(), method);
-                let request = TapRequest::new(started, limits, None);
+                let c = RequestState::start(req.request_id(), method);
+                let request = TapRequest::new(started, limits.idle, limits.max, None);
                 let tap = ProgressTap::for_request(&c, token, observer, request);
                 req.set_cancellation(c);
                 req.set_progress_tap(tap.clone());

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::timeout::MethodPolicy;
+use crate::policy::MethodPolicy;
 
 /// The two limits of [`ProgressResetLayer`](super::ProgressResetLayer); also a per-request override the
 /// caller can put in the request's extensions. A duration past what an

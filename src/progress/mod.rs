@@ -13,9 +13,9 @@
 //! requests of that layer, so that a client transport can route progress to
 //! it without the caller having to ask.
 //!
-//! The tap lives in the request's [`Cancellation`](crate::Cancellation); a
-//! request that has none is given one, so that the handler's token fires
-//! when a limit does. The layer runs one timer for the idle limit, the
+//! The tap shares the request's allocation with its
+//! [`Cancellation`](crate::Cancellation); a request that has none is given
+//! one, so that the handler's token fires when a limit does. The layer runs one timer for the idle limit, the
 //! maximum, and a [`TimeoutLayer`](crate::TimeoutLayer) deadline above it
 //! (see [`timeout`](crate::timeout#one-timer-per-request)). Progress does
 //! not wake the layer: the idle deadline only moves later, so the timer is
@@ -59,8 +59,8 @@
 pub mod future;
 mod layer;
 mod limits;
-pub(crate) mod tap;
 
 pub use layer::{ProgressReset, ProgressResetLayer};
 pub use limits::{ProgressLimits, ProgressPolicy};
-pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};
+// Defined with the per-request state the tap is a handle to, below `request`.
+pub use crate::state::{Progress, ProgressObserver, ProgressTap, RecordOutcome};

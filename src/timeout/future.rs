@@ -29,7 +29,8 @@ pin_project! {
         // Fired on expiry; its id and method are what the log event names.
         cancellation: Option<Cancellation>,
         // The deadline is enforced by the progress layer below whose tap
-        // lives in `cancellation`, for as long as that tap is open.
+        // lives in the request state behind `cancellation`, for as long as
+        // that tap is open.
         handed_off: bool,
     }
 }
@@ -52,8 +53,8 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    /// A deadline that the progress layer whose tap lives in `cancellation`
-    /// took into its timer; this future arms its own only if the request
+    /// A deadline that the progress layer whose tap lives in the request
+    /// state behind `cancellation` took into its timer; this future arms its own only if the request
     /// goes on once that tap closed.
     #[inline]
     pub(crate) fn handed_off(
@@ -110,7 +111,7 @@ where
             let enforced = this
                 .cancellation
                 .as_ref()
-                .is_some_and(|c| !c.progress().is_closed());
+                .is_some_and(|c| !c.request_state().progress_closed());
             if enforced {
                 return Poll::Pending;
             }
@@ -139,10 +140,10 @@ fn expire(reason: &CancelReason, cancellation: Option<&Cancellation>) {
     };
     tracing::debug!(
         request_id = cancellation
-            .and_then(Cancellation::request_id)
+            .and_then(|c| c.request_state().request_id())
             .map(tracing::field::display),
         method = cancellation
-            .and_then(Cancellation::method)
+            .and_then(|c| c.request_state().method())
             .map_or("", |m| m.as_str()),
         %reason,
         elapsed_ms = elapsed.after().as_millis() as u64,

@@ -143,9 +143,10 @@ where
         // One timer per request: a `ProgressResetLayer` below runs a timer
         // anyway, and takes this deadline into it when it can; this layer
         // needs no timer when one below took a deadline no later than this.
-        let offer = cancellation.offer_deadline(limit);
+        let deadlines = cancellation.request_state().deadlines();
+        let offer = deadlines.offer(limit);
         let inner = self.inner.call(req);
-        if offer.is_some_and(|o| cancellation.settle_deadline(o)) {
+        if offer.is_some_and(|o| deadlines.settle(o)) {
             return ResponseFuture::handed_off(inner, deadline, limit, cancellation);
         }
         ResponseFuture::new(inner, deadline, limit, Some(cancellation))

@@ -81,5 +81,6 @@ pub mod future;
 mod layer;
 mod policy;
 
+pub use crate::policy::MethodPolicy;
 pub use layer::{Timeout, TimeoutLayer};
-pub use policy::{MethodPolicy, RequestTimeout, TimeoutPolicy};
+pub use policy::{RequestTimeout, TimeoutPolicy};

@@ -315,6 +315,25 @@ async fn a_tie_is_named_by_the_innermost_limit() {
     check(&timers, STEADY, timed_out(ms(2_000), Limit::Max, ms(2_000))).await;
 }
 
+/// A tie between a timeout and the maximum of the progress layer below
+/// it is named by that maximum with a second progress layer inside too:
+/// the inner layer, whose tap lives elsewhere, does not enforce the
+/// deadline the outer one took (it used to, and named the tie by the
+/// timeout: a case `random::any_stacking_ends_at_its_first_limit` found).
+#[tokio::test(start_paused = true)]
+async fn a_tie_over_two_progress_layers_is_named_by_the_innermost_limit() {
+    let timers = [
+        Timeout(ms(2_250)),
+        reset(ms(350), Some(ms(2_250))),
+        reset(ms(350), None),
+    ];
+    let h = Handler {
+        every: Some(ms(300)),
+        done: ms(2_300),
+    };
+    check(&timers, h, timed_out(ms(2_250), Limit::Max, ms(2_250))).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn two_timeouts_stacked_the_shorter_fires_in_either_order() {
     for timers in [
@@ -489,29 +508,25 @@ async fn a_timeout_bounds_a_retry_below_it_from_the_first_call() {
     assert_eq!(probe.dropped_at().map(|at| at - start), Some(ms(2_000)));
 }
 
-/// At a tie, the limit of the layer between is named, not an outer
-/// timeout that a second progress layer further in also saw offered
-/// (found by the proptest below: the inner layer enforced the outer
-/// timeout too and, being innermost, named it).
+/// The idle twin of the tie above: a silent handler, the outer timeout and
+/// the idle limit of the progress layer below it at the same instant, a
+/// second progress layer inside: the idle limit (the innermost of the two)
+/// is named, whether or not the request has a `Cancellation` of its own.
 #[tokio::test(start_paused = true)]
-async fn a_tie_names_the_limit_between_not_an_outer_timeout_seen_further_in() {
-    let steady = Handler {
-        every: Some(ms(300)),
+async fn a_tie_with_an_idle_limit_over_two_progress_layers_names_the_idle_limit() {
+    let silent = Handler {
+        every: None,
         done: ms(800),
     };
+    let timers = [
+        Timeout(ms(750)),
+        reset(ms(750), None),
+        reset(ms(850), None),
+    ];
     for cancel in [true, false] {
-        let timers = [
-            Timeout(ms(750)),
-            reset(ms(350), Some(ms(750))),
-            reset(ms(350), None),
-        ];
-        let ended = run(cancel, &timers, steady).await;
-        assert_eq!(
-            ended,
-            timed_out(ms(750), Limit::Max, ms(750)),
-            "cancel: {cancel}"
-        );
-        assert_eq!(ended, expected(&timers, steady));
+        let ended = run(cancel, &timers, silent).await;
+        assert_eq!(ended, timed_out(ms(750), Limit::Idle, ms(750)), "cancel: {cancel}");
+        assert_eq!(ended, expected(&timers, silent));
     }
 }
 

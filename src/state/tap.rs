@@ -1,14 +1,16 @@
+//! [`ProgressTap`]: where one request's progress is recorded, and the
+//! progress layer's per-request limits kept with it.
+
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::watch;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::limits::ProgressLimits;
-use crate::cancel::Cancellation;
+use super::sync::Arc;
+use super::{Cancellation, RequestLabel, RequestState};
 use crate::error::{CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, ProgressToken, RequestId};
 
@@ -45,12 +47,12 @@ pub enum RecordOutcome {
 /// # let _ = req;
 /// ```
 #[derive(Clone)]
-pub struct ProgressObserver(Arc<dyn Fn(&Progress) + Send + Sync>);
+pub struct ProgressObserver(std::sync::Arc<dyn Fn(&Progress) + Send + Sync>);
 
 impl ProgressObserver {
     /// An observer calling `f`.
     pub fn new(f: impl Fn(&Progress) + Send + Sync + 'static) -> Self {
-        Self(Arc::new(f))
+        Self(std::sync::Arc::new(f))
     }
 }
 
@@ -62,24 +64,24 @@ impl fmt::Debug for ProgressObserver {
 
 /// Where progress for one request is recorded, and seen.
 ///
-/// [`ProgressResetLayer`](super::ProgressResetLayer) creates one per request
+/// [`ProgressResetLayer`](crate::ProgressResetLayer) creates one per request
 /// and sets it on the request ([`RequestView::set_progress_tap`](crate::RequestView::set_progress_tap));
 /// the idle clock restarts on each
 /// accepted report. Clones share the tap. After the request ends the tap is
 /// closed and records nothing more.
 ///
-/// The tap lives in its request's [`Cancellation`] (the layer's tap is
+/// The tap lives with its request's [`Cancellation`] (the layer's tap is
 /// therefore no allocation of its own); a tap made with
 /// [`new`](Self::new) has a `Cancellation` to itself.
 #[derive(Clone)]
 pub struct ProgressTap {
-    home: Cancellation,
+    // The request's shared state; this handle reaches its progress part.
+    request: Arc<RequestState>,
 }
 
-/// The progress half of a request's shared state, kept in its
-/// [`Cancellation`] ([`Cancellation::progress`]) so that a request pays one
-/// allocation for both. Empty until a tap is made there.
-pub(crate) struct ProgressState {
+/// The progress part of a request's shared state. Empty until a tap is
+/// made there.
+pub(super) struct ProgressState {
     state: Mutex<TapState>,
     /// Set when the request ends: reports after it are refused. An atomic
     /// rather than a field under the lock, so that closing (once per
@@ -91,7 +93,7 @@ pub(crate) struct ProgressState {
 
 struct TapState {
     /// Set once, when the tap is made; a second tap for the same request
-    /// gets a `Cancellation` of its own (see `ProgressTap::for_request`).
+    /// gets a state of its own (see `ProgressTap::for_request`).
     tap: Option<TapConfig>,
     /// The last accepted report, and when it came.
     last: Option<(f64, Instant)>,
@@ -107,18 +109,21 @@ struct TapConfig {
     request: Option<TapRequest>,
 }
 
-/// The request a [`ProgressResetLayer`](super::ProgressResetLayer) tap
+/// The request a [`ProgressResetLayer`](crate::ProgressResetLayer) tap
 /// belongs to: its limits, counted from `started`.
 pub(crate) struct TapRequest {
     started: Instant,
     idle: Nanos,
     max: Nanos,
     /// A `TimeoutLayer`'s limit this layer's timer enforces too
-    /// ([`Cancellation::offered_deadline`]).
+    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered));
+    /// only for the tap that lives in the request's state, the one that
+    /// [takes](super::DeadlineHandOff::take) it.
     timeout: Nanos,
-    /// The request's own cancellation when the tap could not live in it
-    /// (it already held another layer's tap): an expiry fires it too, and
-    /// the progress recorded on that other tap restarts this idle clock.
+    /// The request's own cancellation when the tap could not live in its
+    /// state (that already held another layer's tap): an expiry fires it
+    /// too, and the progress recorded on that other tap restarts this idle
+    /// clock.
     pub(crate) also: Option<Cancellation>,
 }
 
@@ -149,11 +154,16 @@ impl Nanos {
 
 impl TapRequest {
     #[inline]
-    pub(crate) fn new(started: Instant, limits: ProgressLimits, timeout: Option<Duration>) -> Self {
+    pub(crate) fn new(
+        started: Instant,
+        idle: Duration,
+        max: Option<Duration>,
+        timeout: Option<Duration>,
+    ) -> Self {
         Self {
             started,
-            idle: Nanos::of(Some(limits.idle)),
-            max: Nanos::of(limits.max),
+            idle: Nanos::of(Some(idle)),
+            max: Nanos::of(max),
             timeout: Nanos::of(timeout),
             also: None,
         }
@@ -211,7 +221,7 @@ impl Deadlines {
 }
 
 impl ProgressState {
-    pub(crate) fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             state: Mutex::new(TapState {
                 tap: None,
@@ -230,7 +240,7 @@ impl ProgressState {
 
     /// Whether the tap made here was closed: its request ended, or at least
     /// the layer that made it did.
-    pub(crate) fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
@@ -253,11 +263,11 @@ impl ProgressTap {
             observer,
             request: None,
         };
-        Self::in_new_home(Cancellation::new(), config)
+        Self::in_new_state(RequestLabel::default(), config)
     }
 
-    /// The layer's tap for a request, made in `cancellation` (the request's)
-    /// unless it already holds a tap.
+    /// The layer's tap for a request, made in the state of `cancellation`
+    /// (the request's) unless that already holds a tap.
     pub(crate) fn for_request(
         cancellation: &Cancellation,
         token: ProgressToken,
@@ -269,37 +279,35 @@ impl ProgressTap {
             observer,
             request: Some(request),
         };
-        match cancellation.progress().claim(config) {
+        let request = cancellation.request_state();
+        match request.progress.claim(config) {
             Ok(()) => Self {
-                home: cancellation.clone(),
+                request: request.clone(),
             },
             Err(mut config) => {
                 if let Some(r) = &mut config.request {
                     r.also = Some(cancellation.clone());
-                    // A deadline offered above is enforced by the layer whose
-                    // tap lives in the request (it took it) or by the
-                    // offering layer's own timer (nobody took it). Enforced
-                    // here too, it would be named at a tie with a limit of a
-                    // layer between the two, which is the innermost one.
+                    // A deadline offered here is enforced by the tap that
+                    // lives in the request's state (it took it) or by the
+                    // offering layer's own timer, never by this one: it
+                    // would name a tie with an outer layer's limit by the
+                    // deadline rather than by that innermost limit.
                     r.timeout = Nanos::of(None);
                 }
-                let home = Cancellation::for_request(
-                    cancellation.request_id().cloned(),
-                    cancellation.method().cloned(),
-                );
-                Self::in_new_home(home, config)
+                Self::in_new_state(request.label.clone(), config)
             }
         }
     }
 
-    fn in_new_home(home: Cancellation, config: TapConfig) -> Self {
-        // A new `Cancellation` holds no tap yet: the claim cannot fail.
-        let _ = home.progress().claim(config);
-        Self { home }
+    fn in_new_state(label: RequestLabel, config: TapConfig) -> Self {
+        let request = RequestState::new(label);
+        // A new state holds no tap yet: the claim cannot fail.
+        let _ = request.progress.claim(config);
+        Self { request }
     }
 
     fn state(&self) -> &ProgressState {
-        self.home.progress()
+        &self.request.progress
     }
 
     /// The request's progress token.
@@ -404,21 +412,23 @@ impl ProgressTap {
         // outer layer's tap (locked second: an outer tap never locks an
         // inner one).
         if let Some(outer) = &request.also {
-            last = last.max(outer.progress().lock().last.map(|(_, at)| at));
+            let outer = &outer.request_state().progress;
+            last = last.max(outer.lock().last.map(|(_, at)| at));
         }
         Some(request.deadlines(last))
     }
 
-    /// Whether the tap lives in `cancellation`: `false` for a layer's tap
-    /// made inside another layer's, whose tap stays the request's.
+    /// Whether the tap lives in the state of `cancellation`: `false` for a
+    /// layer's tap made inside another layer's, whose tap stays the
+    /// request's.
     pub(crate) fn lives_in(&self, cancellation: &Cancellation) -> bool {
-        self.home.same_as(cancellation)
+        Arc::ptr_eq(&self.request, cancellation.request_state())
     }
 
     /// Fires the cancellation(s) of the tap's request with `reason`.
     pub(crate) fn cancel(&self, reason: &CancelReason) {
         let also = self.with_config(|c| c.request.as_ref().and_then(|r| r.also.clone()));
-        self.home.cancel(reason.clone());
+        self.request.cancel.cancel(reason.clone());
         if let Some(c) = also {
             c.cancel(reason.clone());
         }
@@ -426,7 +436,7 @@ impl ProgressTap {
 
     /// The id and method of the tap's request, for log events.
     pub(crate) fn label(&self) -> (Option<&RequestId>, Option<&Method>) {
-        (self.home.request_id(), self.home.method())
+        (self.request.request_id(), self.request.method())
     }
 }
 
@@ -457,6 +467,42 @@ mod tests {
         tap.close();
         assert_eq!(tap.record(9.0, None, None), RecordOutcome::Closed);
         assert_eq!(tap.last(), Some(1.5));
+    }
+
+    fn tap_for(c: &Cancellation, token: i64, started: Instant) -> ProgressTap {
+        let request = TapRequest::new(started, Duration::from_secs(1), None, None);
+        ProgressTap::for_request(c, ProgressToken::from(token), None, request)
+    }
+
+    /// The first layer's tap lives in the request's state; a second (a
+    /// layer inside another) gets a state of its own, with the request's
+    /// label, sees the progress recorded on the first, and cancels the
+    /// request's cancellation too.
+    #[tokio::test(start_paused = true)]
+    async fn a_second_tap_gets_a_state_of_its_own() {
+        let c = RequestState::start(Some(RequestId::from(7)), Some(Method::new("tools/call")));
+        let started = Instant::now();
+        let outer = tap_for(&c, 1, started);
+        assert!(outer.lives_in(&c));
+        let inner = tap_for(&c, 2, started);
+        assert!(!inner.lives_in(&c));
+        assert_eq!(inner.label().0, Some(&RequestId::from(7)));
+        assert_eq!(inner.label().1.map(|m| m.as_str()), Some("tools/call"));
+        let idle_deadline = |tap: &ProgressTap| tap.deadlines().and_then(|d| d.first());
+        assert_eq!(
+            idle_deadline(&inner),
+            Some(started + Duration::from_secs(1))
+        );
+        // Progress recorded on the request's tap restarts the inner idle clock.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        outer.record(1.0, None, None);
+        assert_eq!(inner.last(), None);
+        assert_eq!(
+            idle_deadline(&inner),
+            Some(started + Duration::from_millis(1500))
+        );
+        inner.cancel(&CancelReason::Shutdown);
+        assert_eq!(c.reason(), Some(&CancelReason::Shutdown));
     }
 
     #[test]
