@@ -518,14 +518,14 @@ async fn a_tie_with_an_idle_limit_over_two_progress_layers_names_the_idle_limit(
         every: None,
         done: ms(800),
     };
-    let timers = [
-        Timeout(ms(750)),
-        reset(ms(750), None),
-        reset(ms(850), None),
-    ];
+    let timers = [Timeout(ms(750)), reset(ms(750), None), reset(ms(850), None)];
     for cancel in [true, false] {
         let ended = run(cancel, &timers, silent).await;
-        assert_eq!(ended, timed_out(ms(750), Limit::Idle, ms(750)), "cancel: {cancel}");
+        assert_eq!(
+            ended,
+            timed_out(ms(750), Limit::Idle, ms(750)),
+            "cancel: {cancel}"
+        );
         assert_eq!(ended, expected(&timers, silent));
     }
 }
