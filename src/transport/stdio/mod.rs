@@ -149,7 +149,7 @@ mod server;
 mod std_io;
 mod writer;
 
-pub use client::{future, StdioClient, StdioClientBuilder};
+pub use client::{StdioClient, StdioClientBuilder};
 #[cfg(all(test, feature = "http"))]
 pub(crate) use server::DEFAULT_MAX_IN_FLIGHT;
 pub use server::{serve, serve_stdio, StdioServer};

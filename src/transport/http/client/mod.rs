@@ -118,12 +118,6 @@ use call::{Call, SentIn};
 use connector::PooledClient;
 use era::{EraCell, Legacy};
 
-pub mod future {
-    //! The response future of [`HttpClient`](super::HttpClient).
-
-    pub use crate::transport::call::client::ResponseFuture;
-}
-
 struct Inner {
     client: PooledClient,
     uri: Uri,

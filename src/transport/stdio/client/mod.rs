@@ -4,7 +4,6 @@
 //! * `tasks`: the writer and reader tasks.
 //! * `reserved`: ids of cancelled requests kept from later ones.
 //! * `process`: a spawned child's shutdown.
-//! * [`future`]: the response future.
 
 use std::fmt;
 use std::io;
@@ -39,12 +38,6 @@ pub use builder::StdioClientBuilder;
 use process::{reap, Handle};
 use reserved::Reserved;
 use tasks::{Control, Queued, ABANDONED, QUEUED};
-
-pub mod future {
-    //! The response future of [`StdioClient`](super::StdioClient).
-
-    pub use crate::transport::call::client::ResponseFuture;
-}
 
 /// A `tower::Service` that sends MCP requests over a newline-delimited
 /// JSON-RPC stream (a child's stdin/stdout, or any reader/writer pair) and
