@@ -1,4 +1,4 @@
-//! The stdio server driver: [`StdioServer`], [`serve`], [`serve_stdio`].
+//! The stdio server driver: [`StdioServer`], [`serve_stdio`].
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +37,15 @@ impl StdioServer {
     /// At EOF every in-flight request is cancelled with
     /// [`CancelReason::TransportClosed`] and nothing more is written for it
     /// (after the [`drain_grace`](Self::drain_grace), if one is set).
+    ///
+    /// The driver registers each request in the connection's [`InFlight`]
+    /// registry, runs it in its own task, and races it against its
+    /// [`Cancellation`](crate::Cancellation): a `notifications/cancelled`
+    /// drops the service future at once (even without a
+    /// [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) in the
+    /// stack), fires its token, and nothing is written for that id
+    /// afterwards. `serve` returns once the tasks of the cancelled requests
+    /// ended.
     pub async fn serve<S, R, W>(self, mut service: S, reader: R, writer: W) -> io::Result<()>
     where
         S: McpService,
@@ -142,27 +151,6 @@ enum End {
 
 fn flatten(res: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<()> {
     res.unwrap_or_else(|e| Err(io::Error::other(e)))
-}
-
-/// Serves `service` over any reader/writer pair with the default
-/// configuration, until the reader ends.
-///
-/// The driver registers each request in the connection's [`InFlight`]
-/// registry, runs it in its own task, and races it against its
-/// [`Cancellation`](crate::Cancellation): a `notifications/cancelled` drops
-/// the service future at once (even without a
-/// [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) in the
-/// stack), fires its token, and nothing is written for that id afterwards.
-/// At end of input every in-flight request is cancelled with
-/// [`CancelReason::TransportClosed`] and `serve` returns once their tasks
-/// ended.
-pub async fn serve<S, R, W>(service: S, reader: R, writer: W) -> io::Result<()>
-where
-    S: McpService,
-    R: AsyncRead + Unpin + Send,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    StdioServer::new().serve(service, reader, writer).await
 }
 
 /// Serves `service` over this process's stdin and stdout with the default
