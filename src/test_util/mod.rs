@@ -4,8 +4,9 @@
 //!   probe tells whether and when (on tokio's clock, so paused time works)
 //!   one was dropped, and whether before being marked finished.
 //! * [`Recorder`]: a handler's life (started, token fired, dropped, done) as
-//!   [`Event`]s on a channel, so a test orders on what happened instead of
-//!   sleeping.
+//!   [`Event`]s on a channel ([`Events`]), so a test orders on what happened
+//!   instead of sleeping; [`Recorder::start`] hands out the handler's
+//!   [`DropGuard`].
 //! * [`mock_stack`]: a layer stack over a [`tower_test::mock`] service, for
 //!   driving a stack under `tokio::time::pause()`.
 //! * [`settle`]: lets spawned tasks and woken futures run, without sleeping.
@@ -36,35 +37,23 @@ mod probe;
 mod recorder;
 
 pub use probe::{DropGuard, DropProbe};
-pub use recorder::{Event, Events, Recorder, Recording};
-
-/// The mocked inner service of [`mock_stack`]: requests `R`, responses `T`.
-pub type MockService<R, T> = mock::Mock<R, T>;
+pub use recorder::{Event, Events, Recorder};
 
 /// `layer` over a [`tower_test::mock`] service taking requests `R` (an
 /// [`McpRequest`](crate::McpRequest), an `http::Request`, ...) and answering
 /// with `T`; the handle receives each request and answers it (or not).
 pub fn mock_stack<R, T, L>(layer: L) -> (L::Service, mock::Handle<R, T>)
 where
-    L: Layer<MockService<R, T>>,
+    L: Layer<mock::Mock<R, T>>,
 {
     let (service, handle) = mock::pair::<R, T>();
     (ServiceBuilder::new().layer(layer).service(service), handle)
 }
 
-/// How many times [`settle`] yields.
-const SETTLE_ROUNDS: usize = 200;
-
 /// Yields to the scheduler until spawned tasks and woken futures have run
 /// (200 rounds), without advancing time.
 pub async fn settle() {
-    settle_rounds(SETTLE_ROUNDS).await;
-}
-
-/// [`settle`] with a number of rounds of the caller's (fewer for a hot loop
-/// whose tasks are known to need few).
-pub async fn settle_rounds(rounds: usize) {
-    for _ in 0..rounds {
+    for _ in 0..200 {
         tokio::task::yield_now().await;
     }
 }
