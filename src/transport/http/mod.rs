@@ -73,11 +73,10 @@ pub mod session;
 mod validation;
 
 pub use body::ResponseBody;
-pub use client::{ConnectErrorKind, HttpClient, HttpClientBuilder, HttpClientError, ServerEra};
+pub use client::{HttpClient, HttpClientBuilder, HttpClientError, ServerEra};
 pub use config::StatefulRequests;
 pub use origin::OriginPolicy;
 pub use param_headers::ToolHeaderMap;
 pub use serve::{serve, Server};
 pub use service::{StreamableHttpLayer, StreamableHttpService};
 pub use session::SessionLimits;
-pub use validation::Rejection;

@@ -43,8 +43,9 @@
 //!
 //! **HTTPS** (feature `tls`): rustls with ring through hyper-rustls, the
 //! platform's roots (or `SSL_CERT_FILE` / `SSL_CERT_DIR`) and
-//! `HttpClientBuilder::tls_root_certificate`. A connection failure is an
-//! [`HttpClientError::Connect`] saying what failed ([`ConnectErrorKind`]).
+//! `HttpClientBuilder::tls_root_certificate`. A connection failure is the
+//! [`HttpClientError`] variant of what failed (refused, DNS, TLS and why, …;
+//! [`HttpClientError::is_connect`] holds for all).
 //!
 //! **`x-mcp-header`**: the client learns each tool's annotations from the
 //! `tools/list` results that pass through it (per client; clones share
@@ -108,7 +109,6 @@ mod tools;
 pub(crate) use response::MAX_RESPONSE_BYTES;
 
 pub use builder::HttpClientBuilder;
-pub use connector::ConnectErrorKind;
 pub use era::ServerEra;
 pub use error::HttpClientError;
 #[cfg(feature = "fuzzing")]
