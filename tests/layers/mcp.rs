@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::{advance, Instant};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::cancel::{current_drop_reason, CancelOutcome, InFlight};
+use tower_mcp_cancel::cancel::{current_drop_reason, InFlight};
 use tower_mcp_cancel::jsonrpc::{ProgressToken, RequestId};
 use tower_mcp_cancel::test_util::{mock_stack, settle, DropProbe};
 use tower_mcp_cancel::{
@@ -789,28 +789,21 @@ async fn registry_races_ids_and_string_vs_integer() {
     }
     settle().await;
     // Unknown id: nothing happens, and it leaves nothing behind.
-    assert_eq!(
-        in_flight.cancel(&RequestId::from(2), CancelReason::peer(None)),
-        CancelOutcome::Unknown
-    );
+    assert!(!in_flight.cancel(&RequestId::from(2), CancelReason::peer(None)));
+    assert!(!in_flight.contains(&RequestId::from(2)));
     // Cancelling "1" cancels the string id only.
+    assert!(in_flight.cancel(&RequestId::from("1"), CancelReason::peer(Some("first"))));
+    // A duplicate cancel is ignored: the first reason stays.
+    assert!(!in_flight.cancel(&RequestId::from("1"), CancelReason::Shutdown));
     assert_eq!(
-        in_flight.cancel(&RequestId::from("1"), CancelReason::peer(None)),
-        CancelOutcome::Cancelled
-    );
-    // A duplicate cancel is ignored.
-    assert_eq!(
-        in_flight.cancel(&RequestId::from("1"), CancelReason::peer(None)),
-        CancelOutcome::AlreadyFinished
+        in_flight.get(&RequestId::from("1")).and_then(|c| c.reason().cloned()),
+        Some(CancelReason::peer(Some("first")))
     );
     settle().await;
     assert!(p_str.was_cancelled());
     assert!(!p_int.is_dropped());
     // Id 0 is an ordinary id.
-    assert_eq!(
-        in_flight.cancel(&RequestId::from(0), CancelReason::peer(None)),
-        CancelOutcome::Cancelled
-    );
+    assert!(in_flight.cancel(&RequestId::from(0), CancelReason::peer(None)));
     settle().await;
     assert!(p_zero.was_cancelled());
     assert!(!p_int.is_dropped());

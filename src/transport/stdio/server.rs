@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use super::framing::{Frame, LineReader};
 use super::schedule::{give_way, Batch, HandlerLoad, Hold, ReaderTurn};
 use super::writer::write_loop;
-use crate::cancel::CancelOutcome;
 use crate::cancel::InFlight;
 use crate::jsonrpc::{self, ErrorObject, Message, RawNotification, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
@@ -279,7 +278,7 @@ impl Connection {
         let Some((id, reason)) = n.cancel_request() else {
             return;
         };
-        if self.in_flight.cancel(&id, reason.clone()) == CancelOutcome::Cancelled {
+        if self.in_flight.cancel(&id, reason.clone()) {
             tracing::debug!(request_id = %id, %reason, "request cancelled by the client");
         }
     }
@@ -327,12 +326,12 @@ impl Connection {
             .in_flight
             .register(id.clone(), Some(raw.method.clone()))
         {
-            Ok(g) => g,
-            Err(dup) => {
+            Some(g) => g,
+            None => {
                 tracing::warn!(request_id = %id, "request with an id already in flight answered without an id");
                 let err = ErrorObject::new(
                     ErrorObject::INVALID_REQUEST,
-                    format!("Invalid Request: {dup}"),
+                    format!("Invalid Request: a request with id {id} is already in flight"),
                 );
                 self.send(encode_error_without_id(&err)).await;
                 return;
