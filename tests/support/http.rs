@@ -245,10 +245,7 @@ pub async fn serve_tools(
 ) -> (SocketAddr, Tools, Events) {
     let (tools, events) = Tools::new();
     let template = f(StreamableHttpService::new(()));
-    let svc = tower::Layer::layer(
-        &tower_mcp_cancel::transport::http::StreamableHttpLayer::from_config(template),
-        tools.service(),
-    );
+    let svc = tower::Layer::layer(&template, tools.service());
     let addr = serve(svc, proto, tools.recorder()).await;
     (addr, tools, events)
 }

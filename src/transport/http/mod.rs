@@ -78,5 +78,5 @@ pub use config::StatefulRequests;
 pub use origin::OriginPolicy;
 pub use param_headers::ToolHeaderMap;
 pub use serve::{serve, Server};
-pub use service::{StreamableHttpLayer, StreamableHttpService};
+pub use service::StreamableHttpService;
 pub use session::SessionLimits;
