@@ -8,7 +8,7 @@ use tokio::time::{advance, Instant};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::cancel::{current_drop_reason, InFlight};
 use tower_mcp_cancel::jsonrpc::{ProgressToken, RequestId};
-use tower_mcp_cancel::test_util::{mock_stack, settle, DropProbe};
+use tower_mcp_cancel::test_util::{settle, DropProbe};
 use tower_mcp_cancel::{
     CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, Limit, McpRequest,
     ProgressLimits, ProgressObserver, ProgressResetLayer, RequestTimeout, RequestView,
@@ -620,8 +620,8 @@ async fn tokens_are_assigned_unique_and_existing_ones_kept() {
 
 #[tokio::test(start_paused = true)]
 async fn assigned_token_reaches_the_wire_params() {
-    let (mut svc, mut handle) =
-        mock_stack::<McpRequest, Value, _>(ProgressResetLayer::new(Duration::from_secs(1)));
+    let (mock, mut handle) = tower_test::mock::pair::<McpRequest, Value>();
+    let mut svc = tower::Layer::layer(&ProgressResetLayer::new(Duration::from_secs(1)), mock);
     let call = tokio::spawn(async move {
         svc.ready()
             .await
