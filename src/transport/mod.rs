@@ -12,8 +12,6 @@ pub mod http;
 
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub use call::server::McpService;
-#[cfg(any(feature = "stdio", feature = "http"))]
-pub use call::client::ResponseFuture;
 
 /// The default drain grace of the servers
 /// ([`StdioServer::drain_grace`](stdio::StdioServer::drain_grace),

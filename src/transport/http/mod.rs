@@ -60,7 +60,6 @@ pub mod client;
 mod config;
 mod drain;
 mod exchange;
-pub mod future;
 mod handle;
 pub(crate) mod headers;
 mod origin;

@@ -15,7 +15,6 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::config::{Config, StatefulRequests};
-use super::future::ResponseFuture;
 use super::handle;
 use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
@@ -412,7 +411,11 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = ResponseFuture;
+    /// Boxed. It owns the handler future until the response head is
+    /// ready; dropping it cancels the request.
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>,
+    >;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // Readiness of the MCP service is awaited per request, after the body
@@ -423,6 +426,7 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let config = self.config.clone();
-        ResponseFuture::new(handle::handle(inner, config, req))
+        let handled = handle::handle(inner, config, req);
+        Box::pin(async move { Ok(handled.await) })
     }
 }

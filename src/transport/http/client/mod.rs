@@ -92,7 +92,7 @@ use tracing::Instrument;
 use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
 use crate::protocol::PROTOCOL_VERSION;
-use crate::transport::call::client::{Abandon, Outbound, Pending, ResponseFuture};
+use crate::transport::call::client::{Abandon, Outbound, Pending};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
 use crate::{CancelReason, McpRequest};
 
@@ -282,13 +282,16 @@ impl HttpClient {
 impl Service<McpRequest> for HttpClient {
     type Response = serde_json::Value;
     type Error = BoxError;
-    type Future = ResponseFuture;
+    /// Boxed; dropping it before it is ready cancels the request.
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<serde_json::Value, BoxError>> + Send>,
+    >;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut req: McpRequest) -> ResponseFuture {
+    fn call(&mut self, mut req: McpRequest) -> Self::Future {
         let inner = self.inner.clone();
         // Unique among the calls in flight, though each is its own stream:
         // the server sees them all (a caller's observer without a
@@ -297,12 +300,12 @@ impl Service<McpRequest> for HttpClient {
         let (id, route) = match registered {
             Ok(r) => r,
             Err(refused) => {
-                return ResponseFuture::new(async move { Err(Box::new(refused) as BoxError) })
+                return Box::pin(async move { Err(Box::new(refused) as BoxError) })
             }
         };
         let (call, guard) = Call::prepare(inner, id, route, req);
         let span = guard.span();
-        ResponseFuture::new(call.run(guard).instrument(span))
+        Box::pin(call.run(guard).instrument(span))
     }
 }
 

@@ -24,7 +24,7 @@ use crate::error::BoxError;
 use crate::jsonrpc::{self, ErrorObject, RequestId};
 use crate::observe::Transport;
 use crate::transport::call::client::{
-    outcome, Abandon, CallGuard, Outbound, Pending, ResponseFuture,
+    outcome, Abandon, CallGuard, Outbound, Pending,
 };
 use crate::{CancelReason, McpRequest};
 
@@ -320,21 +320,24 @@ impl Abandon for Cancel {
 impl Service<McpRequest> for StdioClient {
     type Response = serde_json::Value;
     type Error = BoxError;
-    type Future = ResponseFuture;
+    /// Boxed; dropping it before it is ready cancels the request.
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<serde_json::Value, BoxError>> + Send>,
+    >;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: McpRequest) -> ResponseFuture {
+    fn call(&mut self, req: McpRequest) -> Self::Future {
         let started = self.start(req);
         let requests = self.handle.requests.clone();
         let (mut call, rx, bytes) = match started {
             Ok(started) => started,
-            Err(e) => return ResponseFuture::new(std::future::ready(Err(e))),
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         let span = call.span();
-        ResponseFuture::new(
+        Box::pin(
             async move {
                 let queued = Queued {
                     bytes,
