@@ -136,8 +136,7 @@ impl Drop for DropGuard {
                 if !finished {
                     inner.dropped_unfinished.store(true, Ordering::SeqCst);
                 }
-                *inner.dropped_at.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(Instant::now());
+                *inner.dropped_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
             }
             Watcher::Recorder(tx, id) => {
                 let id = id.clone();

@@ -12,9 +12,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
-use tower_mcp_cancel::transport::http::{
-    HttpClient, HttpClientError, StreamableHttpService,
-};
+use tower_mcp_cancel::transport::http::{HttpClient, HttpClientError, StreamableHttpService};
 use tower_mcp_cancel::McpRequest;
 
 use crate::support::http::{bounded, Tools};
@@ -159,7 +157,10 @@ async fn connect_errors_say_what_failed() {
         .await
         .unwrap_err();
     assert!(
-        matches!(connect_error(&err), HttpClientError::ConnectionRefused { .. }),
+        matches!(
+            connect_error(&err),
+            HttpClientError::ConnectionRefused { .. }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("connection refused"), "{err}");

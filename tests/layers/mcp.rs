@@ -796,7 +796,9 @@ async fn registry_races_ids_and_string_vs_integer() {
     // A duplicate cancel is ignored: the first reason stays.
     assert!(!in_flight.cancel(&RequestId::from("1"), CancelReason::Shutdown));
     assert_eq!(
-        in_flight.get(&RequestId::from("1")).and_then(|c| c.reason().cloned()),
+        in_flight
+            .get(&RequestId::from("1"))
+            .and_then(|c| c.reason().cloned()),
         Some(CancelReason::peer(Some("first")))
     );
     settle().await;

@@ -299,9 +299,7 @@ impl Service<McpRequest> for HttpClient {
         let registered = lock(&inner.in_flight).register(&inner.outbound, &mut req, |_| false, ());
         let (id, route) = match registered {
             Ok(r) => r,
-            Err(refused) => {
-                return Box::pin(async move { Err(Box::new(refused) as BoxError) })
-            }
+            Err(refused) => return Box::pin(async move { Err(Box::new(refused) as BoxError) }),
         };
         let (call, guard) = Call::prepare(inner, id, route, req);
         let span = guard.span();

@@ -23,9 +23,7 @@ use tracing::Instrument;
 use crate::error::BoxError;
 use crate::jsonrpc::{self, ErrorObject, RequestId};
 use crate::observe::Transport;
-use crate::transport::call::client::{
-    outcome, Abandon, CallGuard, Outbound, Pending,
-};
+use crate::transport::call::client::{outcome, Abandon, CallGuard, Outbound, Pending};
 use crate::{CancelReason, McpRequest};
 
 mod builder;
