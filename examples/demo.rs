@@ -235,11 +235,11 @@ impl Drop for StdioDropReport {
     }
 }
 
-/// Step 6: `serve` and `StdioClient` over `tokio::io::duplex`.
+/// Step 6: `StdioServer::serve` and `StdioClient` over `tokio::io::duplex`.
 #[cfg(feature = "stdio")]
 async fn stdio_part() {
     use tower_mcp_cancel::cancel::drop_with_reason;
-    use tower_mcp_cancel::transport::stdio::{serve, StdioClient};
+    use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 
     println!("\n6. stdio transport over an in-memory pipe (the example server's stack)");
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -268,7 +268,7 @@ async fn stdio_part() {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let (server_read, server_write) = tokio::io::split(server_io);
     let (client_read, client_write) = tokio::io::split(client_io);
-    let served = tokio::spawn(serve(server, server_read, server_write));
+    let served = tokio::spawn(StdioServer::new().serve(server, server_read, server_write));
     let client = StdioClient::new(client_read, client_write);
     let slow = |seconds: f64| {
         McpRequest::without_id("tools/call").with_params(serde_json::json!({

@@ -65,7 +65,7 @@ mod service;
 pub use crate::state::Cancellation;
 pub use drop_reason::{current_drop_reason, drop_with_reason, with_drop_reason};
 pub use layer::CancelOnDisconnectLayer;
-pub use registry::{CancelOutcome, DuplicateId, InFlight, InFlightGuard};
+pub use registry::{InFlight, InFlightGuard};
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) use response::Passthrough;
 pub use service::CancelOnDisconnect;

@@ -25,13 +25,14 @@ use crate::state::RequestState;
 /// * `"1"` and `1` are different ids.
 ///
 /// ```
-/// use tower_mcp_cancel::cancel::{InFlight, CancelOutcome};
+/// use tower_mcp_cancel::cancel::InFlight;
 /// use tower_mcp_cancel::{CancelReason, jsonrpc::RequestId};
 ///
 /// let in_flight = InFlight::new();
 /// let guard = in_flight.register(RequestId::from(1), None).unwrap();
-/// assert_eq!(in_flight.cancel(&RequestId::from("1"), CancelReason::peer(None)), CancelOutcome::Unknown);
-/// assert_eq!(in_flight.cancel(&RequestId::from(1), CancelReason::peer(None)), CancelOutcome::Cancelled);
+/// assert!(in_flight.register(RequestId::from(1), None).is_none()); // a duplicate
+/// assert!(!in_flight.cancel(&RequestId::from("1"), CancelReason::peer(None)));
+/// assert!(in_flight.cancel(&RequestId::from(1), CancelReason::peer(None)));
 /// assert!(guard.cancellation().is_cancelled());
 /// drop(guard);
 /// assert!(in_flight.is_empty());
@@ -46,29 +47,6 @@ struct Entry {
     method: Option<Method>,
 }
 
-/// What [`InFlight::cancel`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CancelOutcome {
-    /// The request was in flight and is now cancelled.
-    Cancelled,
-    /// The request had already completed or been cancelled; nothing changed.
-    AlreadyFinished,
-    /// No request with that id is in flight; nothing changed.
-    Unknown,
-}
-
-/// A request with this id is already in flight on this connection.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DuplicateId(pub RequestId);
-
-impl fmt::Display for DuplicateId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "a request with id {} is already in flight", self.0)
-    }
-}
-
-impl std::error::Error for DuplicateId {}
-
 impl InFlight {
     /// An empty registry.
     pub fn new() -> Self {
@@ -81,27 +59,26 @@ impl InFlight {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a request. Fails if a request with the same id is in flight.
-    pub fn register(
-        &self,
-        id: RequestId,
-        method: Option<Method>,
-    ) -> Result<InFlightGuard, DuplicateId> {
+    /// Registers a request; `None` if a request with the same id is in
+    /// flight (a transport answers it with an error and never runs it).
+    #[must_use = "dropping the guard unregisters the request at once"]
+    pub fn register(&self, id: RequestId, method: Option<Method>) -> Option<InFlightGuard> {
         let cancellation = RequestState::start(Some(id.clone()), method.clone());
         self.register_with(id, method, cancellation)
     }
 
     /// Registers a request with a [`Cancellation`] it already has (one an
-    /// outer layer made). Fails if a request with the same id is in flight.
+    /// outer layer made); `None` if a request with the same id is in flight.
+    #[must_use = "dropping the guard unregisters the request at once"]
     pub fn register_with(
         &self,
         id: RequestId,
         method: Option<Method>,
         cancellation: Cancellation,
-    ) -> Result<InFlightGuard, DuplicateId> {
+    ) -> Option<InFlightGuard> {
         let mut map = self.lock();
         if map.contains_key(&id) {
-            return Err(DuplicateId(id));
+            return None;
         }
         map.insert(
             id.clone(),
@@ -111,15 +88,17 @@ impl InFlight {
             },
         );
         drop(map);
-        Ok(InFlightGuard {
+        Some(InFlightGuard {
             registry: self.clone(),
             id,
             cancellation,
         })
     }
 
-    /// Cancels the in-flight request `id` with `reason`.
-    pub fn cancel(&self, id: &RequestId, reason: CancelReason) -> CancelOutcome {
+    /// Cancels the in-flight request `id` with `reason`: `true` if it was
+    /// running and is now cancelled, `false` if no request `id` is in flight
+    /// or it already completed or was cancelled (nothing changed).
+    pub fn cancel(&self, id: &RequestId, reason: CancelReason) -> bool {
         let entry = self
             .lock()
             .get(id)
@@ -127,17 +106,17 @@ impl InFlight {
         match entry {
             None => {
                 tracing::debug!(request_id = %id, %reason, "cancel for unknown request id ignored");
-                CancelOutcome::Unknown
+                false
             }
             Some((c, method)) => {
                 let method = method.as_ref().map(|m| crate::sanitize::for_log(m));
                 let method = method.as_deref().unwrap_or("");
                 if c.cancel(reason.clone()) {
                     tracing::debug!(request_id = %id, method, %reason, "request cancelled by id");
-                    CancelOutcome::Cancelled
+                    true
                 } else {
                     tracing::debug!(request_id = %id, method, %reason, "cancel for finished request ignored");
-                    CancelOutcome::AlreadyFinished
+                    false
                 }
             }
         }
@@ -248,10 +227,7 @@ mod tests {
     fn duplicate_and_reuse() {
         let r = InFlight::new();
         let g = r.register(RequestId::from(0), None).unwrap();
-        assert_eq!(
-            r.register(RequestId::from(0), None).unwrap_err(),
-            DuplicateId(RequestId::from(0))
-        );
+        assert!(r.register(RequestId::from(0), None).is_none());
         let s = r.register(RequestId::from("0"), None).unwrap();
         assert_eq!(r.len(), 2);
         drop(g);
@@ -264,10 +240,7 @@ mod tests {
     #[test]
     fn cancel_before_register_does_not_poison() {
         let r = InFlight::new();
-        assert_eq!(
-            r.cancel(&RequestId::from(7), CancelReason::peer(Some("early"))),
-            CancelOutcome::Unknown
-        );
+        assert!(!r.cancel(&RequestId::from(7), CancelReason::peer(Some("early"))));
         let g = r.register(RequestId::from(7), None).unwrap();
         assert!(!g.cancellation().is_cancelled());
     }
@@ -276,26 +249,17 @@ mod tests {
     fn duplicate_cancel_and_after_completion() {
         let r = InFlight::new();
         let g = r.register(RequestId::from(1), None).unwrap();
-        assert_eq!(
-            r.cancel(&RequestId::from(1), CancelReason::peer(None)),
-            CancelOutcome::Cancelled
-        );
-        assert_eq!(
-            r.cancel(&RequestId::from(1), CancelReason::Shutdown),
-            CancelOutcome::AlreadyFinished
-        );
+        assert!(r.cancel(&RequestId::from(1), CancelReason::peer(None)));
+        // A second cancel changes nothing: the first reason stays.
+        assert!(!r.cancel(&RequestId::from(1), CancelReason::Shutdown));
         assert_eq!(g.cancellation().reason(), Some(&CancelReason::Peer(None)));
         let g2 = r.register(RequestId::from(2), None).unwrap();
         g2.cancellation().complete();
-        assert_eq!(
-            r.cancel(&RequestId::from(2), CancelReason::Shutdown),
-            CancelOutcome::AlreadyFinished
-        );
+        assert!(!r.cancel(&RequestId::from(2), CancelReason::Shutdown));
+        assert!(!g2.cancellation().is_cancelled());
         drop(g2);
-        assert_eq!(
-            r.cancel(&RequestId::from(2), CancelReason::Shutdown),
-            CancelOutcome::Unknown
-        );
+        assert!(!r.cancel(&RequestId::from(2), CancelReason::Shutdown));
+        assert!(!r.contains(&RequestId::from(2)));
         assert_eq!(r.cancel_all(CancelReason::TransportClosed), 0);
         drop(g);
     }

@@ -4,19 +4,20 @@
 //!   probe tells whether and when (on tokio's clock, so paused time works)
 //!   one was dropped, and whether before being marked finished.
 //! * [`Recorder`]: a handler's life (started, token fired, dropped, done) as
-//!   [`Event`]s on a channel, so a test orders on what happened instead of
-//!   sleeping.
-//! * [`mock_stack`]: a layer stack over a [`tower_test::mock`] service, for
-//!   driving a stack under `tokio::time::pause()`.
+//!   [`Event`]s on a channel ([`Events`]), so a test orders on what happened
+//!   instead of sleeping; [`Recorder::start`] hands out the handler's
+//!   [`DropGuard`].
 //! * [`settle`]: lets spawned tasks and woken futures run, without sleeping.
 //!
 //! ```
 //! use std::time::Duration;
-//! use tower::{Service, ServiceExt};
-//! use tower_mcp_cancel::{test_util::{mock_stack, DropProbe}, McpRequest, TimeoutLayer};
+//! use tower::{Layer, Service, ServiceExt};
+//! use tower_mcp_cancel::{test_util::DropProbe, McpRequest, TimeoutLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
-//! let (mut svc, mut handle) = mock_stack::<McpRequest, serde_json::Value, _>(TimeoutLayer::new(Duration::from_secs(1)));
+//! // A layer over a `tower_test` mock: the handle answers each request (or not).
+//! let (mock, mut handle) = tower_test::mock::pair::<McpRequest, serde_json::Value>();
+//! let mut svc = TimeoutLayer::new(Duration::from_secs(1)).layer(mock);
 //! let (probe, guard) = DropProbe::new();
 //! let call = tokio::spawn(async move {
 //!     let _guard = guard; // dropped when the call's future is
@@ -29,42 +30,16 @@
 //! # }
 //! ```
 
-use tower::{Layer, ServiceBuilder};
-use tower_test::mock;
-
 mod probe;
 mod recorder;
 
 pub use probe::{DropGuard, DropProbe};
-pub use recorder::{Event, Events, Recorder, Recording};
-
-/// The mocked inner service of [`mock_stack`]: requests `R`, responses `T`.
-pub type MockService<R, T> = mock::Mock<R, T>;
-
-/// `layer` over a [`tower_test::mock`] service taking requests `R` (an
-/// [`McpRequest`](crate::McpRequest), an `http::Request`, ...) and answering
-/// with `T`; the handle receives each request and answers it (or not).
-pub fn mock_stack<R, T, L>(layer: L) -> (L::Service, mock::Handle<R, T>)
-where
-    L: Layer<MockService<R, T>>,
-{
-    let (service, handle) = mock::pair::<R, T>();
-    (ServiceBuilder::new().layer(layer).service(service), handle)
-}
-
-/// How many times [`settle`] yields.
-const SETTLE_ROUNDS: usize = 200;
+pub use recorder::{Event, Events, Recorder};
 
 /// Yields to the scheduler until spawned tasks and woken futures have run
 /// (200 rounds), without advancing time.
 pub async fn settle() {
-    settle_rounds(SETTLE_ROUNDS).await;
-}
-
-/// [`settle`] with a number of rounds of the caller's (fewer for a hot loop
-/// whose tasks are known to need few).
-pub async fn settle_rounds(rounds: usize) {
-    for _ in 0..rounds {
+    for _ in 0..200 {
         tokio::task::yield_now().await;
     }
 }

@@ -1,10 +1,15 @@
-//! [`DropProbe`] and its [`DropGuard`]s: whether and when a future was
-//! dropped, and whether it ran to its end first.
+//! [`DropProbe`] and the [`DropGuard`]s (of a probe or of a
+//! [`Recorder`](super::Recorder)): whether and when a future was dropped,
+//! and whether it ran to its end first.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+use super::Event;
+use crate::jsonrpc::RequestId;
 
 /// Observes [`DropGuard`]s: whether and when one was dropped.
 ///
@@ -42,11 +47,22 @@ struct ProbeInner {
     dropped_unfinished: AtomicBool,
 }
 
-/// Records its drop in its [`DropProbe`]. Move it into the future under test.
+/// Move it into the future under test: its drop is what its
+/// [`DropProbe`] records ([`DropProbe::guard`]), or what its
+/// [`Recorder`](super::Recorder) reports ([`Recorder::start`](super::Recorder::start):
+/// [`Event::Dropped`] when dropped before [`finish`](Self::finish),
+/// [`Event::Done`] after).
 #[derive(Debug)]
 pub struct DropGuard {
-    inner: Arc<ProbeInner>,
+    watcher: Watcher,
     finished: AtomicBool,
+}
+
+/// Who learns of a guard's drop.
+#[derive(Debug)]
+enum Watcher {
+    Probe(Arc<ProbeInner>),
+    Recorder(mpsc::UnboundedSender<Event>, RequestId),
 }
 
 impl DropProbe {
@@ -62,7 +78,7 @@ impl DropProbe {
     /// its guards was dropped unfinished.
     pub fn guard(&self) -> DropGuard {
         DropGuard {
-            inner: self.inner.clone(),
+            watcher: Watcher::Probe(self.inner.clone()),
             finished: AtomicBool::new(false),
         }
     }
@@ -94,22 +110,43 @@ impl DropProbe {
 }
 
 impl DropGuard {
-    /// Marks the work as finished (call it at the end of the future).
+    /// A guard reporting to a recorder's channel.
+    pub(super) fn recording(tx: mpsc::UnboundedSender<Event>, id: RequestId) -> Self {
+        DropGuard {
+            watcher: Watcher::Recorder(tx, id),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks the work as finished (call it at the end of the future): its
+    /// drop is then a completion, not a cancellation.
     pub fn finish(&self) {
         self.finished.store(true, Ordering::SeqCst);
-        self.inner.finished.store(true, Ordering::SeqCst);
+        if let Watcher::Probe(inner) = &self.watcher {
+            inner.finished.store(true, Ordering::SeqCst);
+        }
     }
 }
 
 impl Drop for DropGuard {
     fn drop(&mut self) {
-        if !self.finished.load(Ordering::SeqCst) {
-            self.inner.dropped_unfinished.store(true, Ordering::SeqCst);
+        let finished = self.finished.load(Ordering::SeqCst);
+        match &self.watcher {
+            Watcher::Probe(inner) => {
+                if !finished {
+                    inner.dropped_unfinished.store(true, Ordering::SeqCst);
+                }
+                *inner.dropped_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            }
+            Watcher::Recorder(tx, id) => {
+                let id = id.clone();
+                // Nobody listening is not an error.
+                let _ = tx.send(if finished {
+                    Event::Done(id)
+                } else {
+                    Event::Dropped(id)
+                });
+            }
         }
-        *self
-            .inner
-            .dropped_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::DropGuard;
 use crate::jsonrpc::RequestId;
 use crate::{CancelReason, McpRequest};
 
@@ -17,10 +18,10 @@ pub enum Event {
     /// The request's cancellation token fired, with the reason it carried
     /// then (seen by the task [`Recorder::watch_token`] spawned).
     Token(RequestId, Option<CancelReason>),
-    /// The handler's [`Recording`] was dropped before
-    /// [`Recording::finish`]: its future was dropped.
+    /// The handler's [`DropGuard`] was dropped before
+    /// [`DropGuard::finish`]: its future was dropped.
     Dropped(RequestId),
-    /// The handler finished ([`Recording::finish`], then dropped).
+    /// The handler finished ([`DropGuard::finish`], then dropped).
     Done(RequestId),
     /// An event of the test's own ([`Recorder::note`]), e.g. a connection
     /// that ended.
@@ -62,16 +63,6 @@ pub struct Events {
     bound: Duration,
 }
 
-/// One handler's record: reports [`Event::Dropped`] when dropped before
-/// [`finish`](Self::finish), [`Event::Done`] after. Keep it in the handler's
-/// future.
-#[derive(Debug)]
-pub struct Recording {
-    tx: mpsc::UnboundedSender<Event>,
-    id: RequestId,
-    finished: bool,
-}
-
 impl Recorder {
     /// A recorder and the receiving end of its events.
     pub fn new() -> (Recorder, Events) {
@@ -80,15 +71,13 @@ impl Recorder {
     }
 
     /// Records the start of `req` ([`Event::Started`]; a request without an
-    /// id records as id `0`) and returns its [`Recording`].
-    pub fn start(&self, req: &McpRequest) -> Recording {
+    /// id records as id `0`) and returns the guard to keep in the handler's
+    /// future: it reports [`Event::Dropped`] when dropped before
+    /// [`finish`](DropGuard::finish), [`Event::Done`] after.
+    pub fn start(&self, req: &McpRequest) -> DropGuard {
         let id = id_of(req);
         self.record(Event::Started(id.clone()));
-        Recording {
-            tx: self.tx.clone(),
-            id,
-            finished: false,
-        }
+        DropGuard::recording(self.tx.clone(), id)
     }
 
     /// When `req` carries a cancellation, spawns a task (call it inside a
@@ -118,36 +107,6 @@ impl Recorder {
 
 fn id_of(req: &McpRequest) -> RequestId {
     req.id().cloned().unwrap_or_else(|| RequestId::from(0))
-}
-
-impl Recording {
-    /// The request's id.
-    pub fn id(&self) -> &RequestId {
-        &self.id
-    }
-
-    /// Marks the handler as finished: dropping it now reports
-    /// [`Event::Done`]. Consumes the record, so it reports at once.
-    pub fn finish(mut self) {
-        self.finished = true;
-    }
-
-    /// Marks the handler as finished but keeps the record alive (for a
-    /// handler that ends on a path where it cannot give the record away).
-    pub fn set_finished(&mut self) {
-        self.finished = true;
-    }
-}
-
-impl Drop for Recording {
-    fn drop(&mut self) {
-        let id = self.id.clone();
-        let _ = self.tx.send(if self.finished {
-            Event::Done(id)
-        } else {
-            Event::Dropped(id)
-        });
-    }
 }
 
 impl Events {

@@ -14,17 +14,14 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tower_mcp_cancel::jsonrpc::RequestId;
-use tower_mcp_cancel::transport::http::{serve, StreamableHttpLayer, StreamableHttpService};
+use tower_mcp_cancel::transport::http::{serve, StreamableHttpService};
 
 const STREAMS: i64 = 100;
 
 /// The test tools served by `serve` on 127.0.0.1, until `shutdown` fires.
 async fn start(shutdown: &CancellationToken) -> (SocketAddr, Tools, Events, JoinHandle<()>) {
     let (tools, events) = Tools::new();
-    let svc = tower::Layer::layer(
-        &StreamableHttpLayer::from_config(StreamableHttpService::new(())),
-        tools.service(),
-    );
+    let svc = tower::Layer::layer(&StreamableHttpService::new(()), tools.service());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(serve(listener, svc, shutdown.clone()));
@@ -172,7 +169,7 @@ async fn with_a_drain_grace_serve_lets_a_request_in_flight_finish() {
     let config = StreamableHttpService::new(())
         .shutdown(shutdown.clone())
         .drain_grace(std::time::Duration::from_secs(3600));
-    let svc = tower::Layer::layer(&StreamableHttpLayer::from_config(config), tools.service());
+    let svc = tower::Layer::layer(&config, tools.service());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(serve(listener, svc, shutdown.clone()));

@@ -245,10 +245,7 @@ async fn serve_reporting_heads(
 ) {
     let (tools, events) = Tools::new();
     let template = configure(StreamableHttpService::new(()));
-    let svc = tower::Layer::layer(
-        &tower_mcp_cancel::transport::http::StreamableHttpLayer::from_config(template),
-        tools.service(),
-    );
+    let svc = tower::Layer::layer(&template, tools.service());
     let (tx, heads) = tokio::sync::mpsc::unbounded_channel();
     let svc = tower::Layer::layer(
         &tower::util::MapResponseLayer::new(move |res: http::Response<_>| {

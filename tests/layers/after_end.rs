@@ -85,11 +85,11 @@ async fn a_task_the_handler_spawned_sends_nothing_after_the_answer_over_stdio() 
 #[tokio::test]
 async fn a_task_the_handler_spawned_sends_nothing_after_the_answer_over_http() {
     use http_body_util::BodyExt;
-    use tower_mcp_cancel::transport::http::StreamableHttpLayer;
+    use tower_mcp_cancel::transport::http::StreamableHttpService;
 
     let release = Arc::new(Notify::new());
     let (svc, told) = leaves_a_reporter(release.clone());
-    let svc = StreamableHttpLayer::new().layer(svc);
+    let svc = StreamableHttpService::new(()).layer(svc);
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {

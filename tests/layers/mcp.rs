@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::time::{advance, Instant};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::cancel::{current_drop_reason, CancelOutcome, InFlight};
+use tower_mcp_cancel::cancel::{current_drop_reason, InFlight};
 use tower_mcp_cancel::jsonrpc::{ProgressToken, RequestId};
-use tower_mcp_cancel::test_util::{mock_stack, settle, DropProbe};
+use tower_mcp_cancel::test_util::{settle, DropProbe};
 use tower_mcp_cancel::{
     CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, Limit, McpRequest,
     ProgressLimits, ProgressObserver, ProgressResetLayer, RequestTimeout, RequestView,
@@ -620,8 +620,8 @@ async fn tokens_are_assigned_unique_and_existing_ones_kept() {
 
 #[tokio::test(start_paused = true)]
 async fn assigned_token_reaches_the_wire_params() {
-    let (mut svc, mut handle) =
-        mock_stack::<McpRequest, Value, _>(ProgressResetLayer::new(Duration::from_secs(1)));
+    let (mock, mut handle) = tower_test::mock::pair::<McpRequest, Value>();
+    let mut svc = tower::Layer::layer(&ProgressResetLayer::new(Duration::from_secs(1)), mock);
     let call = tokio::spawn(async move {
         svc.ready()
             .await
@@ -789,28 +789,23 @@ async fn registry_races_ids_and_string_vs_integer() {
     }
     settle().await;
     // Unknown id: nothing happens, and it leaves nothing behind.
-    assert_eq!(
-        in_flight.cancel(&RequestId::from(2), CancelReason::peer(None)),
-        CancelOutcome::Unknown
-    );
+    assert!(!in_flight.cancel(&RequestId::from(2), CancelReason::peer(None)));
+    assert!(!in_flight.contains(&RequestId::from(2)));
     // Cancelling "1" cancels the string id only.
+    assert!(in_flight.cancel(&RequestId::from("1"), CancelReason::peer(Some("first"))));
+    // A duplicate cancel is ignored: the first reason stays.
+    assert!(!in_flight.cancel(&RequestId::from("1"), CancelReason::Shutdown));
     assert_eq!(
-        in_flight.cancel(&RequestId::from("1"), CancelReason::peer(None)),
-        CancelOutcome::Cancelled
-    );
-    // A duplicate cancel is ignored.
-    assert_eq!(
-        in_flight.cancel(&RequestId::from("1"), CancelReason::peer(None)),
-        CancelOutcome::AlreadyFinished
+        in_flight
+            .get(&RequestId::from("1"))
+            .and_then(|c| c.reason().cloned()),
+        Some(CancelReason::peer(Some("first")))
     );
     settle().await;
     assert!(p_str.was_cancelled());
     assert!(!p_int.is_dropped());
     // Id 0 is an ordinary id.
-    assert_eq!(
-        in_flight.cancel(&RequestId::from(0), CancelReason::peer(None)),
-        CancelOutcome::Cancelled
-    );
+    assert!(in_flight.cancel(&RequestId::from(0), CancelReason::peer(None)));
     settle().await;
     assert!(p_zero.was_cancelled());
     assert!(!p_int.is_dropped());

@@ -87,9 +87,9 @@ async fn progress_must_increase_under_a_progress_reset_layer() {
 #[tokio::test]
 async fn progress_must_increase_on_a_plain_http_stack() {
     use http_body_util::BodyExt;
-    use tower_mcp_cancel::transport::http::StreamableHttpLayer;
+    use tower_mcp_cancel::transport::http::StreamableHttpService;
 
-    let svc = tower::Layer::layer(&StreamableHttpLayer::new(), reporter());
+    let svc = tower::Layer::layer(&StreamableHttpService::new(()), reporter());
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {

@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::cancel::{CancelOutcome, InFlight};
+use tower_mcp_cancel::cancel::InFlight;
 use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::progress::RecordOutcome;
@@ -72,8 +72,14 @@ fn cancel_ids() -> [RequestId; 8] {
     [a, b, c, d, e, f, RequestId::from(99), RequestId::from("0")]
 }
 
-/// Lets every task that can run, run, without moving the clock.
-use tower_mcp_cancel::test_util::settle_rounds as settle;
+/// Lets every task that can run, run, without moving the clock: `rounds`
+/// yields, fewer than `test_util::settle`'s in these hot loops whose tasks
+/// need few.
+async fn settle(rounds: usize) {
+    for _ in 0..rounds {
+        tokio::task::yield_now().await;
+    }
+}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -313,8 +319,8 @@ async fn layer_schedule(ops: Vec<LayerOp>) -> Result<(), TestCaseError> {
                 let id = ids()[id].clone();
                 let n = reqs.len() as u64;
                 let guard = match in_flight.register(id.clone(), None) {
-                    Ok(g) => g,
-                    Err(_) => {
+                    Some(g) => g,
+                    None => {
                         // A transport answers a duplicate in-flight id with an
                         // error and never runs it.
                         prop_assert!(
@@ -382,10 +388,10 @@ async fn layer_schedule(ops: Vec<LayerOp>) -> Result<(), TestCaseError> {
                 let target = reqs.iter_mut().find(|r| r.id == id && r.expect.is_none());
                 match target {
                     Some(r) => {
-                        prop_assert_eq!(got, CancelOutcome::Cancelled, "cancel of {}", id);
+                        prop_assert!(got, "cancel of {} in flight did nothing", id);
                         r.expect = Some(Expect::Cancelled);
                     }
-                    None => prop_assert_eq!(got, CancelOutcome::Unknown, "cancel of {}", id),
+                    None => prop_assert!(!got, "cancel of {} not in flight cancelled", id),
                 }
             }
             LayerOp::Respond { slot, ok } => {

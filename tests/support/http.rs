@@ -90,7 +90,7 @@ impl Tools {
             *self.last.lock().unwrap() = Some(c.clone());
         }
         self.recorder.watch_token(&req);
-        let mut probe = self.recorder.start(&req);
+        let probe = self.recorder.start(&req);
         let params: Value = req.params_as().unwrap_or_default();
         let args = &params["arguments"];
         let out = match req.method() {
@@ -146,7 +146,7 @@ impl Tools {
                         )
                         .await;
                     }
-                    probe.set_finished();
+                    probe.finish();
                     return Err(Box::new(tower_mcp_cancel::Cancelled::new(
                         CancelReason::Other("the handler gave up".into()),
                     )));
@@ -156,7 +156,7 @@ impl Tools {
                     json!({"resultType": "complete", "released": true})
                 }
                 other => {
-                    probe.set_finished();
+                    probe.finish();
                     return Err(Box::new(tower_mcp_cancel::jsonrpc::ErrorObject::new(
                         -32602,
                         format!("unknown tool {other}"),
@@ -173,14 +173,14 @@ impl Tools {
                 unreachable!()
             }
             _ => {
-                probe.set_finished();
+                probe.finish();
                 return Err(Box::new(tower_mcp_cancel::jsonrpc::ErrorObject::new(
                     -32601,
                     "Method not found",
                 )));
             }
         };
-        probe.set_finished();
+        probe.finish();
         Ok(out)
     }
 }
@@ -245,10 +245,7 @@ pub async fn serve_tools(
 ) -> (SocketAddr, Tools, Events) {
     let (tools, events) = Tools::new();
     let template = f(StreamableHttpService::new(()));
-    let svc = tower::Layer::layer(
-        &tower_mcp_cancel::transport::http::StreamableHttpLayer::from_config(template),
-        tools.service(),
-    );
+    let svc = tower::Layer::layer(&template, tools.service());
     let addr = serve(svc, proto, tools.recorder()).await;
     (addr, tools, events)
 }

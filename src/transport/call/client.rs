@@ -14,14 +14,9 @@
 //! * [`CallGuard`]: a call dropped before its answer is cancelled, and the
 //!   reason of the drop logged, once; the transport says what cancelling is
 //!   ([`Abandon`]).
-//! * [`ResponseFuture`]: the response future of both clients.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::task::{Context, Poll};
 
 use serde_json::value::RawValue;
 use tokio::time::Instant;
@@ -375,37 +370,6 @@ pub(crate) fn outcome(
     match outcome {
         Ok(raw) => Ok(serde_json::from_str(raw.get())?),
         Err(e) => Err(Box::new(e)),
-    }
-}
-
-/// The response future of the stdio and HTTP clients: the `result` of the
-/// response, or the error. Dropping it before it is ready cancels the
-/// request.
-#[must_use = "futures do nothing unless polled"]
-pub struct ResponseFuture {
-    inner: Pin<Box<dyn Future<Output = Result<serde_json::Value, BoxError>> + Send>>,
-}
-
-impl ResponseFuture {
-    pub(crate) fn new(
-        inner: impl Future<Output = Result<serde_json::Value, BoxError>> + Send + 'static,
-    ) -> Self {
-        Self {
-            inner: Box::pin(inner),
-        }
-    }
-}
-
-impl fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ResponseFuture")
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<serde_json::Value, BoxError>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
     }
 }
 

@@ -179,3 +179,12 @@ impl Body for ResponseBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_response_body_is_send() {
+        fn is_send<T: Send>() {}
+        is_send::<super::ResponseBody>();
+    }
+}

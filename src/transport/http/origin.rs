@@ -99,10 +99,10 @@ impl OriginPolicy {
         }
     }
 
-    /// Checks a request's headers: `Err` is the 403 response to send. A
-    /// repeated `Origin` is refused: a browser sends one, and another
-    /// reader may take another copy than the one checked.
-    pub fn check(&self, headers: &HeaderMap) -> Result<(), Rejection> {
+    /// Checks a request's headers: `Err` is the 403 to send. A repeated
+    /// `Origin` is refused: a browser sends one, and another reader may take
+    /// another copy than the one checked.
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), Rejection> {
         let mut values = headers.get_all(header::ORIGIN).iter();
         let Some(origin) = values.next() else {
             return Ok(());

@@ -1,5 +1,5 @@
 //! [`StreamableHttpService`], the Streamable HTTP server adapter, and its
-//! [`StreamableHttpLayer`].
+//! [`Layer`].
 
 use std::convert::Infallible;
 use std::fmt;
@@ -15,7 +15,6 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::config::{Config, StatefulRequests};
-use super::future::ResponseFuture;
 use super::handle;
 use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
@@ -244,7 +243,7 @@ impl<S> StreamableHttpService<S> {
     /// stateless: an `Mcp-Session-Id` on them is ignored.
     ///
     /// Each call creates a new, empty store, shared by the clones of this
-    /// adapter (and by the services a [`StreamableHttpLayer`] made from it).
+    /// adapter (and by the services made from it [as a layer](Layer)).
     #[must_use]
     pub fn stateful_sessions(mut self, limits: super::SessionLimits) -> Self {
         self.config_mut().sessions = Some(Arc::new(super::session::Sessions::new(limits)));
@@ -354,8 +353,8 @@ impl<S> StreamableHttpService<S> {
     /// once, without calling the handler: `503` with `Retry-After: 1` and
     /// a JSON-RPC error (`-32603`, "the server has its maximum of N
     /// requests in flight"). The count is shared by the clones of this
-    /// adapter (and by the services a [`StreamableHttpLayer`] made from
-    /// it); each call of this method starts a new one.
+    /// adapter (and by the services made from it [as a layer](Layer)); each
+    /// call of this method starts a new one.
     #[must_use]
     pub fn max_in_flight(mut self, requests: usize) -> Self {
         self.config_mut().set_max_in_flight(requests);
@@ -387,40 +386,18 @@ impl<S> StreamableHttpService<S> {
     }
 }
 
-/// A [`Layer`] producing [`StreamableHttpService`], for `ServiceBuilder`
-/// stacks: `ServiceBuilder::new().layer(StreamableHttpLayer::new()).layer(…mcp layers…).service(handler)`.
-#[derive(Clone, Debug)]
-pub struct StreamableHttpLayer {
-    template: StreamableHttpService<()>,
-}
-
-impl StreamableHttpLayer {
-    /// A layer with the default configuration.
-    pub fn new() -> Self {
-        Self {
-            template: StreamableHttpService::new(()),
-        }
-    }
-
-    /// A layer with the configuration of `template` (configure a
-    /// `StreamableHttpService::new(())`).
-    pub fn from_config(template: StreamableHttpService<()>) -> Self {
-        Self { template }
-    }
-}
-
-impl Default for StreamableHttpLayer {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<S> Layer<S> for StreamableHttpLayer {
+/// A configured adapter without its MCP service
+/// (`StreamableHttpService::new(())` and its settings) is the [`Layer`] for
+/// `ServiceBuilder` stacks:
+/// `ServiceBuilder::new().layer(StreamableHttpService::new(()).sse_after(…)).layer(…mcp layers…).service(handler)`.
+/// The services it makes share its settings and its shared state (the
+/// session store, the in-flight count), as clones of one adapter do.
+impl<S> Layer<S> for StreamableHttpService<()> {
     type Service = StreamableHttpService<S>;
     fn layer(&self, inner: S) -> Self::Service {
         StreamableHttpService {
             inner,
-            config: self.template.config.clone(),
+            config: self.config.clone(),
         }
     }
 }
@@ -434,7 +411,11 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = ResponseFuture;
+    /// Boxed. It owns the handler future until the response head is
+    /// ready; dropping it cancels the request.
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>,
+    >;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // Readiness of the MCP service is awaited per request, after the body
@@ -445,6 +426,7 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let config = self.config.clone();
-        ResponseFuture::new(handle::handle(inner, config, req))
+        let handled = handle::handle(inner, config, req);
+        Box::pin(async move { Ok(handled.await) })
     }
 }

@@ -23,18 +23,18 @@ use crate::sanitize::for_log;
 /// A request refused before it reached the MCP stack: an HTTP status and the
 /// JSON-RPC error to send with it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     /// The HTTP status.
-    pub status: StatusCode,
+    pub(crate) status: StatusCode,
     /// The id of the request, when it could be read.
-    pub id: Option<RequestId>,
+    pub(crate) id: Option<RequestId>,
     /// The JSON-RPC error.
-    pub error: ErrorObject,
+    pub(crate) error: ErrorObject,
 }
 
 impl Rejection {
     /// A rejection.
-    pub fn new(status: StatusCode, id: Option<RequestId>, error: ErrorObject) -> Self {
+    pub(crate) fn new(status: StatusCode, id: Option<RequestId>, error: ErrorObject) -> Self {
         Self { status, id, error }
     }
 
@@ -47,7 +47,7 @@ impl Rejection {
     }
 
     /// The HTTP response: the status and a JSON-RPC error response body.
-    pub fn into_response(self) -> Response<Full<Bytes>> {
+    pub(crate) fn into_response(self) -> Response<Full<Bytes>> {
         let body = match &self.id {
             Some(id) => jsonrpc::encode_response::<()>(Some(id), Err(&self.error)),
             None => crate::transport::call::server::encode_error_without_id(&self.error),

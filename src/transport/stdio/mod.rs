@@ -1,9 +1,10 @@
 //! The stdio transport (feature `stdio`): newline-delimited JSON-RPC over a
 //! child's stdin/stdout, or over any `AsyncRead`/`AsyncWrite` pair.
 //!
-//! * Server: [`serve`] (or [`StdioServer`] to configure it, [`serve_stdio`]
-//!   for this process's stdin/stdout) drives a request service — typically
-//!   your layer stack — over one connection.
+//! * Server: [`serve_stdio`] (this process's stdin/stdout), or
+//!   [`StdioServer`] to configure it and to serve any reader/writer pair,
+//!   drives a request service — typically your layer stack — over one
+//!   connection.
 //! * Client: [`StdioClient`], a `tower::Service<McpRequest>` over a spawned
 //!   child process or a stream pair; stack
 //!   [`TimeoutLayer`](crate::TimeoutLayer) and
@@ -17,7 +18,7 @@
 //! ```
 //! use std::time::Duration;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
-//! use tower_mcp_cancel::transport::stdio::{serve, StdioClient};
+//! use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 //! use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -34,7 +35,7 @@
 //!         }
 //!         Ok::<_, BoxError>(serde_json::json!({"resultType": "complete", "method": req.method()}))
 //!     }));
-//! let served = tokio::spawn(serve(server, server_read, server_write));
+//! let served = tokio::spawn(StdioServer::new().serve(server, server_read, server_write));
 //!
 //! let client = StdioClient::new(client_read, client_write);
 //! let res = client.clone().oneshot(McpRequest::without_id("ping")).await.unwrap();
@@ -149,8 +150,8 @@ mod server;
 mod std_io;
 mod writer;
 
-pub use client::{future, StdioClient, StdioClientBuilder};
+pub use client::{StdioClient, StdioClientBuilder};
 #[cfg(all(test, feature = "http"))]
 pub(crate) use server::DEFAULT_MAX_IN_FLIGHT;
-pub use server::{serve, serve_stdio, StdioServer};
+pub use server::{serve_stdio, StdioServer};
 pub(crate) use server::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};

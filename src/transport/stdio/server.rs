@@ -1,4 +1,4 @@
-//! The stdio server driver: [`StdioServer`], [`serve`], [`serve_stdio`].
+//! The stdio server driver: [`StdioServer`], [`serve_stdio`].
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use super::framing::{Frame, LineReader};
 use super::schedule::{give_way, Batch, HandlerLoad, Hold, ReaderTurn};
 use super::writer::write_loop;
-use crate::cancel::CancelOutcome;
 use crate::cancel::InFlight;
 use crate::jsonrpc::{self, ErrorObject, Message, RawNotification, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
@@ -37,6 +36,15 @@ impl StdioServer {
     /// At EOF every in-flight request is cancelled with
     /// [`CancelReason::TransportClosed`] and nothing more is written for it
     /// (after the [`drain_grace`](Self::drain_grace), if one is set).
+    ///
+    /// The driver registers each request in the connection's [`InFlight`]
+    /// registry, runs it in its own task, and races it against its
+    /// [`Cancellation`](crate::Cancellation): a `notifications/cancelled`
+    /// drops the service future at once (even without a
+    /// [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) in the
+    /// stack), fires its token, and nothing is written for that id
+    /// afterwards. `serve` returns once the tasks of the cancelled requests
+    /// ended.
     pub async fn serve<S, R, W>(self, mut service: S, reader: R, writer: W) -> io::Result<()>
     where
         S: McpService,
@@ -142,27 +150,6 @@ enum End {
 
 fn flatten(res: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<()> {
     res.unwrap_or_else(|e| Err(io::Error::other(e)))
-}
-
-/// Serves `service` over any reader/writer pair with the default
-/// configuration, until the reader ends.
-///
-/// The driver registers each request in the connection's [`InFlight`]
-/// registry, runs it in its own task, and races it against its
-/// [`Cancellation`](crate::Cancellation): a `notifications/cancelled` drops
-/// the service future at once (even without a
-/// [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) in the
-/// stack), fires its token, and nothing is written for that id afterwards.
-/// At end of input every in-flight request is cancelled with
-/// [`CancelReason::TransportClosed`] and `serve` returns once their tasks
-/// ended.
-pub async fn serve<S, R, W>(service: S, reader: R, writer: W) -> io::Result<()>
-where
-    S: McpService,
-    R: AsyncRead + Unpin + Send,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    StdioServer::new().serve(service, reader, writer).await
 }
 
 /// Serves `service` over this process's stdin and stdout with the default
@@ -291,7 +278,7 @@ impl Connection {
         let Some((id, reason)) = n.cancel_request() else {
             return;
         };
-        if self.in_flight.cancel(&id, reason.clone()) == CancelOutcome::Cancelled {
+        if self.in_flight.cancel(&id, reason.clone()) {
             tracing::debug!(request_id = %id, %reason, "request cancelled by the client");
         }
     }
@@ -339,12 +326,12 @@ impl Connection {
             .in_flight
             .register(id.clone(), Some(raw.method.clone()))
         {
-            Ok(g) => g,
-            Err(dup) => {
+            Some(g) => g,
+            None => {
                 tracing::warn!(request_id = %id, "request with an id already in flight answered without an id");
                 let err = ErrorObject::new(
                     ErrorObject::INVALID_REQUEST,
-                    format!("Invalid Request: {dup}"),
+                    format!("Invalid Request: a request with id {id} is already in flight"),
                 );
                 self.send(encode_error_without_id(&err)).await;
                 return;

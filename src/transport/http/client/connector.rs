@@ -3,7 +3,6 @@
 //! `https://` without the feature.
 
 use std::error::Error as StdError;
-use std::fmt;
 
 use bytes::Bytes;
 use http::Uri;
@@ -73,7 +72,7 @@ pub(super) fn connector(uri: &Uri, tls: TlsSettings) -> Connector {
 
 /// The connector for `uri`: plain TCP (without feature `tls`, an
 /// `https://` endpoint fails at its first call with
-/// [`ConnectErrorKind::TlsNotEnabled`]).
+/// [`HttpClientError::TlsNotEnabled`]).
 #[cfg(not(feature = "tls"))]
 pub(super) fn connector(_uri: &Uri, _tls: TlsSettings) -> Connector {
     let mut http = HttpConnector::new();
@@ -87,39 +86,31 @@ pub(super) fn check_scheme(uri: &Uri) -> Result<(), HttpClientError> {
     if cfg!(feature = "tls") || uri.scheme() != Some(&http::uri::Scheme::HTTPS) {
         return Ok(());
     }
-    Err(HttpClientError::Connect {
-        kind: ConnectErrorKind::TlsNotEnabled,
+    Err(HttpClientError::TlsNotEnabled {
         target: target(uri),
-        detail: "https:// needs the `tls` feature of tower-mcp-cancel".into(),
     })
 }
 
-/// What failed when connecting to the server.
+/// What failed when connecting to the server (the variant of
+/// [`HttpClientError`] it becomes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConnectErrorKind {
-    /// Nobody listens there: the connection was refused.
+enum ConnectErrorKind {
     Refused,
-    /// The host name could not be resolved.
     Dns,
-    /// The TLS handshake failed (the detail says why: an unknown issuer, a
-    /// name mismatch, an expired certificate, …).
+    #[cfg(feature = "tls")]
     Tls,
-    /// An `https://` endpoint, but the crate was built without feature `tls`.
-    TlsNotEnabled,
-    /// The connection timed out, was reset, or failed otherwise.
     Other,
 }
 
-impl fmt::Display for ConnectErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ConnectErrorKind::Refused => "connection refused",
-            ConnectErrorKind::Dns => "DNS lookup failed",
-            ConnectErrorKind::Tls => "TLS handshake failed",
-            ConnectErrorKind::TlsNotEnabled => "TLS not enabled",
-            ConnectErrorKind::Other => "connection failed",
-        })
+impl ConnectErrorKind {
+    fn into_error(self, target: String, detail: String) -> HttpClientError {
+        match self {
+            ConnectErrorKind::Refused => HttpClientError::ConnectionRefused { target, detail },
+            ConnectErrorKind::Dns => HttpClientError::Dns { target, detail },
+            #[cfg(feature = "tls")]
+            ConnectErrorKind::Tls => HttpClientError::Tls { target, detail },
+            ConnectErrorKind::Other => HttpClientError::ConnectionFailed { target, detail },
+        }
     }
 }
 
@@ -128,18 +119,14 @@ fn target(uri: &Uri) -> String {
 }
 
 /// Turns a failure of the pooled client into an error that says what
-/// failed: a [`HttpClientError::Connect`] for connection failures, the
-/// error itself otherwise.
+/// failed: a connection failure as the [`HttpClientError`] variant of what
+/// failed ([`HttpClientError::is_connect`]), the error itself otherwise.
 pub(super) fn classify(uri: &Uri, e: hyper_util::client::legacy::Error) -> crate::BoxError {
     if !e.is_connect() {
         return Box::new(e);
     }
     let (kind, detail) = connect_kind(&e);
-    Box::new(HttpClientError::Connect {
-        kind,
-        target: target(uri),
-        detail,
-    })
+    Box::new(kind.into_error(target(uri), detail))
 }
 
 fn connect_kind(e: &(dyn StdError + 'static)) -> (ConnectErrorKind, String) {
@@ -301,10 +288,9 @@ mod tests {
         if cfg!(feature = "tls") {
             assert!(r.is_ok());
         } else {
-            let Err(HttpClientError::Connect { kind, target, .. }) = r else {
+            let Err(HttpClientError::TlsNotEnabled { target }) = r else {
                 panic!("{r:?}")
             };
-            assert_eq!(kind, ConnectErrorKind::TlsNotEnabled);
             assert_eq!(target, "example.test");
         }
     }

@@ -4,8 +4,6 @@ use std::fmt;
 
 use http::StatusCode;
 
-use super::ConnectErrorKind;
-
 /// An HTTP-level failure of a call (a JSON-RPC error answer is reported as
 /// [`ErrorObject`](crate::jsonrpc::ErrorObject) instead).
 #[derive(Debug)]
@@ -28,18 +26,61 @@ pub enum HttpClientError {
     /// The request could not be sent as given (bad params, a method that is
     /// not a valid header value).
     InvalidRequest(String),
-    /// No connection to the server: refused, DNS, TLS (and why), `https://`
-    /// without feature `tls` — told apart by `kind`.
-    Connect {
-        /// What failed.
-        kind: ConnectErrorKind,
+    /// No connection: nobody listens there, the connection was refused.
+    ConnectionRefused {
         /// The `host:port` of the endpoint.
         target: String,
-        /// The underlying error's message. For TLS, what happened and what
-        /// to do, in words, then rustls' reason in parentheses (e.g.
-        /// `(rustls: invalid peer certificate: UnknownIssuer)`).
+        /// The underlying error's message.
         detail: String,
     },
+    /// No connection: the host name could not be resolved.
+    Dns {
+        /// The `host:port` of the endpoint.
+        target: String,
+        /// The resolver's message.
+        detail: String,
+    },
+    /// No connection: the TLS handshake failed.
+    Tls {
+        /// The `host:port` of the endpoint.
+        target: String,
+        /// What happened and what to do, in words (an unknown issuer, a name
+        /// mismatch, an expired certificate, …), then rustls' reason in
+        /// parentheses (e.g. `(rustls: invalid peer certificate:
+        /// UnknownIssuer)`).
+        detail: String,
+    },
+    /// No connection: an `https://` endpoint, but the crate was built
+    /// without feature `tls`.
+    TlsNotEnabled {
+        /// The `host:port` of the endpoint.
+        target: String,
+    },
+    /// No connection: it timed out, was reset, or failed otherwise.
+    ConnectionFailed {
+        /// The `host:port` of the endpoint.
+        target: String,
+        /// The underlying error's message.
+        detail: String,
+    },
+}
+
+impl HttpClientError {
+    /// Whether no connection to the server could be made (the request was
+    /// not sent): [`ConnectionRefused`](Self::ConnectionRefused),
+    /// [`Dns`](Self::Dns), [`Tls`](Self::Tls),
+    /// [`TlsNotEnabled`](Self::TlsNotEnabled) or
+    /// [`ConnectionFailed`](Self::ConnectionFailed).
+    pub fn is_connect(&self) -> bool {
+        matches!(
+            self,
+            HttpClientError::ConnectionRefused { .. }
+                | HttpClientError::Dns { .. }
+                | HttpClientError::Tls { .. }
+                | HttpClientError::TlsNotEnabled { .. }
+                | HttpClientError::ConnectionFailed { .. }
+        )
+    }
 }
 
 impl fmt::Display for HttpClientError {
@@ -60,11 +101,22 @@ impl fmt::Display for HttpClientError {
             }
             HttpClientError::InvalidResponse(m) => write!(f, "invalid response: {m}"),
             HttpClientError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
-            HttpClientError::Connect {
-                kind,
-                target,
-                detail,
-            } => write!(f, "cannot connect to {target}: {kind}: {detail}"),
+            HttpClientError::ConnectionRefused { target, detail } => {
+                write!(f, "cannot connect to {target}: connection refused: {detail}")
+            }
+            HttpClientError::Dns { target, detail } => {
+                write!(f, "cannot connect to {target}: DNS lookup failed: {detail}")
+            }
+            HttpClientError::Tls { target, detail } => {
+                write!(f, "cannot connect to {target}: TLS handshake failed: {detail}")
+            }
+            HttpClientError::TlsNotEnabled { target } => write!(
+                f,
+                "cannot connect to {target}: TLS not enabled: https:// needs the `tls` feature of tower-mcp-cancel"
+            ),
+            HttpClientError::ConnectionFailed { target, detail } => {
+                write!(f, "cannot connect to {target}: connection failed: {detail}")
+            }
         }
     }
 }

@@ -43,8 +43,9 @@
 //!
 //! **HTTPS** (feature `tls`): rustls with ring through hyper-rustls, the
 //! platform's roots (or `SSL_CERT_FILE` / `SSL_CERT_DIR`) and
-//! `HttpClientBuilder::tls_root_certificate`. A connection failure is an
-//! [`HttpClientError::Connect`] saying what failed ([`ConnectErrorKind`]).
+//! `HttpClientBuilder::tls_root_certificate`. A connection failure is the
+//! [`HttpClientError`] variant of what failed (refused, DNS, TLS and why, …;
+//! [`HttpClientError::is_connect`] holds for all).
 //!
 //! **`x-mcp-header`**: the client learns each tool's annotations from the
 //! `tools/list` results that pass through it (per client; clones share
@@ -91,7 +92,7 @@ use tracing::Instrument;
 use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
 use crate::protocol::PROTOCOL_VERSION;
-use crate::transport::call::client::{Abandon, Outbound, Pending, ResponseFuture};
+use crate::transport::call::client::{Abandon, Outbound, Pending};
 use crate::transport::http::param_headers::{InvalidParamHeader, ToolHeaderMap};
 use crate::{CancelReason, McpRequest};
 
@@ -108,7 +109,6 @@ mod tools;
 pub(crate) use response::MAX_RESPONSE_BYTES;
 
 pub use builder::HttpClientBuilder;
-pub use connector::ConnectErrorKind;
 pub use era::ServerEra;
 pub use error::HttpClientError;
 #[cfg(feature = "fuzzing")]
@@ -117,12 +117,6 @@ pub(crate) use response::read_response;
 use call::{Call, SentIn};
 use connector::PooledClient;
 use era::{EraCell, Legacy};
-
-pub mod future {
-    //! The response future of [`HttpClient`](super::HttpClient).
-
-    pub use crate::transport::call::client::ResponseFuture;
-}
 
 struct Inner {
     client: PooledClient,
@@ -288,13 +282,16 @@ impl HttpClient {
 impl Service<McpRequest> for HttpClient {
     type Response = serde_json::Value;
     type Error = BoxError;
-    type Future = ResponseFuture;
+    /// Boxed; dropping it before it is ready cancels the request.
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<serde_json::Value, BoxError>> + Send>,
+    >;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut req: McpRequest) -> ResponseFuture {
+    fn call(&mut self, mut req: McpRequest) -> Self::Future {
         let inner = self.inner.clone();
         // Unique among the calls in flight, though each is its own stream:
         // the server sees them all (a caller's observer without a
@@ -302,13 +299,11 @@ impl Service<McpRequest> for HttpClient {
         let registered = lock(&inner.in_flight).register(&inner.outbound, &mut req, |_| false, ());
         let (id, route) = match registered {
             Ok(r) => r,
-            Err(refused) => {
-                return ResponseFuture::new(async move { Err(Box::new(refused) as BoxError) })
-            }
+            Err(refused) => return Box::pin(async move { Err(Box::new(refused) as BoxError) }),
         };
         let (call, guard) = Call::prepare(inner, id, route, req);
         let span = guard.span();
-        ResponseFuture::new(call.run(guard).instrument(span))
+        Box::pin(call.run(guard).instrument(span))
     }
 }
 

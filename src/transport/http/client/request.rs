@@ -240,7 +240,8 @@ const CHECKOUT_RETRIES: usize = 3;
 /// connection attempt, driven by one of them; if that one is cancelled
 /// (dropped), the others fail with that error although nothing was sent, so
 /// sending them again is safe and loses nothing. A connection failure comes
-/// back as [`HttpClientError::Connect`], saying what failed.
+/// back as the [`HttpClientError`] variant of what failed
+/// ([`HttpClientError::is_connect`]).
 pub(super) async fn send(
     client: &PooledClient,
     req: Request<Full<Bytes>>,

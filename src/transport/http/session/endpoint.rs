@@ -94,8 +94,8 @@ pub(crate) fn notification(
     };
     let session = sessions.get(id?).ok_or_else(not_found)?;
     if let Some((request_id, reason)) = n.cancel_request() {
-        let outcome = session.cancel(&request_id, reason.clone());
-        tracing::info!(%request_id, %reason, ?outcome, "notifications/cancelled from a legacy session");
+        let cancelled = session.cancel(&request_id, reason.clone());
+        tracing::info!(%request_id, %reason, cancelled, "notifications/cancelled from a legacy session");
     }
     Ok(())
 }

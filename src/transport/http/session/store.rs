@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use super::SessionLimits;
-use crate::cancel::{CancelOutcome, DuplicateId, InFlight, InFlightGuard};
+use crate::cancel::{InFlight, InFlightGuard};
 use crate::jsonrpc::{Method, RequestId};
 use crate::{CancelReason, Cancellation};
 
@@ -213,7 +213,7 @@ impl Session {
         let guard = self
             .in_flight
             .register_with(id, method, cancellation)
-            .map_err(|DuplicateId(_)| JoinError::Duplicate)?;
+            .ok_or(JoinError::Duplicate)?;
         drop(state);
         Ok(SessionCall {
             session: self.clone(),
@@ -222,8 +222,8 @@ impl Session {
     }
 
     /// The client's `notifications/cancelled` for request `id` of this
-    /// session.
-    pub(crate) fn cancel(&self, id: &RequestId, reason: CancelReason) -> CancelOutcome {
+    /// session: whether it was running and is now cancelled.
+    pub(crate) fn cancel(&self, id: &RequestId, reason: CancelReason) -> bool {
         self.in_flight.cancel(id, reason)
     }
 }

@@ -4,7 +4,6 @@
 //! * `tasks`: the writer and reader tasks.
 //! * `reserved`: ids of cancelled requests kept from later ones.
 //! * `process`: a spawned child's shutdown.
-//! * [`future`]: the response future.
 
 use std::fmt;
 use std::io;
@@ -24,9 +23,7 @@ use tracing::Instrument;
 use crate::error::BoxError;
 use crate::jsonrpc::{self, ErrorObject, RequestId};
 use crate::observe::Transport;
-use crate::transport::call::client::{
-    outcome, Abandon, CallGuard, Outbound, Pending, ResponseFuture,
-};
+use crate::transport::call::client::{outcome, Abandon, CallGuard, Outbound, Pending};
 use crate::{CancelReason, McpRequest};
 
 mod builder;
@@ -39,12 +36,6 @@ pub use builder::StdioClientBuilder;
 use process::{reap, Handle};
 use reserved::Reserved;
 use tasks::{Control, Queued, ABANDONED, QUEUED};
-
-pub mod future {
-    //! The response future of [`StdioClient`](super::StdioClient).
-
-    pub use crate::transport::call::client::ResponseFuture;
-}
 
 /// A `tower::Service` that sends MCP requests over a newline-delimited
 /// JSON-RPC stream (a child's stdin/stdout, or any reader/writer pair) and
@@ -327,21 +318,24 @@ impl Abandon for Cancel {
 impl Service<McpRequest> for StdioClient {
     type Response = serde_json::Value;
     type Error = BoxError;
-    type Future = ResponseFuture;
+    /// Boxed; dropping it before it is ready cancels the request.
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<serde_json::Value, BoxError>> + Send>,
+    >;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: McpRequest) -> ResponseFuture {
+    fn call(&mut self, req: McpRequest) -> Self::Future {
         let started = self.start(req);
         let requests = self.handle.requests.clone();
         let (mut call, rx, bytes) = match started {
             Ok(started) => started,
-            Err(e) => return ResponseFuture::new(std::future::ready(Err(e))),
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         let span = call.span();
-        ResponseFuture::new(
+        Box::pin(
             async move {
                 let queued = Queued {
                     bytes,
