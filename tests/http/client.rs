@@ -315,7 +315,7 @@ fn call_as(id: i64, token: &str, name: &str, args: serde_json::Value) -> McpRequ
         .with_params(json!({"name": name, "arguments": args, "_meta": {"progressToken": token}}))
 }
 
-fn refused_as_duplicate(out: Result<serde_json::Value, tower_mcp_cancel::BoxError>, what: &str) {
+fn refused_as_duplicate(out: Result<serde_json::Value, tower::BoxError>, what: &str) {
     let err = out.expect_err(what);
     let e = err
         .downcast_ref::<ErrorObject>()
