@@ -71,7 +71,7 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | foundations | [`sanitize`], [`protocol`] | the log sanitizer; the protocol revisions |
+//! | foundations | `sanitize`, [`protocol`] | the log sanitizer ([`integration::for_log`]); the protocol revisions |
 //! | outcomes | [`error`] | [`CancelReason`], [`Elapsed`], [`Cancelled`] |
 //! | wire | [`jsonrpc`] | ids, tokens, method names, the message envelope, one-line encoding; the outcomes' JSON-RPC mapping |
 //! | per-request state | `state` (private) | one allocation per request behind its two handles, [`Cancellation`] (the cancel state, reason, token and waker) and [`ProgressTap`] (re-exported by [`cancel`] and [`progress`]), with what the layers keep per request: the log labels, the progress layer's limits, the one-timer hand-off between [`TimeoutLayer`] and [`ProgressResetLayer`] |
@@ -102,7 +102,7 @@ mod policy;
 pub mod progress;
 pub mod protocol;
 pub mod request;
-pub mod sanitize;
+pub(crate) mod sanitize;
 mod state;
 pub mod timeout;
 pub mod transport;
