@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 #[cfg(feature = "stdio")]
 mod common;
+use tower::BoxError;
 use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, McpRequest,
+    CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, McpRequest,
     ProgressObserver, ProgressResetLayer, RequestTimeout, TimeoutLayer,
 };
 

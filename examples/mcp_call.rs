@@ -46,14 +46,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use tokio::process::Command;
 use tower::util::BoxCloneService;
+use tower::BoxError;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::cancel::drop_with_reason;
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::http::{HttpClient, ServerEra};
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{
-    BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer,
-    RequestTimeout, TimeoutLayer,
+    CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, RequestTimeout,
+    TimeoutLayer,
 };
 
 const USAGE: &str = "usage: mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]\n       mcp-call [--timeout 30s] [--idle 10s] [--max 5m] --url http://…/mcp [--http2] <tool> [key=value…]";

@@ -17,16 +17,15 @@
 //!   [`RequestTimeout`](crate::RequestTimeout),
 //!   [`ProgressLimits`](crate::ProgressLimits),
 //!   [`ProgressObserver`](crate::ProgressObserver), and a transport's
-//!   [`Notifier`](crate::Notifier).
+//!   notifier (reached through [`RequestContext`](crate::RequestContext)).
 //!
 //! Where a request type stores them is its own business. [`McpRequest`]
 //! keeps the two hot ones in fields (inserting into an extension map
 //! allocates, which was most of the layers' per-call cost) and the rest in
 //! its [`http::Extensions`]; `http::Request` keeps all of them in its
-//! extensions. A third-party request type implements [`RequestView`] with
-//! one small storage trait for its type map, [`ExtensionMap`]
-//! (implemented here for [`http::Extensions`]); the accessors for the hot
-//! two default to that map and can be overridden with fields.
+//! extensions. A third-party request type implements [`RequestView`] over an
+//! [`http::Extensions`] of its own; the accessors for the hot two default
+//! to that map and can be overridden with fields.
 
 use http::Extensions;
 use serde_json::value::RawValue;
@@ -237,29 +236,6 @@ impl From<RawRequest> for McpRequest {
     }
 }
 
-/// Per-request values by type: the storage a [`RequestView`] needs.
-///
-/// A type map such as [`http::Extensions`] (implemented here), or rmcp's and
-/// tower-mcp's extension types. Values are looked up by their type; a
-/// second insert of a type replaces the first.
-pub trait ExtensionMap {
-    /// The value of type `T`, if one was inserted.
-    fn get<T: Send + Sync + 'static>(&self) -> Option<&T>;
-    /// Inserts `value`, replacing any earlier value of its type.
-    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T);
-}
-
-impl ExtensionMap for Extensions {
-    #[inline]
-    fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        Extensions::get(self)
-    }
-    #[inline]
-    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
-        Extensions::insert(self, value);
-    }
-}
-
 /// What the layers can see of a request: the only way they reach it.
 ///
 /// Implemented for [`McpRequest`] and for [`http::Request<B>`] (method from a
@@ -267,14 +243,13 @@ impl ExtensionMap for Extensions {
 /// body, or else claimed by the `Mcp-Method` header; id and progress token
 /// from the request's extensions, where an HTTP adapter that read the body
 /// puts them). To stack the layers over your own request type, implement the
-/// required methods: id, method, progress token, and an [`ExtensionMap`]
-/// for per-request values. The [`Cancellation`] and [`ProgressTap`]
+/// required methods: id, method, progress token, and an
+/// [`http::Extensions`] for per-request values (the type map of the
+/// tower and hyper ecosystem; rmcp's and tower-mcp's requests carry one). The [`Cancellation`] and [`ProgressTap`]
 /// accessors default to that map; override them with fields of your type
 /// to spare the map's allocations, as [`McpRequest`] does (see the
 /// [module docs](self)).
 pub trait RequestView {
-    /// Where this request keeps per-request values by type.
-    type Extensions: ExtensionMap;
     /// The JSON-RPC id, when known.
     fn request_id(&self) -> Option<RequestId>;
     /// The MCP method, when known.
@@ -294,9 +269,9 @@ pub trait RequestView {
     /// when this request type cannot carry one.
     fn set_progress_token(&mut self, token: ProgressToken) -> bool;
     /// The request's per-request values.
-    fn extensions(&self) -> &Self::Extensions;
+    fn extensions(&self) -> &Extensions;
     /// The request's per-request values, mutably.
-    fn extensions_mut(&mut self) -> &mut Self::Extensions;
+    fn extensions_mut(&mut self) -> &mut Extensions;
     /// The request's [`Cancellation`], if a layer, transport or caller set
     /// one. Default: looked up in the extensions.
     fn cancellation(&self) -> Option<&Cancellation> {
@@ -326,7 +301,6 @@ pub trait RequestView {
 }
 
 impl RequestView for McpRequest {
-    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         self.id.clone()
     }
@@ -364,7 +338,6 @@ impl RequestView for McpRequest {
 }
 
 impl<B> RequestView for http::Request<B> {
-    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         self.extensions().get::<RequestId>().cloned()
     }

@@ -66,12 +66,11 @@ server_cells! {
 
 mod our_clients {
     use super::*;
+    use tower::BoxError;
     use tower::{Service, ServiceBuilder, ServiceExt};
     use tower_mcp_cancel::transport::http::HttpClient;
     use tower_mcp_cancel::transport::stdio::StdioClient;
-    use tower_mcp_cancel::{
-        BoxError, Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
-    };
+    use tower_mcp_cancel::{Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
 
     type Client = tower::util::BoxCloneService<McpRequest, Value, BoxError>;
 

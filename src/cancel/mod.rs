@@ -22,7 +22,7 @@
 //!         // The handler (and anything it spawns) sees the token.
 //!         let token = req.cancellation().unwrap().token();
 //!         token.cancelled().await;
-//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({}))
+//!         Ok::<_, tower::BoxError>(serde_json::json!({}))
 //!     }));
 //!
 //! // The transport supplies the cancel signal with the request.

@@ -20,7 +20,8 @@ use crate::jsonrpc::ErrorObject;
 /// ```
 /// use std::time::Duration;
 /// use tower_mcp_cancel::observe::Outcome;
-/// use tower_mcp_cancel::{BoxError, CancelReason, Cancelled, Elapsed, Limit};
+/// use tower::BoxError;
+/// use tower_mcp_cancel::{CancelReason, Cancelled, Elapsed, Limit};
 /// use tower_mcp_cancel::jsonrpc::ErrorObject;
 ///
 /// let ok: Result<(), BoxError> = Ok(());

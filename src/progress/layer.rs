@@ -9,16 +9,17 @@ use tower_service::Service;
 
 use crate::error::BoxError;
 use crate::jsonrpc::ProgressToken;
-use crate::request::{ExtensionMap, RequestView};
+use crate::request::RequestView;
 use crate::state::{ProgressObserver, ProgressTap, RequestState, TapRequest};
 
 use super::future::ResponseFuture;
-use super::limits::{ProgressLimits, ProgressPolicy};
+use super::limits::ProgressLimits;
+use crate::policy::MethodPolicy;
 
 /// Applies [`ProgressReset`] to a service. See the [module docs](crate::progress).
 #[derive(Clone)]
 pub struct ProgressResetLayer {
-    policy: ProgressPolicy,
+    policy: MethodPolicy<ProgressLimits>,
     tokens: Arc<TokenSource>,
 }
 
@@ -67,14 +68,14 @@ impl ProgressResetLayer {
     /// `10 × idle` unless set with [`max`](Self::max) (or removed with
     /// [`without_max`](Self::without_max)); `subscriptions/listen` exempt.
     pub fn new(idle: Duration) -> Self {
-        Self::with_policy(ProgressPolicy::new(ProgressLimits {
+        Self::with_policy(MethodPolicy::new(ProgressLimits {
             idle,
             max: Some(idle.saturating_mul(Self::DEFAULT_MAX_FACTOR)),
         }))
     }
 
     /// A layer with a full policy.
-    pub fn with_policy(policy: ProgressPolicy) -> Self {
+    pub fn with_policy(policy: MethodPolicy<ProgressLimits>) -> Self {
         Self {
             policy,
             tokens: TokenSource::new(),
@@ -130,7 +131,7 @@ impl ProgressResetLayer {
     }
 
     /// The policy.
-    pub fn policy(&self) -> &ProgressPolicy {
+    pub fn policy(&self) -> &MethodPolicy<ProgressLimits> {
         &self.policy
     }
 }
@@ -152,7 +153,7 @@ impl<S> Layer<S> for ProgressResetLayer {
 #[derive(Clone)]
 pub struct ProgressReset<S> {
     inner: S,
-    policy: ProgressPolicy,
+    policy: MethodPolicy<ProgressLimits>,
     tokens: Arc<TokenSource>,
 }
 

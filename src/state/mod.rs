@@ -23,7 +23,7 @@ mod tap;
 pub use cancellation::Cancellation;
 pub(crate) use deadline::DeadlineHandOff;
 pub(crate) use tap::TapRequest;
-pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};
+pub use tap::{Progress, ProgressObserver, ProgressTap};
 
 use self::cancellation::CancelState;
 use self::sync::Arc;

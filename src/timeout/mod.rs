@@ -62,7 +62,7 @@
 //!     )
 //!     .service(service_fn(|_req: McpRequest| async {
 //!         tokio::time::sleep(Duration::from_secs(60)).await;
-//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({}))
+//!         Ok::<_, tower::BoxError>(serde_json::json!({}))
 //!     }));
 //!
 //! // tools/list gets the 10 s default.
@@ -83,4 +83,4 @@ mod policy;
 
 pub use crate::policy::MethodPolicy;
 pub use layer::{Timeout, TimeoutLayer};
-pub use policy::{RequestTimeout, TimeoutPolicy};
+pub use policy::RequestTimeout;

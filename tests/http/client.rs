@@ -315,7 +315,7 @@ fn call_as(id: i64, token: &str, name: &str, args: serde_json::Value) -> McpRequ
         .with_params(json!({"name": name, "arguments": args, "_meta": {"progressToken": token}}))
 }
 
-fn refused_as_duplicate(out: Result<serde_json::Value, tower_mcp_cancel::BoxError>, what: &str) {
+fn refused_as_duplicate(out: Result<serde_json::Value, tower::BoxError>, what: &str) {
     let err = out.expect_err(what);
     let e = err
         .downcast_ref::<ErrorObject>()
@@ -520,7 +520,7 @@ async fn extra_headers_never_repeat_the_transport_headers() {
 }
 
 /// A server's text in an error the client returns is bounded and clean: a
-/// huge `Content-Type` on a 200 is quoted through `sanitize::for_log`.
+/// huge `Content-Type` on a 200 is quoted through `integration::for_log`.
 #[tokio::test]
 async fn a_huge_server_content_type_is_bounded_in_the_error() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -17,13 +17,12 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::transport::http::{
     HttpClient, ServerEra, SessionLimits, StreamableHttpService,
 };
-use tower_mcp_cancel::{
-    BoxError, CancelReason, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
-};
+use tower_mcp_cancel::{CancelReason, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
 
 use crate::support::http::{bounded, serve, serve_tools, Event, Events, Proto, Tools};
 

@@ -26,10 +26,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceExt};
 use tower_mcp_cancel::test_util::{Event, Recorder};
 use tower_mcp_cancel::transport::http::{serve, Server, StreamableHttpService};
-use tower_mcp_cancel::{BoxError, CancelReason, Cancelled, McpRequest};
+use tower_mcp_cancel::{CancelReason, Cancelled, McpRequest};
 
 use crate::support::drain::{service, GRACE};
 use crate::support::http::{modern_headers, raw_post, read_until, tool_call, Tools};

@@ -16,9 +16,10 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceExt};
 use tower_mcp_cancel::transport::http::{ResponseBody, SessionLimits, StreamableHttpService};
-use tower_mcp_cancel::{BoxError, CancelReason, McpRequest};
+use tower_mcp_cancel::{CancelReason, McpRequest};
 
 use crate::support::http::{modern_headers, tool_call, Event, Events, Tools};
 

@@ -19,10 +19,11 @@ use super::*;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
+use tower::BoxError;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::transport::http::{HttpClient, ServerEra};
 use tower_mcp_cancel::{
-    BoxError, Elapsed, Limit, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+    Elapsed, Limit, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
 };
 
 // ---------- TS clients (v1, v2 default) against our example server ----------

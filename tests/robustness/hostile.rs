@@ -35,14 +35,15 @@ use stdio_support::{pipe, Peer, BOUND};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::cancel::InFlight;
+use tower_mcp_cancel::integration::for_log;
 use tower_mcp_cancel::notify::RequestContext;
-use tower_mcp_cancel::sanitize::for_log;
 use tower_mcp_cancel::test_util::{settle, DropProbe};
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{
-    BoxError, CancelReason, Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer,
+    CancelReason, Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer,
 };
 
 // ---------------------------------------------------------------------------

@@ -15,13 +15,14 @@ use stdio_support::*;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tower::util::BoxCloneService;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::{Event, Events, Recorder};
 use tower_mcp_cancel::transport::stdio::StdioServer;
 use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, CancelReason, Cancelled, McpRequest, TimeoutLayer,
+    CancelOnDisconnectLayer, CancelReason, Cancelled, McpRequest, TimeoutLayer,
 };
 
 type Svc = BoxCloneService<McpRequest, Value, BoxError>;

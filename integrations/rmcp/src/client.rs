@@ -22,8 +22,9 @@ use serde_json::Value;
 use tower_service::Service as TowerService;
 
 use super::request::convert;
+use tower::BoxError;
 use tower_mcp_cancel::integration::current_drop_reason;
-use tower_mcp_cancel::{BoxError, McpRequest, ProgressObserver, ProgressTap};
+use tower_mcp_cancel::{McpRequest, ProgressObserver, ProgressTap};
 
 /// Taps by rmcp progress token, shared by [`RouteProgress`] and the
 /// [`RmcpClient`]s built from it.

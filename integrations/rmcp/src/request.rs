@@ -75,7 +75,6 @@ pub(super) fn convert<T: From<i64> + From<String>>(v: &NumberOrString) -> T {
 }
 
 impl RequestView for RmcpRequest {
-    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         Some(convert(&self.context.id))
     }

@@ -10,12 +10,13 @@ use rmcp::service::RunningService;
 use rmcp::RoleClient;
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder, ServiceExt as _};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::{Event, Events, Recorder};
 use tower_mcp_cancel::transport::stdio::StdioServer;
 use tower_mcp_cancel::{
-    BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+    CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
 };
 use tower_mcp_cancel_rmcp::{RmcpClient, RouteProgress};
 

@@ -217,7 +217,7 @@ fn check_metadata(
 
 /// Starts the call: the request the service sees (its [`Cancellation`] —
 /// the one an outer layer put in the HTTP request's extensions, or a new
-/// one —, a [`Notifier`](crate::Notifier), the HTTP request's extensions
+/// one —, a notifier, the HTTP request's extensions
 /// and its `HeaderMap`), run by the lifecycle, owned by an [`Exchange`].
 fn start_call<S: McpService>(
     inner: S,

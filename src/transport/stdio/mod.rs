@@ -19,7 +19,8 @@
 //! use std::time::Duration;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //! use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
-//! use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+//! use tower::BoxError;
+//! use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! // An in-memory pipe in each direction.
