@@ -113,7 +113,7 @@ impl McpRequest {
 
     /// The method name (empty if unset).
     pub fn method(&self) -> &str {
-        self.method.as_deref().unwrap_or("")
+        self.method.as_ref().map_or("", Method::as_str)
     }
 
     /// The raw params.

@@ -8,7 +8,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::error::BoxError;
-use crate::jsonrpc::ProgressToken;
+use crate::jsonrpc::{Method, ProgressToken};
 use crate::request::RequestView;
 use crate::state::{ProgressObserver, ProgressTap, RequestState, TapRequest};
 
@@ -206,7 +206,11 @@ where
             // just no timer.
             None => self
                 .policy
-                .resolve(&req, method.as_deref(), ProgressLimits::tighter)
+                .resolve(
+                    &req,
+                    method.as_ref().map(Method::as_str),
+                    ProgressLimits::tighter,
+                )
                 .unwrap_or(ProgressLimits::NONE),
         };
         let token = match req.progress_token() {

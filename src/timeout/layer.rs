@@ -6,6 +6,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::error::BoxError;
+use crate::jsonrpc::Method;
 use crate::request::RequestView;
 
 use super::future::ResponseFuture;
@@ -130,7 +131,9 @@ where
         let method = req.mcp_method();
         let limit = match req.extensions().get::<RequestTimeout>() {
             Some(t) => t.0,
-            None => self.policy.resolve(&req, method.as_deref(), Duration::min),
+            None => self
+                .policy
+                .resolve(&req, method.as_ref().map(Method::as_str), Duration::min),
         };
         // A limit past what an `Instant` holds (`Duration::MAX`) is no limit.
         let Some((limit, deadline)) =

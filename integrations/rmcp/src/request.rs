@@ -56,7 +56,7 @@ impl RmcpRequest {
 
     /// The MCP method (`tools/call`, ...).
     pub fn method(&self) -> &str {
-        &self.method
+        self.method.as_str()
     }
 
     /// The context rmcp built for the request (its `ct` is the

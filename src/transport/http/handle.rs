@@ -105,7 +105,7 @@ where
     // Only a legacy request has a session; a modern one ignores the header.
     let opened = match sessions {
         Some(sessions) if era.legacy => {
-            endpoint::of_request(sessions, &parts.headers, &raw.method)?
+            endpoint::of_request(sessions, &parts.headers, raw.method.as_str())?
         }
         _ => None,
     };
@@ -190,7 +190,13 @@ fn check_metadata(
     let legacy = !modern_body
         && (assumed || version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v)));
     if !legacy {
-        check_request_headers(headers, &raw.id, &raw.method, &mirrored, &config.supported)?;
+        check_request_headers(
+            headers,
+            &raw.id,
+            raw.method.as_str(),
+            &mirrored,
+            &config.supported,
+        )?;
         if raw.method == "tools/call" && !config.param_headers.is_empty() {
             check_param_headers(
                 headers,
@@ -210,7 +216,7 @@ fn check_metadata(
             .with_data(serde_json::json!({ "supported": &*config.supported })),
         ));
     } else {
-        check_legacy_headers(headers, &raw.id, &raw.method, &mirrored)?;
+        check_legacy_headers(headers, &raw.id, raw.method.as_str(), &mirrored)?;
     }
     Ok(Era { legacy, assumed })
 }
