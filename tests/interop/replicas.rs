@@ -69,7 +69,8 @@ struct Replica {
 
 impl Replica {
     fn start(tag: &str, n: usize) -> Self {
-        let stderr = std::env::temp_dir().join(format!("tmc-replicas-{tag}-{n}-{}.stderr", now_ns()));
+        let stderr =
+            std::env::temp_dir().join(format!("tmc-replicas-{tag}-{n}-{}.stderr", now_ns()));
         let mut child = Command::new(example("http_server"))
             .args(["--listen", "127.0.0.1:0", "--events"])
             .stdout(Stdio::piped())
@@ -134,9 +135,13 @@ fn deploy(haproxy: &Path, tag: &str) -> Deployment {
     let mut config = CONFIG.to_owned();
     for (from, to) in [(CONFIG_FRONTEND, format!("bind 127.0.0.1:{port}"))]
         .into_iter()
-        .chain(CONFIG_REPLICAS.iter().zip(&replicas).enumerate().map(
-            |(i, (from, r))| (*from, format!("server replica{} {}", i + 1, r.addr)),
-        ))
+        .chain(
+            CONFIG_REPLICAS
+                .iter()
+                .zip(&replicas)
+                .enumerate()
+                .map(|(i, (from, r))| (*from, format!("server replica{} {}", i + 1, r.addr))),
+        )
     {
         assert_eq!(config.matches(from).count(), 1, "`{from}` in the config");
         config = config.replace(from, &to);
@@ -250,9 +255,22 @@ fn replicas_2025_session_replica_gone() {
         .find_map(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("no JSON line:\n{stdout}"));
     assert!(out.status.success() && json["ok"] == true, "{json}");
+    // When the session's next call left the client (its `tools/call`
+    // after the slow one), and when its error came back.
+    let sent = json["wire_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["method"] == "tools/call")
+        .nth(2)
+        .and_then(|m| m["t_ns"].as_i64())
+        .expect("the third tools/call in wire_out");
+    let answered = json["t_after_error_ns"].as_i64().unwrap() - sent;
     eprintln!(
-        "the call in flight on the killed replica: {}\nthe session's next call: {}",
-        json["in_flight_error"], json["after_error"]
+        "the call in flight on the killed replica: {}\nthe session's next call, after {:.1} ms: {}",
+        json["in_flight_error"],
+        answered as f64 / 1e6,
+        json["after_error"]
     );
     // The session's next request went to the survivor (HAProxy redispatched
     // it), which does not know the session: 404, the spec's signal to
@@ -293,7 +311,10 @@ fn replicas_2026_mcp_call_timeout_drops_where_it_runs_and_any_replica_serves() {
     let timed_out = {
         let url = url.clone();
         std::thread::spawn(move || {
-            mcp_call(&["--timeout", "2s", "--url", &url, "slow", "seconds=60"], &[])
+            mcp_call(
+                &["--timeout", "2s", "--url", &url, "slow", "seconds=60"],
+                &[],
+            )
         })
     };
     // mcp_call's tools/call is its request 2 (after server/discover).
