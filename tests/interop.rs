@@ -307,3 +307,7 @@ mod our_clients {
 // Streamable HTTP across the eras (legacy sessions, dual-era client, HTTPS).
 #[path = "interop/legacy_http.rs"]
 mod legacy_http;
+
+// Replicas of the example server behind HAProxy (deploy/haproxy/).
+#[path = "interop/replicas.rs"]
+mod replicas;

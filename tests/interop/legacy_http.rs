@@ -28,7 +28,7 @@ use tower_mcp_cancel::{
 
 // ---------- TS clients (v1, v2 default) against our example server ----------
 
-fn ts_legacy_client(sdk: &str, scenario: &str, url: &str) -> Run {
+pub(super) fn ts_legacy_client(sdk: &str, scenario: &str, url: &str) -> Run {
     install();
     let mut cmd = Command::new("node");
     cmd.arg(interop_dir().join("ts/legacy_client.mjs"))
@@ -385,7 +385,7 @@ fn legacy_http_ours_to_everything_call_progress_timeout() {
 }
 
 /// Runs `mcp_call` with `args` (bounded); (exit code, stdout, stderr).
-fn mcp_call(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+pub(super) fn mcp_call(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(example("mcp_call"));
     cmd.args(args);
     for (k, v) in env {
