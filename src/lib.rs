@@ -121,7 +121,6 @@ pub mod __fuzz;
 struct ReadmeDoctests;
 
 pub use cancel::{CancelOnDisconnectLayer, Cancellation};
-pub(crate) use error::BoxError;
 pub use error::{CancelReason, Cancelled, Elapsed, Limit};
 pub use notify::RequestContext;
 pub use progress::{Progress, ProgressLimits, ProgressObserver, ProgressResetLayer, ProgressTap};

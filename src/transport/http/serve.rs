@@ -26,7 +26,7 @@ use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
-use crate::BoxError;
+use crate::error::BoxError;
 
 /// Serves `service` on `listener` with [`Server`]'s defaults until
 /// `shutdown` fires, then drains gracefully.
