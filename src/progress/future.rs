@@ -9,7 +9,6 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
-use crate::cancel::with_drop_reason;
 use crate::error::{BoxError, CancelReason};
 use crate::state::ProgressTap;
 
@@ -114,8 +113,11 @@ where
                 continue;
             };
             let reason = CancelReason::Timeout(elapsed);
+            // Cancelled first: a client transport below, whose future is
+            // dropped next, reads the reason from the request's
+            // cancellation.
             expire(&reason, tap);
-            with_drop_reason(&reason, || this.inner.set(None));
+            this.inner.set(None);
             return Poll::Ready(Err(Box::new(elapsed)));
         }
     }
