@@ -27,6 +27,7 @@ pub struct DisconnectGuard {
 
 impl DisconnectGuard {
     /// An armed guard for a request.
+    #[inline]
     pub fn new(cancellation: Cancellation) -> Self {
         Self {
             cancellation,
@@ -35,16 +36,19 @@ impl DisconnectGuard {
     }
 
     /// The request's cancellation.
+    #[inline]
     pub fn cancellation(&self) -> &Cancellation {
         &self.cancellation
     }
 
     /// The response reached its end: the request completed, later cancels
     /// are no-ops, and dropping the guard fires nothing.
+    #[inline]
     pub fn complete(mut self) {
         self.disarm();
     }
 
+    #[inline]
     pub(crate) fn disarm(&mut self) {
         if self.armed {
             self.armed = false;
@@ -54,6 +58,7 @@ impl DisconnectGuard {
 
     /// Ends the guard without touching the cancellation (it already holds
     /// the outcome: a cancel).
+    #[inline]
     pub(crate) fn defuse(&mut self) {
         self.armed = false;
     }
@@ -69,6 +74,7 @@ impl DisconnectGuard {
 }
 
 impl Drop for DisconnectGuard {
+    #[inline]
     fn drop(&mut self) {
         if !self.armed {
             return;

@@ -17,6 +17,7 @@ use crate::state::ProgressTap;
 struct CloseOnDrop(Option<ProgressTap>);
 
 impl Drop for CloseOnDrop {
+    #[inline]
     fn drop(&mut self) {
         if let Some(tap) = &self.0 {
             tap.close();
