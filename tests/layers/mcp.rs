@@ -601,14 +601,19 @@ async fn tokens_are_assigned_unique_and_existing_ones_kept() {
             assert_eq!(Some(&tap_token), r.progress_token());
             async { ok() }
         }));
+    // Each service counts its own run of tokens: the calls go through the
+    // service, a clone of it, and a fresh clone each (as a server clones its
+    // stack per request); more calls than one run holds.
+    let mut twin = svc.clone();
     let mut futs = Vec::new();
     for i in 0..100 {
-        futs.push(
-            svc.ready()
-                .await
-                .unwrap()
-                .call(McpRequest::new(i, "tools/call")),
-        );
+        let req = McpRequest::new(i, "tools/call");
+        let fut = match i % 3 {
+            0 => svc.ready().await.unwrap().call(req),
+            1 => twin.ready().await.unwrap().call(req),
+            _ => svc.clone().ready().await.unwrap().call(req),
+        };
+        futs.push(fut);
     }
     let own = McpRequest::new(100, "tools/call")
         .with_params(serde_json::json!({"_meta": {"progressToken": "mine"}}));
