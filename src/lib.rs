@@ -11,7 +11,9 @@
 //! work the handler spawned. On the client side, dropping a request's future
 //! becomes the signal the peer expects: the stdio client sends
 //! `notifications/cancelled` (with the reason: timeout, maximum, caller
-//! dropped), the HTTP client closes the response stream.
+//! dropped, read from the request's [`Cancellation`], which a layer that
+//! gives up cancels before it drops the call), the HTTP client closes the
+//! response stream.
 //!
 //! * [`TimeoutLayer`] — a deadline per request: default, per method, per
 //!   request ([`RequestTimeout`]); `subscriptions/listen` exempt.
@@ -77,8 +79,8 @@
 //! | per-request state | `state` (private) | one allocation per request behind its two handles, [`Cancellation`] (the cancel state, reason, token and waker) and [`ProgressTap`] (re-exported by [`cancel`] and [`progress`]), with what the layers keep per request: the log labels, the progress layer's limits, the one-timer hand-off between [`TimeoutLayer`] and [`ProgressResetLayer`] |
 //! | request | [`request`] | [`McpRequest`], [`RequestView`] |
 //! | policy | `policy` (private) | [`MethodPolicy`], the one policy type of both timer layers (re-exported by [`timeout`]) |
-//! | cancellation layer | [`cancel`] | the drop-reason scope; [`CancelOnDisconnectLayer`] (guard, future, body, service, layer); the per-connection [`InFlight`](cancel::InFlight) registry |
-//! | timer layers | [`timeout`], [`progress`] | [`TimeoutLayer`] and [`ProgressResetLayer`], which drop their inner future in [`cancel`]'s drop-reason scope |
+//! | cancellation layer | [`cancel`] | [`CancelOnDisconnectLayer`] (guard, future, body, service, layer); the per-connection [`InFlight`](cancel::InFlight) registry |
+//! | timer layers | [`timeout`], [`progress`] | [`TimeoutLayer`] and [`ProgressResetLayer`], which cancel the request's [`Cancellation`] with their reason before they drop their inner future |
 //! | observability | [`observe`] | [`Outcome`](observe::Outcome), the span fields, the metric names (feature `metrics`); the lifecycle records them |
 //! | handler side | [`notify`] | [`RequestContext`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |

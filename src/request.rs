@@ -141,6 +141,7 @@ impl McpRequest {
     }
 
     /// The progress token.
+    #[inline]
     pub fn progress_token(&self) -> Option<&ProgressToken> {
         self.progress_token.get()
     }
@@ -156,6 +157,7 @@ impl McpRequest {
     /// let req = McpRequest::new(1, "tools/call").with_cancellation(c.clone());
     /// assert!(req.cancellation().is_some());
     /// ```
+    #[inline]
     pub fn cancellation(&self) -> Option<&Cancellation> {
         self.cancellation
             .as_ref()
@@ -173,6 +175,7 @@ impl McpRequest {
     /// The request's [`ProgressTap`], set by
     /// [`ProgressResetLayer`](crate::ProgressResetLayer). One put in the
     /// extensions by the caller is found too.
+    #[inline]
     pub fn progress_tap(&self) -> Option<&ProgressTap> {
         self.tap
             .as_ref()
@@ -211,6 +214,7 @@ enum TokenSlot {
 }
 
 impl TokenSlot {
+    #[inline]
     fn get(&self) -> Option<&ProgressToken> {
         match self {
             TokenSlot::None => None,
@@ -301,37 +305,48 @@ pub trait RequestView {
 }
 
 impl RequestView for McpRequest {
+    #[inline]
     fn request_id(&self) -> Option<RequestId> {
         self.id.clone()
     }
+    #[inline]
     fn mcp_method(&self) -> Option<Method> {
         self.method.clone()
     }
+    #[inline]
     fn progress_token(&self) -> Option<&ProgressToken> {
         self.progress_token.get()
     }
+    #[inline]
     fn set_progress_token(&mut self, token: ProgressToken) -> bool {
         self.progress_token = TokenSlot::Assigned(token);
         true
     }
+    #[inline]
     fn extensions(&self) -> &Extensions {
         &self.extensions
     }
+    #[inline]
     fn extensions_mut(&mut self) -> &mut Extensions {
         &mut self.extensions
     }
+    #[inline]
     fn cancellation(&self) -> Option<&Cancellation> {
         McpRequest::cancellation(self)
     }
+    #[inline]
     fn set_cancellation(&mut self, cancellation: Cancellation) {
         self.cancellation = Some(cancellation);
     }
+    #[inline]
     fn progress_tap(&self) -> Option<&ProgressTap> {
         McpRequest::progress_tap(self)
     }
+    #[inline]
     fn set_progress_tap(&mut self, tap: ProgressTap) {
         self.tap = Some(tap);
     }
+    #[inline]
     fn started_at(&mut self) -> Instant {
         *self.started.get_or_insert_with(Instant::now)
     }

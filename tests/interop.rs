@@ -70,7 +70,9 @@ mod our_clients {
     use tower::{Service, ServiceBuilder, ServiceExt};
     use tower_mcp_cancel::transport::http::HttpClient;
     use tower_mcp_cancel::transport::stdio::StdioClient;
-    use tower_mcp_cancel::{Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
+    use tower_mcp_cancel::{
+        Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
+    };
 
     type Client = tower::util::BoxCloneService<McpRequest, Value, BoxError>;
 
@@ -206,10 +208,15 @@ mod our_clients {
             .ready()
             .await
             .unwrap()
-            .call(call(
-                "slow",
-                serde_json::json!({"seconds": 6, "interval_ms": 100}),
-            ))
+            // The reason travels in the request's cancellation, which the
+            // layer that gives up cancels before it drops the call.
+            .call(
+                call(
+                    "slow",
+                    serde_json::json!({"seconds": 6, "interval_ms": 100}),
+                )
+                .with_cancellation(Cancellation::new()),
+            )
             .await
             .expect_err("the limit fires");
         let e = err

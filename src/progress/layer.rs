@@ -23,32 +23,80 @@ pub struct ProgressResetLayer {
     tokens: Arc<TokenSource>,
 }
 
-/// Assigns progress tokens unique among the requests of one layer (and its
-/// clones), without allocating: integers from 2^52 up, in a 2^36-wide block
-/// picked by the source's address, so that two layers over one transport
-/// (almost surely) draw from different blocks and stay below 2^53, which
-/// JavaScript peers represent exactly. Client transports still refuse a
-/// token that is already in flight.
+/// Where one layer (and its clones) draws progress tokens from, unique
+/// among its requests, without allocating: integers from 2^52 up, in a
+/// 2^36-wide range picked by the source's address, so that two layers over
+/// one transport (almost surely) draw from different ranges and stay below
+/// 2^53, which JavaScript peers represent exactly. Each service draws a run
+/// of [`RUN`](Self::RUN) tokens at a time ([`Tokens`]), so a request pays no
+/// atomic for its token; the runs wrap within the range, reusing a token
+/// only 2^30 runs later. Client transports still refuse a token that is
+/// already in flight.
 struct TokenSource {
-    next: AtomicU64,
+    /// The offset of the next run in the range.
+    next_run: AtomicU64,
+    /// `BASE` and the range's place.
+    range: u64,
 }
 
 impl TokenSource {
     const BASE: u64 = 1 << 52;
-    const BLOCK_BITS: u32 = 36;
+    const RANGE_BITS: u32 = 36;
+    const RUN: u64 = 64;
 
     fn new() -> Arc<Self> {
-        let src = Arc::new(TokenSource {
-            next: AtomicU64::new(0),
+        let mut src = Arc::new(TokenSource {
+            next_run: AtomicU64::new(0),
+            range: 0,
         });
-        let block = ((Arc::as_ptr(&src) as usize as u64) >> 4) & 0xFFFF;
-        src.next
-            .store(Self::BASE | (block << Self::BLOCK_BITS), Ordering::Relaxed);
+        let place = ((Arc::as_ptr(&src) as usize as u64) >> 4) & 0xFFFF;
+        if let Some(s) = Arc::get_mut(&mut src) {
+            s.range = Self::BASE | (place << Self::RANGE_BITS);
+        }
         src
     }
 
-    fn next(&self) -> ProgressToken {
-        ProgressToken::Number(self.next.fetch_add(1, Ordering::Relaxed) as i64)
+    /// The first token of a fresh run.
+    fn run(&self) -> u64 {
+        let offset = self.next_run.fetch_add(Self::RUN, Ordering::Relaxed);
+        self.range | (offset & ((1 << Self::RANGE_BITS) - 1))
+    }
+}
+
+/// One service's tokens: a run drawn from its layer's [`TokenSource`],
+/// counted without atomics (`call` has `&mut self`). A clone draws a run of
+/// its own, so no two services hand out the same token.
+struct Tokens {
+    source: Arc<TokenSource>,
+    next: u64,
+    end: u64,
+}
+
+impl Tokens {
+    fn new(source: Arc<TokenSource>) -> Self {
+        // Empty: the first call draws the first run.
+        Self {
+            source,
+            next: 0,
+            end: 0,
+        }
+    }
+
+    #[inline]
+    fn next(&mut self) -> ProgressToken {
+        if self.next == self.end {
+            self.next = self.source.run();
+            self.end = self.next + TokenSource::RUN;
+        }
+        let token = self.next;
+        self.next += 1;
+        ProgressToken::Number(token as i64)
+    }
+}
+
+impl Clone for Tokens {
+    fn clone(&self) -> Self {
+        Self::new(self.source.clone())
     }
 }
 
@@ -142,7 +190,7 @@ impl<S> Layer<S> for ProgressResetLayer {
         ProgressReset {
             inner,
             policy: self.policy.clone(),
-            tokens: self.tokens.clone(),
+            tokens: Tokens::new(self.tokens.clone()),
         }
     }
 }
@@ -154,7 +202,7 @@ impl<S> Layer<S> for ProgressResetLayer {
 pub struct ProgressReset<S> {
     inner: S,
     policy: MethodPolicy<ProgressLimits>,
-    tokens: Arc<TokenSource>,
+    tokens: Tokens,
 }
 
 impl<S: fmt::Debug> fmt::Debug for ProgressReset<S> {

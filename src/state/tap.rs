@@ -209,6 +209,7 @@ impl Deadlines {
 }
 
 impl ProgressState {
+    #[inline]
     pub(super) fn new() -> Self {
         Self {
             state: Mutex::new(TapState {
@@ -220,6 +221,7 @@ impl ProgressState {
         }
     }
 
+    #[inline]
     fn lock(&self) -> MutexGuard<'_, TapState> {
         // Every update is a few plain stores: a panic elsewhere cannot leave
         // the state half-written.
@@ -228,11 +230,13 @@ impl ProgressState {
 
     /// Whether the tap made here was closed: its request ended, or at least
     /// the layer that made it did.
+    #[inline]
     pub(super) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// Makes the tap here, unless one already is (then `config` comes back).
+    #[inline]
     fn claim(&self, config: TapConfig) -> Result<(), TapConfig> {
         let mut st = self.lock();
         if st.tap.is_some() {
@@ -256,6 +260,7 @@ impl ProgressTap {
 
     /// The layer's tap for a request, made in the state of `cancellation`
     /// (the request's) unless that already holds a tap.
+    #[inline]
     pub(crate) fn for_request(
         cancellation: &Cancellation,
         token: ProgressToken,
@@ -382,6 +387,7 @@ impl ProgressTap {
     }
 
     /// Closes the tap: the request ended, later reports are ignored.
+    #[inline]
     pub fn close(&self) {
         self.state().closed.store(true, Ordering::Release);
     }
@@ -410,6 +416,7 @@ impl ProgressTap {
     /// Whether the tap lives in the state of `cancellation`: `false` for a
     /// layer's tap made inside another layer's, whose tap stays the
     /// request's.
+    #[inline]
     pub(crate) fn lives_in(&self, cancellation: &Cancellation) -> bool {
         Arc::ptr_eq(&self.request, cancellation.request_state())
     }

@@ -22,7 +22,9 @@ use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::transport::http::{
     HttpClient, ServerEra, SessionLimits, StreamableHttpService,
 };
-use tower_mcp_cancel::{CancelReason, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel::{
+    CancelReason, Cancellation, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
+};
 
 use crate::support::http::{bounded, serve, serve_tools, Event, Events, Proto, Tools};
 
@@ -217,7 +219,10 @@ async fn the_same_timeout_stack_cancels_on_a_legacy_server() {
     let mut stack = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_millis(300)))
         .service(client(addr));
-    let err = bounded(stack.ready().await.unwrap().call(call("hang", json!({}))))
+    // The reason travels in the request's cancellation, which the layer
+    // cancels before it drops the call.
+    let req = call("hang", json!({})).with_cancellation(Cancellation::new());
+    let err = bounded(stack.ready().await.unwrap().call(req))
         .await
         .unwrap_err();
     let elapsed = err

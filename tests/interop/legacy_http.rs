@@ -23,7 +23,7 @@ use tower::BoxError;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::transport::http::{HttpClient, ServerEra};
 use tower_mcp_cancel::{
-    Elapsed, Limit, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+    Cancellation, Elapsed, Limit, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
 };
 
 // ---------- TS clients (v1, v2 default) against our example server ----------
@@ -337,10 +337,15 @@ fn legacy_http_ours_to_everything_call_progress_timeout() {
             .ready()
             .await
             .unwrap()
-            .call(tool(
-                "trigger-long-running-operation",
-                serde_json::json!({"duration": 10, "steps": 10}),
-            ))
+            // The reason travels in the request's cancellation, which the
+            // layer cancels before it drops the call.
+            .call(
+                tool(
+                    "trigger-long-running-operation",
+                    serde_json::json!({"duration": 10, "steps": 10}),
+                )
+                .with_cancellation(Cancellation::new()),
+            )
             .await
             .unwrap_err();
         assert_eq!(
@@ -508,7 +513,10 @@ fn legacy_http_ours_to_python_call_progress_timeout() {
             .ready()
             .await
             .unwrap()
-            .call(tool("slow", serde_json::json!({"seconds": 10})))
+            .call(
+                tool("slow", serde_json::json!({"seconds": 10}))
+                    .with_cancellation(Cancellation::new()),
+            )
             .await
             .unwrap_err();
         assert!(err.is::<Elapsed>(), "{err}");
