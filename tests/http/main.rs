@@ -16,6 +16,7 @@ mod drain;
 mod header_checks;
 mod legacy_checks;
 mod legacy_client;
+mod legacy_client_cancel;
 mod lifecycle;
 mod missing_version;
 mod param_headers;
