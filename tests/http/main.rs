@@ -12,6 +12,7 @@ mod cancel;
 mod client;
 mod client_cancel;
 mod config_values;
+mod connection_timers;
 mod drain;
 mod header_checks;
 mod legacy_checks;
