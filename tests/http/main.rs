@@ -23,6 +23,7 @@ mod missing_version;
 mod param_headers;
 mod serve;
 mod server;
+mod session_cancels;
 mod sessions;
 mod sse_after;
 mod tls;
