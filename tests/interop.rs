@@ -314,6 +314,9 @@ mod our_clients {
 // Streamable HTTP across the eras (legacy sessions, dual-era client, HTTPS).
 #[path = "interop/legacy_http.rs"]
 mod legacy_http;
+// The same against `server-everything`.
+#[path = "interop/legacy_everything.rs"]
+mod legacy_everything;
 
 // Replicas of the example server behind HAProxy (deploy/haproxy/).
 #[path = "interop/replicas.rs"]
