@@ -13,13 +13,14 @@
 #                                     # needs neither h2load nor the peers
 #
 # The main crate uses its own target dir (target/), this package its own
-# (benchmarks/target/), so building rmcp never touches the crate's build.
+# (benchmarks/target/), so building rmcp never touches the crate's build;
+# a CARGO_TARGET_DIR, when set, serves both.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 export CARGO_TERM_COLOR=never
 
-bench="$here/target/release/bench"
+bench="${CARGO_TARGET_DIR:-$here/target}/release/bench"
 if [[ "${1:-}" == "--smoke" ]]; then
     # Without the `peers` feature: rmcp and tower-mcp are not built (CI runs this).
     echo "== build benchmarks package (release, no peers)"

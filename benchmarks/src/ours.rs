@@ -6,13 +6,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tower::util::BoxCloneSyncService;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::notify::RequestContext;
-use tower::BoxError;
-use tower_mcp_cancel::{
-    CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
-};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer};
 
 use crate::{steps_of, watch_token, Probe};
 

@@ -30,12 +30,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::Command;
 use tokio::sync::Semaphore;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
-use tower::BoxError;
-use tower_mcp_cancel::{
-    CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
-};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer};
 use tower_mcp_cancel_benchmarks::load::{clock_tick, cpu_of, load_average, median};
 
 /// CPU a `spin` call burns.

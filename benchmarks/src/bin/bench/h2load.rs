@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tower_mcp_cancel_benchmarks::load::{clock_tick, cpu_of, load_average, median};
 
-use crate::{fmt_d, verdict, Tables};
+use crate::report::{fmt_d, parse_duration, verdict, Tables};
 
 /// The request every server gets: a 2026-07-28 `tools/call echo` with the
 /// metadata headers a 2026 client sends.
@@ -226,9 +226,9 @@ fn parse(out: &str) -> Option<Run> {
         } else if let Some(rest) = line.strip_prefix("time for request:") {
             // min max mean sd +/-sd
             let f: Vec<&str> = rest.split_whitespace().collect();
-            r.max = super::parse_duration(f.get(1)?)?;
-            r.mean = super::parse_duration(f.get(2)?)?;
-            r.sd = super::parse_duration(f.get(3)?)?;
+            r.max = parse_duration(f.get(1)?)?;
+            r.mean = parse_duration(f.get(2)?)?;
+            r.sd = parse_duration(f.get(3)?)?;
         }
     }
     Some(r)

@@ -117,8 +117,8 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                             StreamableHttpService,
                         };
                         use std::sync::Arc;
-                        use tower_mcp_cancel_rmcp::Cancellable;
                         use tower_mcp_cancel::CancelOnDisconnectLayer;
+                        use tower_mcp_cancel_rmcp::Cancellable;
                         let mk = |json: bool| {
                             let config = StreamableHttpServerConfig::default()
                                 .with_legacy_session_mode(false)

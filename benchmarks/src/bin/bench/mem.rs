@@ -11,11 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tower::util::BoxCloneSyncService;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower::BoxError;
-use tower_mcp_cancel::{
-    CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
-};
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer};
 
 /// The system allocator, counting live bytes and allocations.
 pub struct Counting;
