@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! bench [--smoke] [--write BENCHMARKS.md] [--criterion DIR] [--lateness FILE] [--only 3,4,5,6,8]
-//!       [--requests N] [--rounds R] [--servers ours,rmcp,tower-mcp,floor]
+//!       [--requests N] [--rounds R] [--servers ours,example,rmcp,tower-mcp,floor]
 //! ```
 //!
 //! * `--smoke`: a few seconds, our servers only (no peers), small counts.
@@ -509,7 +509,7 @@ fn figure8(a: &Args, t: &mut Tables) {
     let words: Vec<String> = match (&a.servers, a.smoke) {
         (Some(w), _) => w.clone(),
         (None, true) => vec!["ours".into(), "floor".into()],
-        (None, false) => ["ours", "rmcp", "tower-mcp", "floor"]
+        (None, false) => ["ours", "example", "rmcp", "tower-mcp", "floor"]
             .map(String::from)
             .to_vec(),
     };
