@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::cancel::current_drop_reason;
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, ProgressParams, ProgressToken, RequestId};
-use crate::observe::record::Record;
+use crate::observe::record::{Record, SpanParams};
 use crate::observe::{Era, Outcome, Side, Transport};
 use crate::{CancelReason, McpRequest, ProgressObserver, ProgressTap, RequestView};
 
@@ -310,7 +310,7 @@ impl<A: Abandon> CallGuard<A> {
                 era,
                 Some(&id),
                 method,
-                req.params(),
+                SpanParams::Raw(req.params()),
             )),
             id,
             method: method.to_owned(),
