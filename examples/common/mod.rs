@@ -275,7 +275,12 @@ pub struct Params<'a> {
 #[derive(Default, Deserialize)]
 struct Meta<'a> {
     /// Present (even `null`) on every 2026-07-28 request.
-    #[serde(default, borrow, rename = "io.modelcontextprotocol/protocolVersion", deserialize_with = "present")]
+    #[serde(
+        default,
+        borrow,
+        rename = "io.modelcontextprotocol/protocolVersion",
+        deserialize_with = "present"
+    )]
     protocol_version: Option<&'a RawValue>,
 }
 

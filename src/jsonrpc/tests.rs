@@ -260,7 +260,10 @@ fn the_params_peek_reads_ambiguous_params_as_absent() {
     let v = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"a"}}"#;
     assert_eq!(peek(v), (None, [None, None, None]));
     let v = r#"{"uri":"u","_meta":{},"_meta":{"progressToken":"t"}}"#;
-    assert_eq!(peek(v), (Some(ProgressToken::from("t")), [None, None, None]));
+    assert_eq!(
+        peek(v),
+        (Some(ProgressToken::from("t")), [None, None, None])
+    );
     // A `_meta` that is not an object: nothing.
     for meta in ["3", "\"x\"", "[\"2026-07-28\"]", "true"] {
         let v = format!(r#"{{"name":"a","_meta":{meta}}}"#);
@@ -268,6 +271,9 @@ fn the_params_peek_reads_ambiguous_params_as_absent() {
     }
     let v = r#"{"name":"a","_meta":{"progressToken":"t"},"_meta":null}"#;
     assert_eq!(peek(v), (None, [None, None, None]));
-    assert_eq!(peek(r#"["a",{"progressToken":1}]"#), (None, [None, None, None]));
+    assert_eq!(
+        peek(r#"["a",{"progressToken":1}]"#),
+        (None, [None, None, None])
+    );
     assert_eq!(peek("{}"), (None, [None, None, None]));
 }

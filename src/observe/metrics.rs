@@ -102,7 +102,8 @@ pub(crate) fn ended(side: Side, transport: Transport, outcome: &Outcome, elapsed
         Side::Server => (SERVER_IN_FLIGHT, SERVER_REQUESTS, SERVER_DURATION),
         Side::Client => (CLIENT_IN_FLIGHT, CLIENT_REQUESTS, CLIENT_DURATION),
     };
-    let in_flight = Key::from_static_parts(in_flight, &TRANSPORT_LABELS[transport_index(transport)]);
+    let in_flight =
+        Key::from_static_parts(in_flight, &TRANSPORT_LABELS[transport_index(transport)]);
     let labels = outcome_labels(transport, outcome.kind());
     let requests = Key::from_static_parts(requests, labels);
     let duration = Key::from_static_parts(duration, labels);

@@ -117,7 +117,16 @@ where
         _running: running,
         _place: Some(place),
     };
-    let exchange = start_call(inner, &config, parts, raw, &view, era, opened.as_ref(), hold)?;
+    let exchange = start_call(
+        inner,
+        &config,
+        parts,
+        raw,
+        &view,
+        era,
+        opened.as_ref(),
+        hold,
+    )?;
     let mut res = response::shape(exchange, &config).await;
     if let (Some(opened), Some(sessions)) = (&opened, sessions) {
         opened.finish(sessions, &mut res);
