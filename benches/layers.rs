@@ -12,10 +12,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
-};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer};
 
 type Value = serde_json::Value;
 

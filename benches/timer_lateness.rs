@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::{BoxError, McpRequest, RequestTimeout, RequestView, TimeoutLayer};
+use tower_mcp_cancel::{McpRequest, RequestTimeout, RequestView, TimeoutLayer};
 
 type Samples = Arc<Mutex<Vec<Duration>>>;
 

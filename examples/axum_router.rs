@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use axum::{routing::get, Router};
 use serde_json::{json, Value};
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::transport::http::StreamableHttpService;
-use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
 
 /// Logs when the future holding it is dropped before it finished.
 struct LogIfDropped(&'static str);

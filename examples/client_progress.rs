@@ -16,11 +16,10 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::process::Command;
+use tower::BoxError;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::transport::stdio::StdioClient;
-use tower_mcp_cancel::{
-    BoxError, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
-};
+use tower_mcp_cancel::{Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer};
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {

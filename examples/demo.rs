@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 #[cfg(feature = "stdio")]
 mod common;
+use tower::BoxError;
 use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, McpRequest,
+    CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, McpRequest,
     ProgressObserver, ProgressResetLayer, RequestTimeout, TimeoutLayer,
 };
 
@@ -238,7 +239,6 @@ impl Drop for StdioDropReport {
 /// Step 6: `StdioServer::serve` and `StdioClient` over `tokio::io::duplex`.
 #[cfg(feature = "stdio")]
 async fn stdio_part() {
-    use tower_mcp_cancel::cancel::drop_with_reason;
     use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 
     println!("\n6. stdio transport over an in-memory pipe (the example server's stack)");
@@ -279,10 +279,13 @@ async fn stdio_part() {
     };
     println!("6a. TimeoutLayer(300 ms) over StdioClient, `slow` for 1 s");
     let t = Instant::now();
+    // The client tells the server why it gave up by reading the request's
+    // Cancellation, which the layer cancels with its reason: without one,
+    // the server would hear only "caller dropped".
     let r = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_millis(300)))
         .service(client.clone())
-        .oneshot(slow(1.0))
+        .oneshot(slow(1.0).with_cancellation(Cancellation::new()))
         .await;
     println!(
         "   client: {} -> sent notifications/cancelled",
@@ -325,14 +328,21 @@ async fn stdio_part() {
     report(&mut events).await;
 
     println!("6d. An explicit cancel: the caller drops a 5 s call after 200 ms");
-    let mut call = Box::pin(client.clone().oneshot(slow(5.0)));
+    // The reason goes in the request's Cancellation: cancel it, then drop.
+    let cancellation = Cancellation::new();
+    let mut call = Box::pin(
+        client
+            .clone()
+            .oneshot(slow(5.0).with_cancellation(cancellation.clone())),
+    );
     let t = Instant::now();
     let finished = tokio::select! {
         _ = &mut call => true,
         () = tokio::time::sleep(Duration::from_millis(200)) => false,
     };
     if !finished {
-        drop_with_reason(&CancelReason::Other("user pressed stop".into()), call);
+        cancellation.cancel(CancelReason::Other("user pressed stop".into()));
+        drop(call);
         println!(
             "   client: dropped the call after {} ms -> sent notifications/cancelled (\"user pressed stop\")",
             t.elapsed().as_millis()

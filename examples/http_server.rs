@@ -64,13 +64,14 @@ use axum::extract::Extension;
 use axum::http::StatusCode;
 use axum::routing::post;
 use tokio_util::sync::CancellationToken;
+use tower::BoxError;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 use tower_mcp_cancel::transport::http::{
     serve, OriginPolicy, SessionLimits, StreamableHttpService,
 };
-use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, Cancellation, TimeoutLayer};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, Cancellation, TimeoutLayer};
 
 /// A plain axum handler that spawns work and lets the token stop it.
 async fn work(Extension(cancellation): Extension<Cancellation>) -> String {

@@ -46,13 +46,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use tokio::process::Command;
 use tower::util::BoxCloneService;
+use tower::BoxError;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::cancel::drop_with_reason;
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::http::{HttpClient, ServerEra};
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{
-    BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer,
+    CancelReason, Cancellation, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer,
     RequestTimeout, TimeoutLayer,
 };
 
@@ -278,7 +278,9 @@ fn is_modern_error(e: &ErrorObject) -> bool {
 }
 
 /// Calls `tool` with `arguments` over any transport service, under
-/// `limits`, drawing progress on `bar`.
+/// `limits`, drawing progress on `bar`; the request carries `cancellation`,
+/// which holds the reason the call is dropped for (a limit's, or the
+/// caller's when it cancels it before dropping the call).
 pub async fn call_tool<S>(
     svc: S,
     era: Era,
@@ -286,6 +288,7 @@ pub async fn call_tool<S>(
     arguments: serde_json::Map<String, Value>,
     limits: Limits,
     bar: ProgressBar,
+    cancellation: Cancellation,
 ) -> Result<Value, BoxError>
 where
     S: Service<McpRequest, Response = Value, Error = BoxError> + Clone + Send + 'static,
@@ -295,8 +298,11 @@ where
     if era == Era::Modern {
         params["_meta"] = meta();
     }
+    // The layers cancel `cancellation` with their reason before they drop
+    // the call, and so does an interrupt: the client reads it from there.
     let req = McpRequest::without_id("tools/call")
         .with_params(params)
+        .with_cancellation(cancellation)
         .with_extension(ProgressObserver::new(move |p| {
             let scale = if p.total.is_some_and(|t| t <= 1.0) {
                 100.0
@@ -475,6 +481,7 @@ where
         }
     };
     let bar = progress_bar();
+    let cancellation = Cancellation::new();
     let call = call_tool(
         svc,
         era,
@@ -482,6 +489,7 @@ where
         args.arguments,
         args.limits,
         bar.clone(),
+        cancellation.clone(),
     );
     let mut call = Box::pin(call);
     let outcome = tokio::select! {
@@ -492,13 +500,14 @@ where
     match outcome {
         None => {
             // Dropping the call is the cancellation: the stdio client writes
-            // notifications/cancelled with this reason, the HTTP client
-            // closes the response stream (and, in a legacy session, posts
-            // notifications/cancelled; `close` waits for it).
-            drop_with_reason(
-                &CancelReason::Other("interrupted by the user (Ctrl-C)".into()),
-                call,
-            );
+            // notifications/cancelled with the reason of the request's
+            // cancellation, the HTTP client closes the response stream (and,
+            // in a legacy session, posts notifications/cancelled; `close`
+            // waits for it).
+            cancellation.cancel(CancelReason::Other(
+                "interrupted by the user (Ctrl-C)".into(),
+            ));
+            drop(call);
             say(&format!("interrupted; {how}"));
             ExitCode::from(130)
         }

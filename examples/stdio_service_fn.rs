@@ -16,11 +16,10 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::transport::stdio::serve_stdio;
-use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, McpRequest, RequestContext, TimeoutLayer,
-};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, RequestContext, TimeoutLayer};
 
 /// One handler for every method: match on the name, answer with a result.
 async fn handle(req: McpRequest) -> Result<Value, BoxError> {

@@ -59,7 +59,7 @@ pub async fn read_http_response<B>(
     id: &crate::jsonrpc::RequestId,
     tap: Option<crate::ProgressTap>,
     token: Option<crate::jsonrpc::ProgressToken>,
-) -> Result<serde_json::Value, crate::BoxError>
+) -> Result<serde_json::Value, crate::error::BoxError>
 where
     B: http_body::Body<Data = bytes::Bytes> + Unpin,
     B::Error: std::error::Error + Send + Sync + 'static,

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use crate::sanitize;
 
-/// The error type of the services in this crate, as in tower.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+// The error type of the services in this crate: tower's (`tower::BoxError`).
+pub(crate) use tower::BoxError;
 
 /// Which limit fired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

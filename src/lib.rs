@@ -11,7 +11,9 @@
 //! work the handler spawned. On the client side, dropping a request's future
 //! becomes the signal the peer expects: the stdio client sends
 //! `notifications/cancelled` (with the reason: timeout, maximum, caller
-//! dropped), the HTTP client closes the response stream.
+//! dropped, read from the request's [`Cancellation`], which a layer that
+//! gives up cancels before it drops the call), the HTTP client closes the
+//! response stream.
 //!
 //! * [`TimeoutLayer`] — a deadline per request: default, per method, per
 //!   request ([`RequestTimeout`]); `subscriptions/listen` exempt.
@@ -26,8 +28,8 @@
 //! (where progress is recorded), a [`RequestTimeout`] (the caller's
 //! override). [`McpRequest`] keeps the two hot ones in fields,
 //! `http::Request` in its [`http::Extensions`]; a third-party request type
-//! implements [`RequestView`] with one small storage trait,
-//! [`ExtensionMap`] (see [`request`]). Each value is a small public type, so
+//! implements [`RequestView`] over an [`http::Extensions`] of its own (see
+//! [`request`]). Each value is a small public type, so
 //! a third-party transport or handler can take part.
 //!
 //! ```
@@ -40,7 +42,7 @@
 //!     .layer(CancelOnDisconnectLayer::new())
 //!     .layer(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", Duration::from_secs(300)))
 //!     .service(service_fn(|req: McpRequest| async move {
-//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({"resultType": "complete"}))
+//!         Ok::<_, tower::BoxError>(serde_json::json!({"resultType": "complete"}))
 //!     }));
 //!
 //! // A client stack: a hard cap, then an idle limit reset by progress, over a
@@ -49,7 +51,7 @@
 //!     .layer(TimeoutLayer::new(Duration::from_secs(300)))
 //!     .layer(ProgressResetLayer::new(Duration::from_secs(30)))
 //!     .service(service_fn(|req: McpRequest| async move {
-//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({}))
+//!         Ok::<_, tower::BoxError>(serde_json::json!({}))
 //!     }));
 //! # let _ = (server, client);
 //! ```
@@ -71,16 +73,16 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | foundations | [`sanitize`], [`protocol`] | the log sanitizer; the protocol revisions |
+//! | foundations | `sanitize`, [`protocol`] | the log sanitizer ([`integration::for_log`]); the protocol revisions |
 //! | outcomes | [`error`] | [`CancelReason`], [`Elapsed`], [`Cancelled`] |
 //! | wire | [`jsonrpc`] | ids, tokens, method names, the message envelope, one-line encoding; the outcomes' JSON-RPC mapping |
 //! | per-request state | `state` (private) | one allocation per request behind its two handles, [`Cancellation`] (the cancel state, reason, token and waker) and [`ProgressTap`] (re-exported by [`cancel`] and [`progress`]), with what the layers keep per request: the log labels, the progress layer's limits, the one-timer hand-off between [`TimeoutLayer`] and [`ProgressResetLayer`] |
-//! | request | [`request`] | [`McpRequest`], [`RequestView`], [`ExtensionMap`] |
+//! | request | [`request`] | [`McpRequest`], [`RequestView`] |
 //! | policy | `policy` (private) | [`MethodPolicy`], the one policy type of both timer layers (re-exported by [`timeout`]) |
-//! | cancellation layer | [`cancel`] | the drop-reason scope; [`CancelOnDisconnectLayer`] (guard, future, body, service, layer); the per-connection [`InFlight`](cancel::InFlight) registry |
-//! | timer layers | [`timeout`], [`progress`] | [`TimeoutLayer`] and [`ProgressResetLayer`], which drop their inner future in [`cancel`]'s drop-reason scope |
+//! | cancellation layer | [`cancel`] | [`CancelOnDisconnectLayer`] (guard, future, body, service, layer); the per-connection [`InFlight`](cancel::InFlight) registry |
+//! | timer layers | [`timeout`], [`progress`] | [`TimeoutLayer`] and [`ProgressResetLayer`], which cancel the request's [`Cancellation`] with their reason before they drop their inner future |
 //! | observability | [`observe`] | [`Outcome`](observe::Outcome), the span fields, the metric names (feature `metrics`); the lifecycle records them |
-//! | handler side | [`notify`] | [`RequestContext`] and [`Notifier`]: progress and notifications through the request's outgoing gate, closed at its end |
+//! | handler side | [`notify`] | [`RequestContext`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the opt-in 2025-era HTTP sessions; the clients (the HTTP one dual-era) |
 //! | for adapters | [`integration`] | what a transport or SDK adapter outside the crate needs to behave as the crate's own: the progress registry, the bridge from an SDK's cancel token to a drop, the one error mapping |
@@ -102,7 +104,7 @@ mod policy;
 pub mod progress;
 pub mod protocol;
 pub mod request;
-pub mod sanitize;
+pub(crate) mod sanitize;
 mod state;
 pub mod timeout;
 pub mod transport;
@@ -121,10 +123,8 @@ pub mod __fuzz;
 struct ReadmeDoctests;
 
 pub use cancel::{CancelOnDisconnectLayer, Cancellation};
-pub use error::{BoxError, CancelReason, Cancelled, Elapsed, Limit};
-pub use notify::{Notifier, RequestContext};
-pub use progress::{
-    Progress, ProgressLimits, ProgressObserver, ProgressPolicy, ProgressResetLayer, ProgressTap,
-};
-pub use request::{ExtensionMap, McpRequest, RequestView};
-pub use timeout::{MethodPolicy, RequestTimeout, TimeoutLayer, TimeoutPolicy};
+pub use error::{CancelReason, Cancelled, Elapsed, Limit};
+pub use notify::RequestContext;
+pub use progress::{Progress, ProgressLimits, ProgressObserver, ProgressResetLayer, ProgressTap};
+pub use request::{McpRequest, RequestView};
+pub use timeout::{MethodPolicy, RequestTimeout, TimeoutLayer};

@@ -13,10 +13,9 @@ use crate::request::RequestView;
 /// (an entry of `None`: no limit for that method). `subscriptions/listen` is
 /// exempt unless configured otherwise.
 ///
-/// One policy type serves both timer layers: [`TimeoutPolicy`](crate::TimeoutPolicy)
-/// (`MethodPolicy<Duration>`) for [`TimeoutLayer`](crate::TimeoutLayer), and
-/// [`ProgressPolicy`](crate::progress::ProgressPolicy)
-/// (`MethodPolicy<ProgressLimits>`) for
+/// One policy type serves both timer layers: `MethodPolicy<Duration>` for
+/// [`TimeoutLayer`](crate::TimeoutLayer), and
+/// `MethodPolicy<`[`ProgressLimits`](crate::ProgressLimits)`>` for
 /// [`ProgressResetLayer`](crate::ProgressResetLayer).
 ///
 /// # Which method
@@ -31,9 +30,9 @@ use crate::request::RequestView;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_mcp_cancel::TimeoutPolicy;
+/// use tower_mcp_cancel::MethodPolicy;
 ///
-/// let policy = TimeoutPolicy::new(Duration::from_secs(60))
+/// let policy = MethodPolicy::new(Duration::from_secs(60))
 ///     .method("tools/call", Duration::from_secs(600))
 ///     .method_unlimited("tasks/wait");
 /// assert_eq!(policy.limit_for(Some("tools/list")), Some(Duration::from_secs(60)));

@@ -17,16 +17,15 @@
 //!   [`RequestTimeout`](crate::RequestTimeout),
 //!   [`ProgressLimits`](crate::ProgressLimits),
 //!   [`ProgressObserver`](crate::ProgressObserver), and a transport's
-//!   [`Notifier`](crate::Notifier).
+//!   notifier (reached through [`RequestContext`](crate::RequestContext)).
 //!
 //! Where a request type stores them is its own business. [`McpRequest`]
 //! keeps the two hot ones in fields (inserting into an extension map
 //! allocates, which was most of the layers' per-call cost) and the rest in
 //! its [`http::Extensions`]; `http::Request` keeps all of them in its
-//! extensions. A third-party request type implements [`RequestView`] with
-//! one small storage trait for its type map, [`ExtensionMap`]
-//! (implemented here for [`http::Extensions`]); the accessors for the hot
-//! two default to that map and can be overridden with fields.
+//! extensions. A third-party request type implements [`RequestView`] over an
+//! [`http::Extensions`] of its own; the accessors for the hot two default
+//! to that map and can be overridden with fields.
 
 use http::Extensions;
 use serde_json::value::RawValue;
@@ -114,7 +113,7 @@ impl McpRequest {
 
     /// The method name (empty if unset).
     pub fn method(&self) -> &str {
-        self.method.as_deref().unwrap_or("")
+        self.method.as_ref().map_or("", Method::as_str)
     }
 
     /// The raw params.
@@ -142,6 +141,7 @@ impl McpRequest {
     }
 
     /// The progress token.
+    #[inline]
     pub fn progress_token(&self) -> Option<&ProgressToken> {
         self.progress_token.get()
     }
@@ -157,6 +157,7 @@ impl McpRequest {
     /// let req = McpRequest::new(1, "tools/call").with_cancellation(c.clone());
     /// assert!(req.cancellation().is_some());
     /// ```
+    #[inline]
     pub fn cancellation(&self) -> Option<&Cancellation> {
         self.cancellation
             .as_ref()
@@ -174,6 +175,7 @@ impl McpRequest {
     /// The request's [`ProgressTap`], set by
     /// [`ProgressResetLayer`](crate::ProgressResetLayer). One put in the
     /// extensions by the caller is found too.
+    #[inline]
     pub fn progress_tap(&self) -> Option<&ProgressTap> {
         self.tap
             .as_ref()
@@ -212,6 +214,7 @@ enum TokenSlot {
 }
 
 impl TokenSlot {
+    #[inline]
     fn get(&self) -> Option<&ProgressToken> {
         match self {
             TokenSlot::None => None,
@@ -237,29 +240,6 @@ impl From<RawRequest> for McpRequest {
     }
 }
 
-/// Per-request values by type: the storage a [`RequestView`] needs.
-///
-/// A type map such as [`http::Extensions`] (implemented here), or rmcp's and
-/// tower-mcp's extension types. Values are looked up by their type; a
-/// second insert of a type replaces the first.
-pub trait ExtensionMap {
-    /// The value of type `T`, if one was inserted.
-    fn get<T: Send + Sync + 'static>(&self) -> Option<&T>;
-    /// Inserts `value`, replacing any earlier value of its type.
-    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T);
-}
-
-impl ExtensionMap for Extensions {
-    #[inline]
-    fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        Extensions::get(self)
-    }
-    #[inline]
-    fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
-        Extensions::insert(self, value);
-    }
-}
-
 /// What the layers can see of a request: the only way they reach it.
 ///
 /// Implemented for [`McpRequest`] and for [`http::Request<B>`] (method from a
@@ -267,14 +247,13 @@ impl ExtensionMap for Extensions {
 /// body, or else claimed by the `Mcp-Method` header; id and progress token
 /// from the request's extensions, where an HTTP adapter that read the body
 /// puts them). To stack the layers over your own request type, implement the
-/// required methods: id, method, progress token, and an [`ExtensionMap`]
-/// for per-request values. The [`Cancellation`] and [`ProgressTap`]
+/// required methods: id, method, progress token, and an
+/// [`http::Extensions`] for per-request values (the type map of the
+/// tower and hyper ecosystem; rmcp's and tower-mcp's requests carry one). The [`Cancellation`] and [`ProgressTap`]
 /// accessors default to that map; override them with fields of your type
 /// to spare the map's allocations, as [`McpRequest`] does (see the
 /// [module docs](self)).
 pub trait RequestView {
-    /// Where this request keeps per-request values by type.
-    type Extensions: ExtensionMap;
     /// The JSON-RPC id, when known.
     fn request_id(&self) -> Option<RequestId>;
     /// The MCP method, when known.
@@ -294,9 +273,9 @@ pub trait RequestView {
     /// when this request type cannot carry one.
     fn set_progress_token(&mut self, token: ProgressToken) -> bool;
     /// The request's per-request values.
-    fn extensions(&self) -> &Self::Extensions;
+    fn extensions(&self) -> &Extensions;
     /// The request's per-request values, mutably.
-    fn extensions_mut(&mut self) -> &mut Self::Extensions;
+    fn extensions_mut(&mut self) -> &mut Extensions;
     /// The request's [`Cancellation`], if a layer, transport or caller set
     /// one. Default: looked up in the extensions.
     fn cancellation(&self) -> Option<&Cancellation> {
@@ -326,45 +305,54 @@ pub trait RequestView {
 }
 
 impl RequestView for McpRequest {
-    type Extensions = Extensions;
+    #[inline]
     fn request_id(&self) -> Option<RequestId> {
         self.id.clone()
     }
+    #[inline]
     fn mcp_method(&self) -> Option<Method> {
         self.method.clone()
     }
+    #[inline]
     fn progress_token(&self) -> Option<&ProgressToken> {
         self.progress_token.get()
     }
+    #[inline]
     fn set_progress_token(&mut self, token: ProgressToken) -> bool {
         self.progress_token = TokenSlot::Assigned(token);
         true
     }
+    #[inline]
     fn extensions(&self) -> &Extensions {
         &self.extensions
     }
+    #[inline]
     fn extensions_mut(&mut self) -> &mut Extensions {
         &mut self.extensions
     }
+    #[inline]
     fn cancellation(&self) -> Option<&Cancellation> {
         McpRequest::cancellation(self)
     }
+    #[inline]
     fn set_cancellation(&mut self, cancellation: Cancellation) {
         self.cancellation = Some(cancellation);
     }
+    #[inline]
     fn progress_tap(&self) -> Option<&ProgressTap> {
         McpRequest::progress_tap(self)
     }
+    #[inline]
     fn set_progress_tap(&mut self, tap: ProgressTap) {
         self.tap = Some(tap);
     }
+    #[inline]
     fn started_at(&mut self) -> Instant {
         *self.started.get_or_insert_with(Instant::now)
     }
 }
 
 impl<B> RequestView for http::Request<B> {
-    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         self.extensions().get::<RequestId>().cloned()
     }

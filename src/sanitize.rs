@@ -13,9 +13,9 @@ pub(crate) const MAX_CHARS: usize = 256;
 /// with spaces.
 ///
 /// ```
-/// use tower_mcp_cancel::sanitize;
-/// assert_eq!(sanitize::for_log("bad\n\x1b[31mred"), "bad  [31mred");
-/// assert!(sanitize::for_log(&"x".repeat(10_000)).chars().count() == 256 + 1);
+/// use tower_mcp_cancel::integration::for_log;
+/// assert_eq!(for_log("bad\n\x1b[31mred"), "bad  [31mred");
+/// assert!(for_log(&"x".repeat(10_000)).chars().count() == 256 + 1);
 /// ```
 pub fn for_log(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_CHARS + 3));

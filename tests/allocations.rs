@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Context;
 use std::time::Duration;
 
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceBuilder};
-use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
-};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer};
 
 struct Counting;
 

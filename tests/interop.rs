@@ -66,11 +66,12 @@ server_cells! {
 
 mod our_clients {
     use super::*;
+    use tower::BoxError;
     use tower::{Service, ServiceBuilder, ServiceExt};
     use tower_mcp_cancel::transport::http::HttpClient;
     use tower_mcp_cancel::transport::stdio::StdioClient;
     use tower_mcp_cancel::{
-        BoxError, Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
+        Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
     };
 
     type Client = tower::util::BoxCloneService<McpRequest, Value, BoxError>;
@@ -207,10 +208,15 @@ mod our_clients {
             .ready()
             .await
             .unwrap()
-            .call(call(
-                "slow",
-                serde_json::json!({"seconds": 6, "interval_ms": 100}),
-            ))
+            // The reason travels in the request's cancellation, which the
+            // layer that gives up cancels before it drops the call.
+            .call(
+                call(
+                    "slow",
+                    serde_json::json!({"seconds": 6, "interval_ms": 100}),
+                )
+                .with_cancellation(Cancellation::new()),
+            )
             .await
             .expect_err("the limit fires");
         let e = err
@@ -308,3 +314,10 @@ mod our_clients {
 // Streamable HTTP across the eras (legacy sessions, dual-era client, HTTPS).
 #[path = "interop/legacy_http.rs"]
 mod legacy_http;
+// The same against `server-everything`.
+#[path = "interop/legacy_everything.rs"]
+mod legacy_everything;
+
+// Replicas of the example server behind HAProxy (deploy/haproxy/).
+#[path = "interop/replicas.rs"]
+mod replicas;

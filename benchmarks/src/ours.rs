@@ -9,8 +9,9 @@ use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::notify::RequestContext;
+use tower::BoxError;
 use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
+    CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
 };
 
 use crate::{steps_of, watch_token, Probe};

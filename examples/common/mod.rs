@@ -42,10 +42,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tower::util::BoxCloneSyncService;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
 use tower_mcp_cancel::notify::RequestContext;
-use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
 
 /// The modern protocol versions this server speaks.
 pub const SUPPORTED_VERSIONS: &[&str] = &["2026-07-28"];

@@ -37,7 +37,8 @@ use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::transport::http::{
     StatefulRequests, OriginPolicy, StreamableHttpService,
 };
-use tower_mcp_cancel::{BoxError, CancelReason, Cancelled, McpRequest};
+use tower::BoxError;
+use tower_mcp_cancel::{CancelReason, Cancelled, McpRequest};
 
 #[derive(Default)]
 struct Opts {

@@ -90,7 +90,7 @@ fn check_decode(line: &[u8]) {
             e.code
         ),
         Ok(Message::Request(r)) => {
-            let again = jsonrpc::encode_request(&r.id, &r.method, r.params.as_deref())
+            let again = jsonrpc::encode_request(&r.id, r.method.as_str(), r.params.as_deref())
                 .expect("a decoded request encodes");
             let Ok(Message::Request(r2)) = Message::decode(&again) else {
                 panic!(
@@ -104,7 +104,7 @@ fn check_decode(line: &[u8]) {
         }
         Ok(Message::Notification(n)) => {
             if let Some(p) = n.params.as_deref() {
-                let again = jsonrpc::encode_notification(&n.method, p)
+                let again = jsonrpc::encode_notification(n.method.as_str(), p)
                     .expect("decoded params encode");
                 let Ok(Message::Notification(n2)) = Message::decode(&again) else {
                     panic!("re-encoded notification does not decode");

@@ -8,7 +8,6 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::cancel::drop_reason::with_drop_reason;
 use crate::cancel::guard::DisconnectGuard;
 use crate::cancel::response::GuardResponse;
 use crate::error::{BoxError, CancelReason, Cancelled};
@@ -39,12 +38,12 @@ impl<F, G> ResponseFuture<F, G> {
 }
 
 impl<F, G> Projection<'_, F, G> {
-    /// Ends a cancelled request: the handler future is dropped (inside the
-    /// reason's scope, so a client transport below knows why), logged, and
-    /// the guard disarmed (the cancellation already holds the outcome).
+    /// Ends a cancelled request: the handler future is dropped (a client
+    /// transport below reads why from the request's cancellation, which
+    /// already holds the reason), logged, and the guard disarmed.
     #[cold]
     fn cancelled(&mut self, reason: CancelReason) -> BoxError {
-        with_drop_reason(&reason, || self.inner.set(None));
+        self.inner.set(None);
         let mut guard = self.guard.take().expect("guard present");
         guard.log_cancelled(&reason, "request cancelled; handler future dropped");
         guard.defuse();

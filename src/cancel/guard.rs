@@ -4,7 +4,6 @@
 //! [`GuardResponse`](super::GuardResponse) can hand it over; no public path
 //! reaches it.
 
-use crate::cancel::drop_reason::current_drop_reason;
 use crate::cancel::Cancellation;
 use crate::error::CancelReason;
 
@@ -12,8 +11,12 @@ use crate::error::CancelReason;
 /// [`CancelReason::ClientDisconnected`] if dropped while armed; completes it
 /// when the response reached its end.
 ///
-/// If the drop happens inside a [`drop_with_reason`](crate::cancel::drop_with_reason) scope (a limit fired
-/// above), that reason is used instead.
+/// A cancellation that was already cancelled keeps its reason (the first
+/// wins): a limit above this layer that fired cancels the request's
+/// cancellation before it drops this guard, and that is the reason the
+/// handler sees. A limit above that had no cancellation to fire (the request
+/// came without one, and this layer made it) leaves the reason
+/// `ClientDisconnected`.
 ///
 /// The guard reads no clock: the timer layers log how long a request ran
 /// when they end it, and a disconnect is logged with its id and method.
@@ -24,6 +27,7 @@ pub struct DisconnectGuard {
 
 impl DisconnectGuard {
     /// An armed guard for a request.
+    #[inline]
     pub fn new(cancellation: Cancellation) -> Self {
         Self {
             cancellation,
@@ -32,16 +36,19 @@ impl DisconnectGuard {
     }
 
     /// The request's cancellation.
+    #[inline]
     pub fn cancellation(&self) -> &Cancellation {
         &self.cancellation
     }
 
     /// The response reached its end: the request completed, later cancels
     /// are no-ops, and dropping the guard fires nothing.
+    #[inline]
     pub fn complete(mut self) {
         self.disarm();
     }
 
+    #[inline]
     pub(crate) fn disarm(&mut self) {
         if self.armed {
             self.armed = false;
@@ -51,6 +58,7 @@ impl DisconnectGuard {
 
     /// Ends the guard without touching the cancellation (it already holds
     /// the outcome: a cancel).
+    #[inline]
     pub(crate) fn defuse(&mut self) {
         self.armed = false;
     }
@@ -66,13 +74,16 @@ impl DisconnectGuard {
 }
 
 impl Drop for DisconnectGuard {
+    #[inline]
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
-        let reason = current_drop_reason().unwrap_or(CancelReason::ClientDisconnected);
-        if self.cancellation.cancel(reason.clone()) {
-            self.log_cancelled(&reason, "request dropped before completion; token fired");
+        if self.cancellation.cancel(CancelReason::ClientDisconnected) {
+            self.log_cancelled(
+                &CancelReason::ClientDisconnected,
+                "request dropped before completion; token fired",
+            );
         }
     }
 }

@@ -22,7 +22,7 @@
 //!         // The handler (and anything it spawns) sees the token.
 //!         let token = req.cancellation().unwrap().token();
 //!         token.cancelled().await;
-//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({}))
+//!         Ok::<_, tower::BoxError>(serde_json::json!({}))
 //!     }));
 //!
 //! // The transport supplies the cancel signal with the request.
@@ -36,7 +36,7 @@
 //! ```
 
 //! The files follow tower-http's `on_early_drop`, one concept each, with
-//! imports running one way: the drop-reason scope; the guard that fires a
+//! imports running one way: the guard that fires a
 //! cancellation when dropped; the response [`future`] and the guarded body
 //! that carry it; how far it reaches (the future only, or an
 //! `http::Response` body too); the [`CancelOnDisconnect`] service; its
@@ -50,7 +50,6 @@
 // types, a user never names them.
 #[allow(unreachable_pub)]
 mod body;
-mod drop_reason;
 pub mod future;
 // Crate-internal too: the request lifecycle (`transport::call`) races its
 // own calls with the same guard and future.
@@ -63,7 +62,6 @@ mod service;
 
 // Defined with the per-request state it is a handle to, below `request`.
 pub use crate::state::Cancellation;
-pub use drop_reason::{current_drop_reason, drop_with_reason, with_drop_reason};
 pub use layer::CancelOnDisconnectLayer;
 pub use registry::{InFlight, InFlightGuard};
 #[cfg(any(feature = "stdio", feature = "http"))]

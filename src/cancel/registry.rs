@@ -109,7 +109,9 @@ impl InFlight {
                 false
             }
             Some((c, method)) => {
-                let method = method.as_ref().map(|m| crate::sanitize::for_log(m));
+                let method = method
+                    .as_ref()
+                    .map(|m| crate::sanitize::for_log(m.as_str()));
                 let method = method.as_deref().unwrap_or("");
                 if c.cancel(reason.clone()) {
                     tracing::debug!(request_id = %id, method, %reason, "request cancelled by id");
@@ -140,7 +142,7 @@ impl InFlight {
         let matching: Vec<Cancellation> = self
             .lock()
             .values()
-            .filter(|e| e.method.as_deref() == Some(method))
+            .filter(|e| e.method.as_ref().map(Method::as_str) == Some(method))
             .map(|e| e.cancellation.clone())
             .collect();
         matching

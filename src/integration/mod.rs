@@ -18,9 +18,8 @@
 mod progress;
 
 pub use self::progress::{ProgressRegistry, Registration};
-// Re-exported here so that an adapter finds in one place what its drop
-// handling and logging need; both stay where they are defined too.
-pub use crate::cancel::current_drop_reason;
+// Re-exported here so that an adapter finds in one place what its logging
+// needs; it stays where it is defined too.
 pub use crate::sanitize::for_log;
 
 use crate::jsonrpc::ErrorObject;

@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::jsonrpc::ProgressToken;
-use crate::progress::RecordOutcome;
 use crate::ProgressTap;
 
 /// The requests in flight, by progress token. Shared by an integration's
@@ -92,9 +91,7 @@ impl ProgressRegistry {
         drop(requests);
         // A tap the layer closed: the request ended, the handler's
         // registration is on its way out.
-        tap.is_none_or(|tap| {
-            tap.record(progress, total, message.map(str::to_owned)) == RecordOutcome::Accepted
-        })
+        tap.is_none_or(|tap| tap.record(progress, total, message.map(str::to_owned)))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, Entry>> {

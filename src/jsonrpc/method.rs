@@ -65,9 +65,8 @@ impl Method {
     }
 }
 
-impl std::ops::Deref for Method {
-    type Target = str;
-    fn deref(&self) -> &str {
+impl AsRef<str> for Method {
+    fn as_ref(&self) -> &str {
         self.as_str()
     }
 }

@@ -1,12 +1,13 @@
 //! Request-scoped notifications from a handler to its peer, and the
 //! handler-facing [`RequestContext`].
 //!
-//! A server transport gives each request a [`Notifier`] (in its extensions)
-//! that queues messages to that request's peer: the shared stdio writer, or
-//! the request's own SSE stream over HTTP. Nothing is ever written for a
-//! request after its end: once its response is queued or it is cancelled,
-//! [`Notifier::notify`] refuses (and says so with `false`), and what was
-//! queued for a request that is then cancelled is dropped unsent.
+//! A server transport gives each request a notifier (in its extensions,
+//! reached through [`RequestContext`]) that queues messages to that
+//! request's peer: the shared stdio writer, or the request's own SSE stream
+//! over HTTP. Nothing is ever written for a request after its end: once its
+//! response is queued or it is cancelled, [`RequestContext::notify`]
+//! refuses (and says so with `false`), and what was queued for a request
+//! that is then cancelled is dropped unsent.
 
 use std::fmt;
 
@@ -16,8 +17,7 @@ use tokio::sync::mpsc;
 use crate::cancel::Cancellation;
 use crate::jsonrpc::{self, ProgressParams, ProgressToken};
 use crate::progress::ProgressTap;
-use crate::progress::RecordOutcome;
-use crate::request::{ExtensionMap, RequestView};
+use crate::request::RequestView;
 // Only the transports create notifiers and drain their queues.
 #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 pub(crate) mod outbox;
@@ -32,7 +32,7 @@ use outbox::{Outgoing, Scope};
 /// cancelled, nothing more of it is queued, whichever task sends it, and
 /// messages still queued for a cancelled request are dropped unsent.
 #[derive(Clone)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     tx: mpsc::Sender<Outgoing>,
     progress_token: Option<ProgressToken>,
     scope: Scope,
@@ -63,16 +63,6 @@ impl Notifier {
         }
     }
 
-    /// The progress token the peer sent, if any.
-    pub fn progress_token(&self) -> Option<&ProgressToken> {
-        self.progress_token.as_ref()
-    }
-
-    /// The request's cancellation.
-    pub fn cancellation(&self) -> &Cancellation {
-        self.scope.cancellation()
-    }
-
     /// Queues a notification for this request, waiting for queue space (a
     /// slow peer slows the handler instead of growing memory).
     ///
@@ -86,7 +76,7 @@ impl Notifier {
     /// A `notifications/progress` sent this way is progress all the same:
     /// it is sent only under the rules of [`progress`](Self::progress), and
     /// only with this request's own progress token.
-    pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
+    pub(crate) async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
         if method != jsonrpc::PROGRESS {
             return self.queue(method, params, None).await;
         }
@@ -149,7 +139,7 @@ impl Notifier {
     /// (progress MUST increase: a repeat, a decrease or a value that is not
     /// a finite number is not sent); see [`notify`](Self::notify) for what
     /// the result means.
-    pub async fn progress(
+    pub(crate) async fn progress(
         &self,
         progress: f64,
         total: Option<f64>,
@@ -244,7 +234,7 @@ impl RequestContext {
         message: Option<String>,
     ) -> bool {
         if let Some(tap) = &self.tap {
-            if tap.record(progress, total, message.clone()) != RecordOutcome::Accepted {
+            if !tap.record(progress, total, message.clone()) {
                 return false;
             }
         }
@@ -254,7 +244,21 @@ impl RequestContext {
         }
     }
 
-    /// Sends a request-scoped notification (e.g. `notifications/message`).
+    /// Sends a request-scoped notification (e.g. `notifications/message`),
+    /// waiting for queue space (a slow peer slows the handler instead of
+    /// growing memory).
+    ///
+    /// Returns `true` if the message was queued ahead of the request's end:
+    /// it reaches the peer unless the request is cancelled before the
+    /// writer gets to it. Returns `false`, and sends nothing, once the
+    /// request is over (answered or cancelled) or the connection is gone —
+    /// a reporter should stop then —, when `params` cannot be serialized
+    /// (logged at `warn`), and when the request has no transport to send
+    /// through (a bare request in a unit test).
+    ///
+    /// A `notifications/progress` sent this way is progress all the same:
+    /// it is sent only under the rules of [`progress`](Self::progress), and
+    /// only with this request's own progress token.
     pub async fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
         match &self.notifier {
             Some(n) => n.notify(method, params).await,

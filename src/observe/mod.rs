@@ -46,7 +46,8 @@
 //! ```
 //! use tower::{service_fn, ServiceExt};
 //! use tower_mcp_cancel::observe::Outcome;
-//! use tower_mcp_cancel::{BoxError, McpRequest};
+//! use tower::BoxError;
+//! use tower_mcp_cancel::McpRequest;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! // A layer of your own can classify its inner service's result the same way.

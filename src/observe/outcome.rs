@@ -3,9 +3,9 @@
 
 use std::fmt;
 
-use crate::cancel::current_drop_reason;
 use crate::error::{BoxError, CancelReason, Cancelled, Elapsed, Limit};
 use crate::jsonrpc::ErrorObject;
+use crate::Cancellation;
 
 /// How one MCP request ended, on either side.
 ///
@@ -20,7 +20,8 @@ use crate::jsonrpc::ErrorObject;
 /// ```
 /// use std::time::Duration;
 /// use tower_mcp_cancel::observe::Outcome;
-/// use tower_mcp_cancel::{BoxError, CancelReason, Cancelled, Elapsed, Limit};
+/// use tower::BoxError;
+/// use tower_mcp_cancel::{CancelReason, Cancelled, Elapsed, Limit};
 /// use tower_mcp_cancel::jsonrpc::ErrorObject;
 ///
 /// let ok: Result<(), BoxError> = Ok(());
@@ -127,15 +128,19 @@ impl Outcome {
         }
     }
 
-    /// The outcome of a future being dropped right now, before its end: the
-    /// reason of the enclosing
-    /// [`drop_with_reason`](crate::cancel::drop_with_reason) scope (a limit
-    /// above gave up on it), or `None` when its owner just dropped it (a
-    /// client's caller: [`CallerDropped`](Self::CallerDropped); a server's
-    /// response: [`ClientDisconnected`](Self::ClientDisconnected)). Call it
-    /// from a `Drop` implementation.
-    pub fn dropped() -> Option<Self> {
-        current_drop_reason().map(|r| Self::from_reason(&r))
+    /// The outcome of a request's future dropped before its end, as the
+    /// request's [`Cancellation`] tells it: the reason it was cancelled with
+    /// (a limit that gave up on the request cancels it before dropping the
+    /// future; a caller who drops a call for a reason of their own cancels
+    /// it first too), or `None` when the request has none or it was not
+    /// cancelled: its owner just dropped it (a client's caller:
+    /// [`CallerDropped`](Self::CallerDropped); a server's response:
+    /// [`ClientDisconnected`](Self::ClientDisconnected)). Call it from a
+    /// `Drop` implementation, with the cancellation the request carried.
+    pub fn dropped(cancellation: Option<&Cancellation>) -> Option<Self> {
+        cancellation
+            .and_then(Cancellation::reason)
+            .map(Self::from_reason)
     }
 
     /// A short, fixed name of the outcome's kind, for logs and metric
@@ -269,9 +274,11 @@ mod tests {
     }
 
     #[test]
-    fn a_drop_reason_in_scope_is_the_outcome_of_a_drop() {
-        assert_eq!(Outcome::dropped(), None);
-        let seen = crate::cancel::with_drop_reason(&CancelReason::Shutdown, Outcome::dropped);
-        assert_eq!(seen, Some(Outcome::ShutDown));
+    fn the_cancellations_reason_is_the_outcome_of_a_drop() {
+        assert_eq!(Outcome::dropped(None), None);
+        let c = Cancellation::new();
+        assert_eq!(Outcome::dropped(Some(&c)), None, "not cancelled");
+        c.cancel(CancelReason::Shutdown);
+        assert_eq!(Outcome::dropped(Some(&c)), Some(Outcome::ShutDown));
     }
 }

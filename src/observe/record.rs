@@ -10,7 +10,7 @@ use tracing::Span;
 use super::{field, Era, Outcome, Side, Transport};
 use crate::jsonrpc::{ParamsPeek, ParamsView, RequestId};
 use crate::sanitize;
-use crate::{CancelReason, Cancellation};
+use crate::Cancellation;
 
 /// The target of the request spans and of their `request ended` events,
 /// so that one filter directive (`tower_mcp_cancel::request=warn`) turns
@@ -45,8 +45,9 @@ pub(crate) struct Record {
     started: Instant,
     side: Side,
     transport: Transport,
-    /// Server side: the request's cancellation, whose reason tells a drop
-    /// by the transport (a shutdown, a peer's cancel) from a disconnect.
+    /// The request's cancellation, whose reason tells a drop by a limit,
+    /// the transport (a shutdown, a peer's cancel) or the caller with a
+    /// reason of their own from a plain drop by its owner.
     cancellation: Option<Cancellation>,
     ended: bool,
 }
@@ -134,7 +135,7 @@ impl Record {
         }
     }
 
-    /// Reads the reason of a drop from `cancellation` (server side).
+    /// Reads the reason of a drop from `cancellation`.
     pub(crate) fn with_cancellation(mut self, cancellation: Cancellation) -> Self {
         self.cancellation = Some(cancellation);
         self
@@ -194,14 +195,10 @@ impl Drop for Record {
         if self.ended {
             return;
         }
-        let outcome =
-            Outcome::dropped().unwrap_or_else(|| match (&self.side, &self.cancellation) {
-                (Side::Server, Some(c)) => {
-                    Outcome::from_reason(c.reason().unwrap_or(&CancelReason::ClientDisconnected))
-                }
-                (Side::Server, None) => Outcome::ClientDisconnected,
-                (Side::Client, _) => Outcome::CallerDropped,
-            });
+        let outcome = Outcome::dropped(self.cancellation.as_ref()).unwrap_or(match self.side {
+            Side::Server => Outcome::ClientDisconnected,
+            Side::Client => Outcome::CallerDropped,
+        });
         self.finish(&outcome);
     }
 }

@@ -9,7 +9,6 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
-use crate::cancel::with_drop_reason;
 use crate::error::{BoxError, CancelReason};
 use crate::state::ProgressTap;
 
@@ -18,6 +17,7 @@ use crate::state::ProgressTap;
 struct CloseOnDrop(Option<ProgressTap>);
 
 impl Drop for CloseOnDrop {
+    #[inline]
     fn drop(&mut self) {
         if let Some(tap) = &self.0 {
             tap.close();
@@ -114,8 +114,11 @@ where
                 continue;
             };
             let reason = CancelReason::Timeout(elapsed);
+            // Cancelled first: a client transport below, whose future is
+            // dropped next, reads the reason from the request's
+            // cancellation.
             expire(&reason, tap);
-            with_drop_reason(&reason, || this.inner.set(None));
+            this.inner.set(None);
             return Poll::Ready(Err(Box::new(elapsed)));
         }
     }

@@ -8,46 +8,95 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::error::BoxError;
-use crate::jsonrpc::ProgressToken;
-use crate::request::{ExtensionMap, RequestView};
+use crate::jsonrpc::{Method, ProgressToken};
+use crate::request::RequestView;
 use crate::state::{ProgressObserver, ProgressTap, RequestState, TapRequest};
 
 use super::future::ResponseFuture;
-use super::limits::{ProgressLimits, ProgressPolicy};
+use super::limits::ProgressLimits;
+use crate::policy::MethodPolicy;
 
 /// Applies [`ProgressReset`] to a service. See the [module docs](crate::progress).
 #[derive(Clone)]
 pub struct ProgressResetLayer {
-    policy: ProgressPolicy,
+    policy: MethodPolicy<ProgressLimits>,
     tokens: Arc<TokenSource>,
 }
 
-/// Assigns progress tokens unique among the requests of one layer (and its
-/// clones), without allocating: integers from 2^52 up, in a 2^36-wide block
-/// picked by the source's address, so that two layers over one transport
-/// (almost surely) draw from different blocks and stay below 2^53, which
-/// JavaScript peers represent exactly. Client transports still refuse a
-/// token that is already in flight.
+/// Where one layer (and its clones) draws progress tokens from, unique
+/// among its requests, without allocating: integers from 2^52 up, in a
+/// 2^36-wide range picked by the source's address, so that two layers over
+/// one transport (almost surely) draw from different ranges and stay below
+/// 2^53, which JavaScript peers represent exactly. Each service draws a run
+/// of [`RUN`](Self::RUN) tokens at a time ([`Tokens`]), so a request pays no
+/// atomic for its token; the runs wrap within the range, reusing a token
+/// only 2^30 runs later. Client transports still refuse a token that is
+/// already in flight.
 struct TokenSource {
-    next: AtomicU64,
+    /// The offset of the next run in the range.
+    next_run: AtomicU64,
+    /// `BASE` and the range's place.
+    range: u64,
 }
 
 impl TokenSource {
     const BASE: u64 = 1 << 52;
-    const BLOCK_BITS: u32 = 36;
+    const RANGE_BITS: u32 = 36;
+    const RUN: u64 = 64;
 
     fn new() -> Arc<Self> {
-        let src = Arc::new(TokenSource {
-            next: AtomicU64::new(0),
+        let mut src = Arc::new(TokenSource {
+            next_run: AtomicU64::new(0),
+            range: 0,
         });
-        let block = ((Arc::as_ptr(&src) as usize as u64) >> 4) & 0xFFFF;
-        src.next
-            .store(Self::BASE | (block << Self::BLOCK_BITS), Ordering::Relaxed);
+        let place = ((Arc::as_ptr(&src) as usize as u64) >> 4) & 0xFFFF;
+        if let Some(s) = Arc::get_mut(&mut src) {
+            s.range = Self::BASE | (place << Self::RANGE_BITS);
+        }
         src
     }
 
-    fn next(&self) -> ProgressToken {
-        ProgressToken::Number(self.next.fetch_add(1, Ordering::Relaxed) as i64)
+    /// The first token of a fresh run.
+    fn run(&self) -> u64 {
+        let offset = self.next_run.fetch_add(Self::RUN, Ordering::Relaxed);
+        self.range | (offset & ((1 << Self::RANGE_BITS) - 1))
+    }
+}
+
+/// One service's tokens: a run drawn from its layer's [`TokenSource`],
+/// counted without atomics (`call` has `&mut self`). A clone draws a run of
+/// its own, so no two services hand out the same token.
+struct Tokens {
+    source: Arc<TokenSource>,
+    next: u64,
+    end: u64,
+}
+
+impl Tokens {
+    fn new(source: Arc<TokenSource>) -> Self {
+        // Empty: the first call draws the first run.
+        Self {
+            source,
+            next: 0,
+            end: 0,
+        }
+    }
+
+    #[inline]
+    fn next(&mut self) -> ProgressToken {
+        if self.next == self.end {
+            self.next = self.source.run();
+            self.end = self.next + TokenSource::RUN;
+        }
+        let token = self.next;
+        self.next += 1;
+        ProgressToken::Number(token as i64)
+    }
+}
+
+impl Clone for Tokens {
+    fn clone(&self) -> Self {
+        Self::new(self.source.clone())
     }
 }
 
@@ -67,14 +116,14 @@ impl ProgressResetLayer {
     /// `10 × idle` unless set with [`max`](Self::max) (or removed with
     /// [`without_max`](Self::without_max)); `subscriptions/listen` exempt.
     pub fn new(idle: Duration) -> Self {
-        Self::with_policy(ProgressPolicy::new(ProgressLimits {
+        Self::with_policy(MethodPolicy::new(ProgressLimits {
             idle,
             max: Some(idle.saturating_mul(Self::DEFAULT_MAX_FACTOR)),
         }))
     }
 
     /// A layer with a full policy.
-    pub fn with_policy(policy: ProgressPolicy) -> Self {
+    pub fn with_policy(policy: MethodPolicy<ProgressLimits>) -> Self {
         Self {
             policy,
             tokens: TokenSource::new(),
@@ -130,7 +179,7 @@ impl ProgressResetLayer {
     }
 
     /// The policy.
-    pub fn policy(&self) -> &ProgressPolicy {
+    pub fn policy(&self) -> &MethodPolicy<ProgressLimits> {
         &self.policy
     }
 }
@@ -141,7 +190,7 @@ impl<S> Layer<S> for ProgressResetLayer {
         ProgressReset {
             inner,
             policy: self.policy.clone(),
-            tokens: self.tokens.clone(),
+            tokens: Tokens::new(self.tokens.clone()),
         }
     }
 }
@@ -152,8 +201,8 @@ impl<S> Layer<S> for ProgressResetLayer {
 #[derive(Clone)]
 pub struct ProgressReset<S> {
     inner: S,
-    policy: ProgressPolicy,
-    tokens: Arc<TokenSource>,
+    policy: MethodPolicy<ProgressLimits>,
+    tokens: Tokens,
 }
 
 impl<S: fmt::Debug> fmt::Debug for ProgressReset<S> {
@@ -205,7 +254,11 @@ where
             // just no timer.
             None => self
                 .policy
-                .resolve(&req, method.as_deref(), ProgressLimits::tighter)
+                .resolve(
+                    &req,
+                    method.as_ref().map(Method::as_str),
+                    ProgressLimits::tighter,
+                )
                 .unwrap_or(ProgressLimits::NONE),
         };
         let token = match req.progress_token() {

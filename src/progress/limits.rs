@@ -1,9 +1,7 @@
-//! [`ProgressLimits`] and [`ProgressPolicy`]: what `ProgressResetLayer`
+//! [`ProgressLimits`] and the layer's policy over them: what `ProgressResetLayer`
 //! enforces, per request and per method.
 
 use std::time::Duration;
-
-use crate::policy::MethodPolicy;
 
 /// The two limits of [`ProgressResetLayer`](super::ProgressResetLayer); also a per-request override the
 /// caller can put in the request's extensions. A duration past what an
@@ -36,8 +34,3 @@ impl ProgressLimits {
         }
     }
 }
-
-/// The limits policy of [`ProgressResetLayer`](super::ProgressResetLayer): default limits, limits per
-/// method, `subscriptions/listen` exempt by default. The same type as
-/// [`TimeoutPolicy`](crate::TimeoutPolicy), over [`ProgressLimits`].
-pub type ProgressPolicy = MethodPolicy<ProgressLimits>;

@@ -25,8 +25,8 @@
 //! progress recorded there restarts the idle limit of both, and each
 //! enforces its own limits.
 //!
-//! Which limits a request gets follows a [`ProgressPolicy`] — the same
-//! [`MethodPolicy`](crate::MethodPolicy) type as [`TimeoutLayer`](crate::TimeoutLayer)'s,
+//! Which limits a request gets follows a `MethodPolicy<ProgressLimits>` —
+//! the same [`MethodPolicy`](crate::MethodPolicy) type as [`TimeoutLayer`](crate::TimeoutLayer)'s,
 //! with the same rules: [`ProgressLimits`] in the request's extensions, else
 //! the method's entry, else the default. `subscriptions/listen` is exempt
 //! by default (a listen stream is quiet by design: it still gets its tap,
@@ -49,7 +49,7 @@
 //!             tokio::time::sleep(Duration::from_millis(500)).await;
 //!             tap.record(step as f64, Some(10.0), None);
 //!         }
-//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({"done": true}))
+//!         Ok::<_, tower::BoxError>(serde_json::json!({"done": true}))
 //!     }));
 //! let res = svc.ready().await.unwrap().call(McpRequest::new(1, "tools/call")).await.unwrap();
 //! assert_eq!(res["done"], true);
@@ -61,6 +61,6 @@ mod layer;
 mod limits;
 
 pub use layer::{ProgressReset, ProgressResetLayer};
-pub use limits::{ProgressLimits, ProgressPolicy};
+pub use limits::ProgressLimits;
 // Defined with the per-request state the tap is a handle to, below `request`.
-pub use crate::state::{Progress, ProgressObserver, ProgressTap, RecordOutcome};
+pub use crate::state::{Progress, ProgressObserver, ProgressTap};

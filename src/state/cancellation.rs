@@ -65,6 +65,7 @@ const CANCELLED: u8 = 1;
 const COMPLETED: u8 = 2;
 
 impl CancelState {
+    #[inline]
     pub(super) fn new() -> Self {
         Self {
             state: AtomicU8::new(ACTIVE),
@@ -92,6 +93,7 @@ impl CancelState {
         true
     }
 
+    #[inline]
     fn complete(&self) -> bool {
         // The common path is one compare-and-swap; the reason's cell is only
         // touched by a cancel.
@@ -111,6 +113,7 @@ impl CancelState {
         }
     }
 
+    #[inline]
     fn reason(&self) -> Option<&CancelReason> {
         self.reason.get()
     }
@@ -133,6 +136,7 @@ impl Cancellation {
     }
 
     /// The handle to `request`'s cancel state.
+    #[inline]
     pub(super) fn from_state(request: Arc<RequestState>) -> Self {
         Self { request }
     }
@@ -140,10 +144,12 @@ impl Cancellation {
     /// The request's shared state, for the layers' per-request needs (log
     /// labels, the one-timer hand-off, the progress tap); none of it is
     /// part of the cancellation.
+    #[inline]
     pub(crate) fn request_state(&self) -> &Arc<RequestState> {
         &self.request
     }
 
+    #[inline]
     fn state(&self) -> &CancelState {
         &self.request.cancel
     }
@@ -158,6 +164,7 @@ impl Cancellation {
     /// Marks the request completed: later cancels are no-ops. Returns `false`
     /// if it was already cancelled or completed; when it returns `false`
     /// because of a cancel, [`reason`](Self::reason) already returns it.
+    #[inline]
     pub fn complete(&self) -> bool {
         self.state().complete()
     }
@@ -173,6 +180,7 @@ impl Cancellation {
     }
 
     /// The reason, once cancelled.
+    #[inline]
     pub fn reason(&self) -> Option<&CancelReason> {
         self.state().reason()
     }

@@ -52,6 +52,16 @@ pub(crate) struct DeadlineOffer {
 impl DeadlineHandOff {
     const NONE: u64 = u64::MAX;
 
+    #[inline]
+    /// `limit` in nanoseconds, if it fits a `u64` (computed in `u64`:
+    /// `as_nanos` goes through `u128`).
+    fn nanos(limit: Duration) -> Option<u64> {
+        limit
+            .as_secs()
+            .checked_mul(1_000_000_000)?
+            .checked_add(u64::from(limit.subsec_nanos()))
+    }
+
     pub(super) fn new() -> Self {
         Self {
             offered: AtomicU64::new(Self::NONE),
@@ -67,10 +77,9 @@ impl DeadlineHandOff {
     /// keeps its own timer).
     ///
     /// Call the inner service, then [settle](Self::settle).
+    #[inline]
     pub(crate) fn offer(&self, limit: Duration) -> Option<DeadlineOffer> {
-        let limit = u64::try_from(limit.as_nanos())
-            .ok()
-            .filter(|&n| n != Self::NONE)?;
+        let limit = Self::nanos(limit).filter(|&n| n != Self::NONE)?;
         if limit < self.offered.load(Relaxed) {
             self.offered.store(limit, Relaxed);
         }
@@ -86,6 +95,7 @@ impl DeadlineHandOff {
 
     /// The earliest deadline offered (as a limit from the request's
     /// start), for a timer further down to enforce too.
+    #[inline]
     pub(crate) fn offered(&self) -> Option<Duration> {
         let offered = self.offered.load(Relaxed);
         (offered != Self::NONE).then(|| Duration::from_nanos(offered))
@@ -94,8 +104,9 @@ impl DeadlineHandOff {
     /// Records that `limit` ([`offered`](Self::offered)) is enforced by the
     /// timer of the progress layer whose tap lives in this request's state,
     /// for as long as that tap is open.
+    #[inline]
     pub(crate) fn take(&self, limit: Duration) {
-        let limit = u64::try_from(limit.as_nanos()).unwrap_or(Self::NONE);
+        let limit = Self::nanos(limit).unwrap_or(Self::NONE);
         if limit < self.taken.load(Relaxed) {
             self.taken.store(limit, Relaxed);
         }
@@ -105,6 +116,7 @@ impl DeadlineHandOff {
     /// called meanwhile took a deadline no later than the offered one (then
     /// the offering layer needs no timer of its own while that timer's tap,
     /// the one in the same request's state, is open).
+    #[inline]
     pub(crate) fn settle(&self, offer: DeadlineOffer) -> bool {
         let taken = self.taken.load(Relaxed);
         // The layers above count what was taken below them, here included.

@@ -23,7 +23,7 @@ mod tap;
 pub use cancellation::Cancellation;
 pub(crate) use deadline::DeadlineHandOff;
 pub(crate) use tap::TapRequest;
-pub use tap::{Progress, ProgressObserver, ProgressTap, RecordOutcome};
+pub use tap::{Progress, ProgressObserver, ProgressTap};
 
 use self::cancellation::CancelState;
 use self::sync::Arc;
@@ -52,6 +52,7 @@ struct RequestLabel {
 }
 
 impl RequestState {
+    #[inline]
     fn new(label: RequestLabel) -> Arc<Self> {
         Arc::new(Self {
             cancel: CancelState::new(),
@@ -64,6 +65,7 @@ impl RequestState {
     /// Starts the state of the request `id` / `method` (which the layers'
     /// log events then name), and returns its [`Cancellation`], the handle
     /// the request carries.
+    #[inline]
     pub(crate) fn start(id: Option<RequestId>, method: Option<Method>) -> Cancellation {
         Cancellation::from_state(Self::new(RequestLabel { id, method }))
     }
@@ -79,12 +81,14 @@ impl RequestState {
     }
 
     /// The one-timer hand-off (see [`DeadlineHandOff`]).
+    #[inline]
     pub(crate) fn deadlines(&self) -> &DeadlineHandOff {
         &self.deadlines
     }
 
     /// Whether the progress tap made here is closed: its request ended, or
     /// at least the layer that made it did.
+    #[inline]
     pub(crate) fn progress_closed(&self) -> bool {
         self.progress.is_closed()
     }

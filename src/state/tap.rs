@@ -25,18 +25,6 @@ pub struct Progress {
     pub message: Option<String>,
 }
 
-/// What [`ProgressTap::record`] did with a report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RecordOutcome {
-    /// It increased: the idle clock restarts and observers see it.
-    Accepted,
-    /// It did not increase (a repeat, a decrease, or not a number): ignored.
-    NotIncreasing,
-    /// The request already ended: ignored (progress stops after completion).
-    Closed,
-}
-
 /// A callback that sees every accepted progress report of a request; put one
 /// in the request's extensions before calling (e.g. to draw a progress bar).
 ///
@@ -221,6 +209,7 @@ impl Deadlines {
 }
 
 impl ProgressState {
+    #[inline]
     pub(super) fn new() -> Self {
         Self {
             state: Mutex::new(TapState {
@@ -232,6 +221,7 @@ impl ProgressState {
         }
     }
 
+    #[inline]
     fn lock(&self) -> MutexGuard<'_, TapState> {
         // Every update is a few plain stores: a panic elsewhere cannot leave
         // the state half-written.
@@ -240,11 +230,13 @@ impl ProgressState {
 
     /// Whether the tap made here was closed: its request ended, or at least
     /// the layer that made it did.
+    #[inline]
     pub(super) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// Makes the tap here, unless one already is (then `config` comes back).
+    #[inline]
     fn claim(&self, config: TapConfig) -> Result<(), TapConfig> {
         let mut st = self.lock();
         if st.tap.is_some() {
@@ -268,6 +260,7 @@ impl ProgressTap {
 
     /// The layer's tap for a request, made in the state of `cancellation`
     /// (the request's) unless that already holds a tap.
+    #[inline]
     pub(crate) fn for_request(
         cancellation: &Cancellation,
         token: ProgressToken,
@@ -324,12 +317,13 @@ impl ProgressTap {
 
     /// Records a progress report. Only a value strictly greater than the last
     /// accepted one counts.
-    pub fn record(
-        &self,
-        progress: f64,
-        total: Option<f64>,
-        message: Option<String>,
-    ) -> RecordOutcome {
+    ///
+    /// Returns `true` when it was accepted: the idle clock restarts and
+    /// observers see it. Returns `false` when it is ignored: it does not
+    /// increase (a repeat, a decrease, or not a finite number), or the
+    /// request already ended ([`is_closed`](Self::is_closed); progress stops
+    /// at completion).
+    pub fn record(&self, progress: f64, total: Option<f64>, message: Option<String>) -> bool {
         let state = self.state();
         let mut st = state.lock();
         let token = || st.tap.as_ref().map(|c| c.token.to_string());
@@ -339,7 +333,7 @@ impl ProgressTap {
                 progress,
                 "progress after completion ignored"
             );
-            return RecordOutcome::Closed;
+            return false;
         }
         let last = st.last.map(|(last, _)| last);
         let increases = progress.is_finite() && last.is_none_or(|last| progress > last);
@@ -350,7 +344,7 @@ impl ProgressTap {
                 last,
                 "progress that does not increase ignored"
             );
-            return RecordOutcome::NotIncreasing;
+            return false;
         }
         st.last = Some((progress, Instant::now()));
         let observer = st.tap.as_ref().and_then(|c| c.observer.clone());
@@ -367,13 +361,13 @@ impl ProgressTap {
         if let Some(tx) = watch {
             tx.send_replace(Some(p));
         }
-        RecordOutcome::Accepted
+        true
     }
 
     /// Records the params of a `notifications/progress` (the token is not
     /// checked: the caller routed it here by token).
     #[cfg(any(feature = "stdio", feature = "http"))]
-    pub(crate) fn record_params(&self, params: crate::jsonrpc::ProgressParams) -> RecordOutcome {
+    pub(crate) fn record_params(&self, params: crate::jsonrpc::ProgressParams) -> bool {
         self.record(params.progress, params.total, params.message)
     }
 
@@ -393,6 +387,7 @@ impl ProgressTap {
     }
 
     /// Closes the tap: the request ended, later reports are ignored.
+    #[inline]
     pub fn close(&self) {
         self.state().closed.store(true, Ordering::Release);
     }
@@ -421,6 +416,7 @@ impl ProgressTap {
     /// Whether the tap lives in the state of `cancellation`: `false` for a
     /// layer's tap made inside another layer's, whose tap stays the
     /// request's.
+    #[inline]
     pub(crate) fn lives_in(&self, cancellation: &Cancellation) -> bool {
         Arc::ptr_eq(&self.request, cancellation.request_state())
     }
@@ -456,16 +452,14 @@ mod tests {
     #[test]
     fn only_strict_increase_counts() {
         let tap = ProgressTap::new(ProgressToken::from(1), None);
-        assert_eq!(tap.record(1.0, None, None), RecordOutcome::Accepted);
-        assert_eq!(tap.record(1.0, None, None), RecordOutcome::NotIncreasing);
-        assert_eq!(tap.record(0.5, None, None), RecordOutcome::NotIncreasing);
-        assert_eq!(
-            tap.record(f64::NAN, None, None),
-            RecordOutcome::NotIncreasing
-        );
-        assert_eq!(tap.record(1.5, None, None), RecordOutcome::Accepted);
+        assert!(tap.record(1.0, None, None));
+        assert!(!tap.record(1.0, None, None), "a repeat");
+        assert!(!tap.record(0.5, None, None), "a decrease");
+        assert!(!tap.record(f64::NAN, None, None), "not a number");
+        assert!(!tap.is_closed());
+        assert!(tap.record(1.5, None, None));
         tap.close();
-        assert_eq!(tap.record(9.0, None, None), RecordOutcome::Closed);
+        assert!(!tap.record(9.0, None, None), "after the end");
         assert_eq!(tap.last(), Some(1.5));
     }
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
-use crate::cancel::with_drop_reason;
 use crate::cancel::Cancellation;
 use crate::error::{BoxError, CancelReason, Elapsed, Limit};
 
@@ -125,8 +124,10 @@ where
         }
         let elapsed = Elapsed::new(Limit::Timeout, *this.limit);
         let reason = CancelReason::Timeout(elapsed);
+        // Cancelled first: a client transport below, whose future is
+        // dropped next, reads the reason from the request's cancellation.
         expire(&reason, this.cancellation.as_ref());
-        with_drop_reason(&reason, || this.inner.set(None));
+        this.inner.set(None);
         Poll::Ready(Err(Box::new(elapsed)))
     }
 }

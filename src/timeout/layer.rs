@@ -6,17 +6,19 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::error::BoxError;
-use crate::request::{ExtensionMap, RequestView};
+use crate::jsonrpc::Method;
+use crate::request::RequestView;
 
 use super::future::ResponseFuture;
-use super::{RequestTimeout, TimeoutPolicy};
+use super::RequestTimeout;
+use crate::policy::MethodPolicy;
 
 /// Applies [`Timeout`] to a service. See the [module docs](crate::timeout);
 /// over `http::Request`, an unchecked `Mcp-Method` header can shorten the
 /// deadline, never lengthen or lift it.
 #[derive(Clone, Debug)]
 pub struct TimeoutLayer {
-    policy: TimeoutPolicy,
+    policy: MethodPolicy<Duration>,
 }
 
 impl TimeoutLayer {
@@ -24,12 +26,12 @@ impl TimeoutLayer {
     /// exempt).
     pub fn new(default: Duration) -> Self {
         Self {
-            policy: TimeoutPolicy::new(default),
+            policy: MethodPolicy::new(default),
         }
     }
 
     /// A layer with a full policy.
-    pub fn with_policy(policy: TimeoutPolicy) -> Self {
+    pub fn with_policy(policy: MethodPolicy<Duration>) -> Self {
         Self { policy }
     }
 
@@ -56,7 +58,7 @@ impl TimeoutLayer {
     }
 
     /// The policy.
-    pub fn policy(&self) -> &TimeoutPolicy {
+    pub fn policy(&self) -> &MethodPolicy<Duration> {
         &self.policy
     }
 }
@@ -76,7 +78,7 @@ impl<S> Layer<S> for TimeoutLayer {
 #[derive(Clone)]
 pub struct Timeout<S> {
     inner: S,
-    policy: TimeoutPolicy,
+    policy: MethodPolicy<Duration>,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Timeout<S> {
@@ -90,7 +92,7 @@ impl<S: fmt::Debug> fmt::Debug for Timeout<S> {
 
 impl<S> Timeout<S> {
     /// Wraps `inner` with `policy`.
-    pub fn new(inner: S, policy: TimeoutPolicy) -> Self {
+    pub fn new(inner: S, policy: MethodPolicy<Duration>) -> Self {
         Self { inner, policy }
     }
 
@@ -129,7 +131,9 @@ where
         let method = req.mcp_method();
         let limit = match req.extensions().get::<RequestTimeout>() {
             Some(t) => t.0,
-            None => self.policy.resolve(&req, method.as_deref(), Duration::min),
+            None => self
+                .policy
+                .resolve(&req, method.as_ref().map(Method::as_str), Duration::min),
         };
         // A limit past what an `Instant` holds (`Duration::MAX`) is no limit.
         let Some((limit, deadline)) =

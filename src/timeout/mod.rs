@@ -7,10 +7,42 @@
 //! what an `Instant` can hold) means no deadline. The timer starts at `call`; a response
 //! that is ready in the same poll as the timer wins, as in tower's `Timeout`.
 //!
-//! On expiry the inner future is dropped at once (with the reason visible to
-//! it, so a client transport below sends `notifications/cancelled` saying
-//! "timeout"), the request's [`Cancellation`](crate::Cancellation), if it has
-//! one, fires, and the call fails with [`Elapsed`](crate::Elapsed).
+//! On expiry the request's [`Cancellation`](crate::Cancellation), if it has
+//! one, is cancelled with the timeout's reason, the inner future is then
+//! dropped at once, and the call fails with [`Elapsed`](crate::Elapsed).
+//!
+//! # The reason of the drop travels in the request's `Cancellation`
+//!
+//! A client transport below (the stdio and HTTP clients, the rmcp
+//! integration's client) tells the peer why its call was dropped by reading
+//! the request's `Cancellation`, which this layer cancelled first: the
+//! reason holds however the call is driven (a layer between that spawns it,
+//! another thread). A request that carries no `Cancellation` has nowhere to
+//! hold the reason: **a client stack with only this layer, and no
+//! `Cancellation` in the request, tells the peer the generic reason**
+//! (`caller dropped`). This layer makes none itself (an allocation per call,
+//! needed only when the deadline passes); put one in the request
+//! ([`McpRequest::with_cancellation`](crate::McpRequest::with_cancellation))
+//! for the peer to hear "timed out". A
+//! [`ProgressResetLayer`](crate::ProgressResetLayer) gives a request one, and
+//! [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) and the
+//! server transports do, so the layers below them are told the reason too.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower_mcp_cancel::{Cancellation, McpRequest, TimeoutLayer};
+//! # async fn run<C>(client: C)
+//! # where C: tower::Service<McpRequest, Error = tower::BoxError> {
+//! // `client`: a `StdioClient`, an `HttpClient`, …
+//! let req = McpRequest::new(1, "tools/call").with_cancellation(Cancellation::new());
+//! let r = ServiceBuilder::new()
+//!     .layer(TimeoutLayer::new(Duration::from_secs(30)))
+//!     .service(client)
+//!     .oneshot(req) // on expiry: notifications/cancelled, "request timed out after 30s"
+//!     .await;
+//! # let _ = r; }
+//! ```
 //!
 //! # One timer per request
 //!
@@ -62,7 +94,7 @@
 //!     )
 //!     .service(service_fn(|_req: McpRequest| async {
 //!         tokio::time::sleep(Duration::from_secs(60)).await;
-//!         Ok::<_, tower_mcp_cancel::BoxError>(serde_json::json!({}))
+//!         Ok::<_, tower::BoxError>(serde_json::json!({}))
 //!     }));
 //!
 //! // tools/list gets the 10 s default.
@@ -83,4 +115,4 @@ mod policy;
 
 pub use crate::policy::MethodPolicy;
 pub use layer::{Timeout, TimeoutLayer};
-pub use policy::{RequestTimeout, TimeoutPolicy};
+pub use policy::RequestTimeout;

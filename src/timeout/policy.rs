@@ -1,9 +1,7 @@
-//! [`RequestTimeout`] and [`TimeoutPolicy`]: what `TimeoutLayer` enforces,
+//! [`RequestTimeout`] and the layer's policy: what `TimeoutLayer` enforces,
 //! per request and per method.
 
 use std::time::Duration;
-
-use crate::policy::MethodPolicy;
 
 /// A per-request deadline override, set by the caller in the request's
 /// extensions; it takes precedence over the policy. A duration past what an
@@ -30,6 +28,3 @@ impl RequestTimeout {
         Self(None)
     }
 }
-
-/// The deadline policy of [`TimeoutLayer`](crate::TimeoutLayer).
-pub type TimeoutPolicy = MethodPolicy<Duration>;

@@ -46,9 +46,10 @@ async fn a_keep_alive_of_duration_max_never_fires_and_never_panics() {
 }
 
 use proptest::prelude::*;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::transport::http::SessionLimits;
-use tower_mcp_cancel::{BoxError, McpRequest, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
 
 /// The extreme durations, and one ordinary one.
 fn durations() -> impl Strategy<Value = Duration> {

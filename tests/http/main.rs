@@ -2,23 +2,28 @@
 //! ([`server`], [`sse_after`]), its checks of headers and versions
 //! ([`legacy_checks`], [`missing_version`], [`param_headers`]), disconnect
 //! as cancellation ([`cancel`]), the drain grace at shutdown ([`drain`]),
-//! `HttpClient` ([`client`]) and the `serve` helper ([`serve`]).
+//! `HttpClient` ([`client`], its cancelling
+//! [`client_cancel`]) and the `serve` helper ([`serve`]).
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod cancel;
 mod client;
+mod client_cancel;
 mod config_values;
+mod connection_timers;
 mod drain;
 mod header_checks;
 mod legacy_checks;
 mod legacy_client;
+mod legacy_client_cancel;
 mod lifecycle;
 mod missing_version;
 mod param_headers;
 mod serve;
 mod server;
+mod session_cancels;
 mod sessions;
 mod sse_after;
 mod tls;

@@ -13,12 +13,13 @@ use std::sync::{Arc, Mutex};
 use http::{HeaderMap, HeaderValue};
 use http_support::*;
 use serde_json::{json, Value};
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceExt};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::http::{
     HttpClient, HttpClientBuilder, HttpClientError, StreamableHttpService,
 };
-use tower_mcp_cancel::{BoxError, McpRequest};
+use tower_mcp_cancel::McpRequest;
 
 fn query_schema() -> Value {
     json!({"type": "object", "properties": {

@@ -332,9 +332,10 @@ async fn a_handler_that_ends_as_cancelled_on_its_own_still_gets_an_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_message_for_a_request_after_its_response() {
     use tokio::sync::{mpsc, oneshot};
+    use tower::BoxError;
     use tower_mcp_cancel::notify::RequestContext;
     use tower_mcp_cancel::transport::http::StreamableHttpService;
-    use tower_mcp_cancel::{BoxError, McpRequest};
+    use tower_mcp_cancel::McpRequest;
 
     let (stopped_tx, mut stopped_rx) = mpsc::unbounded_channel::<usize>();
     let mcp = tower::service_fn(move |req: McpRequest| {

@@ -1,10 +1,9 @@
 //! 2025-era sessions (`StreamableHttpService::stateful_sessions`): minted by
-//! a legacy `initialize`; a session's `notifications/cancelled` drops only
-//! its own request (also in a race with the handler's end, after which
-//! nothing is written); `DELETE` cancels what is in flight; unknown,
-//! ended and expired sessions get `404`; the bound refuses, never evicts;
-//! modern requests stay stateless. The adapter is called directly (no
-//! sockets), so the clock can be paused.
+//! a legacy `initialize` (never by one answered with an error or dropped
+//! before its answer); `DELETE` ends a session; unknown, ended and expired
+//! sessions get `404`; the bound refuses, never evicts; modern requests stay
+//! stateless. Cancelling in a session is [`crate::session_cancels`]'s. The
+//! adapter is called directly (no sockets), so the clock can be paused.
 #![cfg(feature = "http")]
 
 use std::convert::Infallible;
@@ -16,9 +15,10 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceExt};
 use tower_mcp_cancel::transport::http::{ResponseBody, SessionLimits, StreamableHttpService};
-use tower_mcp_cancel::{BoxError, CancelReason, McpRequest};
+use tower_mcp_cancel::McpRequest;
 
 use crate::support::http::{modern_headers, tool_call, Event, Events, Tools};
 
@@ -26,7 +26,7 @@ type Endpoint = BoxCloneService<Request<Full<Bytes>>, Response<ResponseBody>, In
 
 /// The test tools behind an adapter with legacy sessions; `initialize` is
 /// answered as a 2025 server does.
-fn endpoint(limits: SessionLimits) -> (Endpoint, Tools, Events) {
+pub(crate) fn endpoint(limits: SessionLimits) -> (Endpoint, Tools, Events) {
     let (tools, events) = Tools::new();
     let inner = tools.service();
     let mcp = service_fn(move |req: McpRequest| {
@@ -46,7 +46,7 @@ fn endpoint(limits: SessionLimits) -> (Endpoint, Tools, Events) {
     (BoxCloneService::new(svc), tools, events)
 }
 
-fn request(
+pub(crate) fn request(
     method: http::Method,
     body: Option<&Value>,
     session: Option<&str>,
@@ -67,7 +67,7 @@ fn request(
     b.body(Full::new(Bytes::from(body))).unwrap()
 }
 
-fn post(body: &Value, session: Option<&str>) -> Request<Full<Bytes>> {
+pub(crate) fn post(body: &Value, session: Option<&str>) -> Request<Full<Bytes>> {
     request(http::Method::POST, Some(body), session)
 }
 
@@ -77,11 +77,11 @@ fn initialize(id: i64) -> Value {
         "clientInfo": {"name": "old", "version": "1"}}})
 }
 
-fn legacy_call(id: i64, name: &str) -> Value {
+pub(crate) fn legacy_call(id: i64, name: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {}}})
 }
 
-fn cancelled(id: i64) -> Value {
+pub(crate) fn cancelled(id: i64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": id, "reason": "user\nstop\u{1b}[31m"}})
 }
@@ -91,7 +91,10 @@ async fn body(res: Response<ResponseBody>) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-async fn send(ep: &Endpoint, req: Request<Full<Bytes>>) -> (u16, Option<String>, String) {
+pub(crate) async fn send(
+    ep: &Endpoint,
+    req: Request<Full<Bytes>>,
+) -> (u16, Option<String>, String) {
     let res = ep.clone().oneshot(req).await.unwrap();
     let status = res.status().as_u16();
     let session = res
@@ -103,7 +106,7 @@ async fn send(ep: &Endpoint, req: Request<Full<Bytes>>) -> (u16, Option<String>,
 
 /// A legacy `initialize` (no `MCP-Protocol-Version`, as 2025-03-26 clients
 /// send it) opens a session; its id.
-async fn open(ep: &Endpoint) -> String {
+pub(crate) async fn open(ep: &Endpoint) -> String {
     let (status, session, text) = send(ep, post(&initialize(0), None)).await;
     assert_eq!(status, 200, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
@@ -112,7 +115,10 @@ async fn open(ep: &Endpoint) -> String {
 }
 
 /// Starts a call whose response is awaited in a task.
-fn start(ep: &Endpoint, req: Request<Full<Bytes>>) -> tokio::task::JoinHandle<(u16, String)> {
+pub(crate) fn start(
+    ep: &Endpoint,
+    req: Request<Full<Bytes>>,
+) -> tokio::task::JoinHandle<(u16, String)> {
     let ep = ep.clone();
     tokio::spawn(async move {
         let res = ep.oneshot(req).await.unwrap();
@@ -122,7 +128,7 @@ fn start(ep: &Endpoint, req: Request<Full<Bytes>>) -> tokio::task::JoinHandle<(u
 }
 
 /// Asserts that no handler was dropped among the events seen so far.
-fn no_drop(events: &mut Events) {
+pub(crate) fn no_drop(events: &mut Events) {
     let seen = events.drain();
     assert!(
         !seen.iter().any(|e| matches!(e, Event::Dropped(_))),
@@ -130,7 +136,7 @@ fn no_drop(events: &mut Events) {
     );
 }
 
-async fn started(events: &mut Events, id: i64) {
+pub(crate) async fn started(events: &mut Events, id: i64) {
     let want = Event::Started(id.into());
     events.until(|e| *e == want).await;
 }
@@ -163,159 +169,6 @@ async fn a_failed_initialize_keeps_no_session() {
         assert_eq!(status, 404);
         assert_eq!(session, None);
     }
-}
-
-#[tokio::test]
-async fn a_cancel_drops_only_the_request_of_its_own_session() {
-    let (ep, tools, mut events) = endpoint(SessionLimits::new());
-    let a = open(&ep).await;
-    let b = open(&ep).await;
-    let call_a = start(&ep, post(&legacy_call(1, "hang"), Some(&a)));
-    started(&mut events, 1).await;
-    let call_b = start(&ep, post(&legacy_call(2, "hang"), Some(&b)));
-    started(&mut events, 2).await;
-
-    // Session B names A's request: nothing happens.
-    let (status, _, _) = send(&ep, post(&cancelled(1), Some(&b))).await;
-    assert_eq!(status, 202);
-    // Session B cancels its own.
-    let (status, _, _) = send(&ep, post(&cancelled(2), Some(&b))).await;
-    assert_eq!(status, 202);
-    let seen = events.until(|e| *e == Event::Dropped(2.into())).await;
-    assert!(!seen.contains(&Event::Dropped(1.into())), "{seen:?}");
-    let (status, text) = call_b.await.unwrap();
-    assert_eq!(
-        (status, text.as_str()),
-        (204, ""),
-        "nothing is answered for a cancelled request"
-    );
-    let reason = tools
-        .last
-        .lock()
-        .unwrap()
-        .clone()
-        .unwrap()
-        .reason()
-        .cloned();
-    assert_eq!(
-        reason,
-        Some(CancelReason::Peer(Some("user stop [31m".into()))),
-        "the reason is sanitized"
-    );
-    assert!(!call_a.is_finished(), "A's request still runs");
-
-    // A cancel without a session id resolves nothing either.
-    let (status, _, _) = send(&ep, post(&cancelled(1), None)).await;
-    assert_eq!(status, 202);
-    no_drop(&mut events);
-    let (status, _, _) = send(&ep, post(&cancelled(1), Some(&a))).await;
-    assert_eq!(status, 202);
-    events.until(|e| *e == Event::Dropped(1.into())).await;
-    assert_eq!(call_a.await.unwrap().0, 204);
-}
-
-/// The same id in two sessions: each session's cancel reaches its own.
-#[tokio::test]
-async fn ids_are_per_session() {
-    let (ep, _tools, mut events) = endpoint(SessionLimits::new());
-    let a = open(&ep).await;
-    let b = open(&ep).await;
-    let call_a = start(&ep, post(&legacy_call(7, "hang"), Some(&a)));
-    started(&mut events, 7).await;
-    let call_b = start(&ep, post(&legacy_call(7, "hang"), Some(&b)));
-    started(&mut events, 7).await;
-    send(&ep, post(&cancelled(7), Some(&a))).await;
-    assert_eq!(call_a.await.unwrap().0, 204);
-    events.until(|e| *e == Event::Dropped(7.into())).await;
-    assert!(!call_b.is_finished());
-    // A duplicate id within one session is refused without that id.
-    let (status, _, text) = send(&ep, post(&legacy_call(7, "echo"), Some(&b))).await;
-    assert_eq!(status, 400, "{text}");
-    let v: Value = serde_json::from_str(&text).unwrap();
-    assert!(v.get("id").is_none() || v["id"].is_null(), "{v}");
-    call_b.abort();
-}
-
-/// The race the spec names: a cancel arriving while the handler finishes.
-/// Whichever the lifecycle sees first decides, once: a cancel seen first
-/// means nothing is written; a cancel after the end changes nothing.
-#[tokio::test]
-async fn a_cancel_racing_the_end_never_writes_after_it() {
-    let (ep, tools, mut events) = endpoint(SessionLimits::new());
-    let s = open(&ep).await;
-
-    // The handler's result is ready and the cancel lands before the
-    // lifecycle polls again: the cancel wins, nothing is answered.
-    let call = start(&ep, post(&legacy_call(1, "wait_release"), Some(&s)));
-    started(&mut events, 1).await;
-    tools.release.notify_one();
-    let (status, _, _) = send(&ep, post(&cancelled(1), Some(&s))).await;
-    assert_eq!(status, 202);
-    assert_eq!(call.await.unwrap(), (204, String::new()));
-
-    // The answer went out first: the late cancel finds nothing in flight.
-    let call = start(&ep, post(&legacy_call(2, "wait_release"), Some(&s)));
-    started(&mut events, 2).await;
-    tools.release.notify_one();
-    let (status, text) = call.await.unwrap();
-    assert_eq!(status, 200);
-    assert_eq!(
-        serde_json::from_str::<Value>(&text).unwrap()["result"]["released"],
-        true
-    );
-    events.until(|e| *e == Event::Done(2.into())).await;
-    let (status, _, _) = send(&ep, post(&cancelled(2), Some(&s))).await;
-    assert_eq!(status, 202);
-    no_drop(&mut events);
-}
-
-#[tokio::test]
-async fn delete_ends_the_session_and_cancels_its_work() {
-    let (ep, tools, mut events) = endpoint(SessionLimits::new());
-    let s = open(&ep).await;
-    let call = start(&ep, post(&legacy_call(3, "hang"), Some(&s)));
-    started(&mut events, 3).await;
-    let (status, _, _) = send(&ep, request(http::Method::DELETE, None, Some(&s))).await;
-    assert_eq!(status, 200);
-    events.until(|e| *e == Event::Dropped(3.into())).await;
-    assert_eq!(call.await.unwrap().0, 204);
-    let reason = tools
-        .last
-        .lock()
-        .unwrap()
-        .clone()
-        .unwrap()
-        .reason()
-        .cloned();
-    assert_eq!(reason, Some(CancelReason::TransportClosed));
-    // Ended: every later use is 404.
-    let (status, _, _) = send(&ep, post(&legacy_call(4, "echo"), Some(&s))).await;
-    assert_eq!(status, 404);
-    let (status, _, _) = send(&ep, post(&cancelled(4), Some(&s))).await;
-    assert_eq!(status, 404);
-    let (status, _, _) = send(&ep, request(http::Method::DELETE, None, Some(&s))).await;
-    assert_eq!(status, 404);
-    // DELETE without a session id; GET stays 405.
-    let (status, _, _) = send(&ep, request(http::Method::DELETE, None, None)).await;
-    assert_eq!(status, 400);
-    let (status, _, _) = send(&ep, request(http::Method::GET, None, Some(&s))).await;
-    assert_eq!(status, 405);
-}
-
-/// A legacy request's disconnect still does not cancel it (2025 rule),
-/// but the session can: the detached call stays registered.
-#[tokio::test]
-async fn a_disconnect_detaches_and_the_session_can_still_cancel() {
-    let (ep, _tools, mut events) = endpoint(SessionLimits::new());
-    let s = open(&ep).await;
-    let call = start(&ep, post(&legacy_call(5, "hang"), Some(&s)));
-    started(&mut events, 5).await;
-    call.abort();
-    let _ = call.await;
-    // Had the disconnect dropped the call, its drop would be recorded now.
-    no_drop(&mut events);
-    send(&ep, post(&cancelled(5), Some(&s))).await;
-    events.until(|e| *e == Event::Dropped(5.into())).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -438,49 +291,6 @@ async fn initialize_with_a_2025_version_header_opens_a_session() {
     assert_eq!(session, None, "no session for a modern request");
 }
 
-/// While the adapter drains (shutdown token fired, a grace running), a new
-/// request gets `503`, but a session's `notifications/cancelled` and
-/// `DELETE` are still served: they only end work.
-#[tokio::test(start_paused = true)]
-async fn a_draining_server_refuses_new_work_but_still_serves_cancels() {
-    let (tools, mut events) = Tools::new();
-    let inner = tools.service();
-    let mcp = service_fn(move |req: McpRequest| {
-        let inner = inner.clone();
-        async move {
-            if req.method() == "initialize" {
-                return Ok::<_, BoxError>(json!({"protocolVersion": "2025-11-25"}));
-            }
-            inner.oneshot(req).await
-        }
-    });
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let ep = BoxCloneService::new(
-        StreamableHttpService::new(mcp)
-            .stateful_sessions(SessionLimits::new())
-            .shutdown(shutdown.clone())
-            .drain_grace(Duration::from_secs(3600)),
-    );
-    let s = open(&ep).await;
-    let t = open(&ep).await;
-    let call = start(&ep, post(&legacy_call(1, "hang"), Some(&s)));
-    started(&mut events, 1).await;
-    let other = start(&ep, post(&legacy_call(2, "hang"), Some(&t)));
-    started(&mut events, 2).await;
-    shutdown.cancel();
-
-    let (status, _, _) = send(&ep, post(&legacy_call(3, "echo"), Some(&s))).await;
-    assert_eq!(status, 503, "no new work while draining");
-    let (status, _, _) = send(&ep, post(&cancelled(1), Some(&s))).await;
-    assert_eq!(status, 202);
-    events.until(|e| *e == Event::Dropped(1.into())).await;
-    assert_eq!(call.await.unwrap().0, 204);
-    let (status, _, _) = send(&ep, request(http::Method::DELETE, None, Some(&t))).await;
-    assert_eq!(status, 200);
-    events.until(|e| *e == Event::Dropped(2.into())).await;
-    assert_eq!(other.await.unwrap().0, 204);
-}
-
 /// An adapter with legacy sessions whose `initialize` is refused with the
 /// 2025 lifecycle's own example (`-32602` "Unsupported protocol version")
 /// when the client asks for `1999-01-01`, after a notification first when
@@ -579,87 +389,6 @@ async fn get_is_405_with_an_allow_that_lists_every_method_served() {
         .unwrap();
     assert_eq!(res.status(), 405);
     assert_eq!(res.headers().get(http::header::ALLOW).unwrap(), "POST");
-}
-
-/// A `MakeWriter` collecting log output into one shared buffer.
-#[derive(Clone, Default)]
-struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
-impl Logs {
-    /// Captures this thread's logs (the test runtime is current-thread)
-    /// until the guards drop.
-    fn capture() -> (Self, (tracing::subscriber::DefaultGuard, tracing::Dispatch)) {
-        let logs = Logs::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::TRACE)
-            .finish();
-        let guard = tracing::subscriber::set_default(subscriber);
-        // With a single live dispatcher, tracing-core computes a callsite's
-        // interest from the default of the thread that first hits it: a
-        // concurrent test's thread, with no subscriber, would disable that
-        // callsite for this one too. A second live dispatcher makes it ask
-        // every dispatcher (and rebuilds the cache).
-        let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
-        (logs, (guard, second))
-    }
-
-    /// Asserts every line is short and free of control characters.
-    fn assert_bounded(&self) -> String {
-        let out = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        for line in out.lines() {
-            assert!(line.len() < 2048, "a log line of {} bytes", line.len());
-            assert!(!line.chars().any(char::is_control), "{line:?}");
-        }
-        out
-    }
-}
-
-/// A session's `notifications/cancelled` names a request id from the wire:
-/// logged bounded and clean, whether the id names a request or not.
-#[tokio::test]
-async fn a_session_cancel_logs_a_bounded_request_id() {
-    let (logs, _guard) = Logs::capture();
-    let (ep, _tools, mut events) = endpoint(SessionLimits::new());
-    let s = open(&ep).await;
-    let huge = format!("{}\u{1b}[31m\u{85}", "i\n".repeat(500_000));
-    let mut call = legacy_call(0, "hang");
-    call["id"] = json!(huge);
-    let running = start(&ep, post(&call, Some(&s)));
-    events.until(|e| matches!(e, Event::Started(_))).await;
-    for id in [json!(huge), json!(format!("{huge}-unknown"))] {
-        let mut n = cancelled(0);
-        n["params"]["requestId"] = id;
-        let (status, _, _) = send(&ep, post(&n, Some(&s))).await;
-        assert_eq!(status, 202);
-    }
-    assert_eq!(running.await.unwrap().0, 204);
-    let out = logs.assert_bounded();
-    assert!(
-        out.lines()
-            .filter(|l| l.contains("notifications/cancelled from a legacy session"))
-            .count()
-            == 2,
-        "{out}"
-    );
 }
 
 /// The disconnect twin: an `initialize` whose response future is dropped

@@ -19,12 +19,13 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::DropProbe;
 use tower_mcp_cancel::transport::http::{HttpClient, StreamableHttpService};
 use tower_mcp_cancel::{
-    BoxError, CancelReason, Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer,
+    CancelReason, Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer,
 };
 
 /// A handler that answers when `release` is notified; its future holds the

@@ -72,7 +72,7 @@ fn echo() -> McpRequest {
 }
 
 /// The error as the `HttpClientError` of a connection failure.
-fn connect_error(err: &tower_mcp_cancel::BoxError) -> &HttpClientError {
+fn connect_error(err: &tower::BoxError) -> &HttpClientError {
     match err.downcast_ref::<HttpClientError>() {
         Some(e) if e.is_connect() => e,
         _ => panic!("not a connect error: {err}"),
@@ -80,7 +80,7 @@ fn connect_error(err: &tower_mcp_cancel::BoxError) -> &HttpClientError {
 }
 
 /// The detail of a failed TLS handshake.
-fn tls_detail(err: &tower_mcp_cancel::BoxError) -> &str {
+fn tls_detail(err: &tower::BoxError) -> &str {
     match connect_error(err) {
         HttpClientError::Tls { detail, .. } => detail,
         other => panic!("not a TLS failure: {other}"),

@@ -7,6 +7,7 @@ mod support;
 #[cfg(all(feature = "stdio", feature = "http"))]
 mod after_end;
 mod composition;
+mod composition_orders;
 mod http;
 mod mcp;
 #[cfg(all(feature = "stdio", feature = "http"))]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::{advance, Instant};
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::cancel::{current_drop_reason, InFlight};
+use tower_mcp_cancel::cancel::InFlight;
 use tower_mcp_cancel::jsonrpc::{ProgressToken, RequestId};
 use tower_mcp_cancel::test_util::{settle, DropProbe};
 use tower_mcp_cancel::{
@@ -155,34 +155,48 @@ async fn response_wins_a_tie_with_the_timer() {
 
 #[tokio::test(start_paused = true)]
 async fn timeout_reason_travels_with_the_drop() {
-    // A client transport below reads why its future is dropped.
+    // A client transport below reads why its future is dropped from the
+    // request's cancellation, as it is when the future is dropped.
     let seen = Arc::new(Mutex::new(Vec::new()));
-    struct Reader(Arc<Mutex<Vec<Option<CancelReason>>>>);
+    struct Reader(Option<Cancellation>, Arc<Mutex<Vec<Option<CancelReason>>>>);
     impl Drop for Reader {
         fn drop(&mut self) {
-            self.0.lock().unwrap().push(current_drop_reason());
+            let reason = self.0.as_ref().and_then(|c| c.reason().cloned());
+            self.1.lock().unwrap().push(reason);
         }
     }
     let s = seen.clone();
     let mut svc = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_secs(2)))
         .layer(ProgressResetLayer::new(Duration::from_secs(1)).max(Duration::from_secs(3)))
-        .service(service_fn(move |_r: McpRequest| {
-            let r = Reader(s.clone());
+        .service(service_fn(move |r: McpRequest| {
+            let r = Reader(r.cancellation().cloned(), s.clone());
             async move {
                 let _r = r;
                 pending::<()>().await;
                 ok()
             }
         }));
+    // The progress layer gives the request a cancellation if it has none.
     let e = call_err(&mut svc, McpRequest::new(1, "tools/call")).await;
     assert_eq!(elapsed(&e).limit(), Limit::Idle);
+    let slow_idle = ProgressLimits {
+        idle: Duration::from_secs(10),
+        max: None,
+    };
     let e = call_err(
         &mut svc,
-        McpRequest::new(2, "tools/call").with_extension(ProgressLimits {
-            idle: Duration::from_secs(10),
-            max: None,
-        }),
+        McpRequest::new(2, "tools/call")
+            .with_cancellation(Cancellation::new())
+            .with_extension(slow_idle),
+    )
+    .await;
+    assert_eq!(elapsed(&e).limit(), Limit::Timeout);
+    // Without a cancellation in the request, the timeout has none to
+    // cancel: below it, the drop looks like the caller's.
+    let e = call_err(
+        &mut svc,
+        McpRequest::new(3, "tools/call").with_extension(slow_idle),
     )
     .await;
     assert_eq!(elapsed(&e).limit(), Limit::Timeout);
@@ -190,7 +204,7 @@ async fn timeout_reason_travels_with_the_drop() {
         .ready()
         .await
         .unwrap()
-        .call(McpRequest::new(3, "tools/call"));
+        .call(McpRequest::new(4, "tools/call"));
     drop(fut);
     let seen = seen.lock().unwrap();
     assert_eq!(
@@ -204,6 +218,7 @@ async fn timeout_reason_travels_with_the_drop() {
                 Limit::Timeout,
                 Duration::from_secs(2)
             ))),
+            None, // no cancellation for the timeout to cancel
             None, // dropped by its caller
         ]
     );
@@ -567,10 +582,7 @@ async fn progress_after_completion_is_ignored_and_observers_see_the_stream() {
     assert_eq!(*seen.lock().unwrap(), vec![0.25, 0.75]);
     let tap = taps.lock().unwrap()[0].clone();
     assert!(tap.is_closed());
-    assert_eq!(
-        tap.record(5.0, None, None),
-        tower_mcp_cancel::progress::RecordOutcome::Closed
-    );
+    assert!(!tap.record(5.0, None, None), "progress after the end");
     assert_eq!(*seen.lock().unwrap(), vec![0.25, 0.75]);
 }
 
@@ -586,14 +598,19 @@ async fn tokens_are_assigned_unique_and_existing_ones_kept() {
             assert_eq!(Some(&tap_token), r.progress_token());
             async { ok() }
         }));
+    // Each service counts its own run of tokens: the calls go through the
+    // service, a clone of it, and a fresh clone each (as a server clones its
+    // stack per request); more calls than one run holds.
+    let mut twin = svc.clone();
     let mut futs = Vec::new();
     for i in 0..100 {
-        futs.push(
-            svc.ready()
-                .await
-                .unwrap()
-                .call(McpRequest::new(i, "tools/call")),
-        );
+        let req = McpRequest::new(i, "tools/call");
+        let fut = match i % 3 {
+            0 => svc.ready().await.unwrap().call(req),
+            1 => twin.ready().await.unwrap().call(req),
+            _ => svc.clone().ready().await.unwrap().call(req),
+        };
+        futs.push(fut);
     }
     let own = McpRequest::new(100, "tools/call")
         .with_params(serde_json::json!({"_meta": {"progressToken": "mine"}}));

@@ -16,10 +16,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tower::util::BoxCloneSyncService;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::notify::RequestContext;
-use tower_mcp_cancel::{BoxError, McpRequest, TimeoutLayer};
+use tower_mcp_cancel::{McpRequest, TimeoutLayer};
 
 /// The server's deadline.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(10);

@@ -7,7 +7,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
-use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel::{Cancellation, McpRequest, ProgressResetLayer, TimeoutLayer};
 
 use crate::capture::{assert_field, Capture};
 use crate::support::stdio::pipe;
@@ -140,8 +140,10 @@ async fn client_spans_tell_the_timeouts_and_a_dropped_call_apart() {
     let deadline = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_secs(1)))
         .service(client.clone());
+    // The reason travels in the request's cancellation, which the layer
+    // cancels before it drops the call.
     deadline
-        .oneshot(McpRequest::new(3, "hang"))
+        .oneshot(McpRequest::new(3, "hang").with_cancellation(Cancellation::new()))
         .await
         .unwrap_err();
     let t = cap.ended(CLIENT, "3").await;

@@ -1,4 +1,5 @@
-//! Robustness: hostile peers ([`hostile`]), random interleavings against a
+//! Robustness: hostile peers ([`hostile`], [`hostile_cancels`],
+//! [`hostile_input`], [`hostile_holding`]), random interleavings against a
 //! model ([`interleavings`]), shutdown with requests in flight
 //! ([`shutdown`]) and the fuzzers' regressions ([`fuzz_regressions`]).
 //!
@@ -11,5 +12,8 @@ mod support;
 
 mod fuzz_regressions;
 mod hostile;
+mod hostile_cancels;
+mod hostile_holding;
+mod hostile_input;
 mod interleavings;
 mod shutdown;

@@ -22,10 +22,11 @@ use stdio_support::Peer;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tower::service_fn;
+use tower::BoxError;
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::DropProbe;
 use tower_mcp_cancel::transport::stdio::StdioServer;
-use tower_mcp_cancel::{BoxError, CancelReason, Cancellation, McpRequest};
+use tower_mcp_cancel::{CancelReason, Cancellation, McpRequest};
 
 /// The longest a server may take to return after its last handler was
 /// dropped.

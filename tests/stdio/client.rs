@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use stdio_support::*;
+use tower::BoxError;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{
-    Cancelled, Elapsed, Limit, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+    CancelReason, Cancellation, Cancelled, Elapsed, Limit, McpRequest, ProgressObserver,
+    ProgressResetLayer, TimeoutLayer,
 };
 
 fn client() -> (Peer, StdioClient) {
@@ -56,7 +58,10 @@ async fn a_timeout_sends_exactly_one_cancel_with_its_reason() {
     let svc = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_secs(2)))
         .service(client.clone());
-    let call = tokio::spawn(svc.oneshot(McpRequest::new(42, "tools/call")));
+    // The reason travels in the request's cancellation, which the layer
+    // cancels before it drops the call.
+    let req = McpRequest::new(42, "tools/call").with_cancellation(Cancellation::new());
+    let call = tokio::spawn(svc.oneshot(req));
     let v = peer.recv().await.unwrap();
     assert_eq!(
         (v["id"].clone(), v["method"].clone()),
@@ -69,6 +74,60 @@ async fn a_timeout_sends_exactly_one_cancel_with_its_reason() {
     );
     assert_one_cancel(&mut peer, &client, json!(42), "timed out").await;
     assert_eq!(client.in_flight(), 0);
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A layer between the timeout and the client that drives the call in a
+/// task of its own: the call's future is dropped there, when the runtime
+/// gets to the aborted task, after the timeout's drop has returned. The
+/// reason still reaches the peer: it is in the request, not in the drop.
+#[tokio::test(start_paused = true)]
+async fn a_timeout_reason_reaches_the_peer_across_a_spawn() {
+    let (mut peer, client) = client();
+    let inner = client.clone();
+    let spawning = tower::service_fn(move |req: McpRequest| {
+        let task = AbortOnDrop(tokio::spawn(inner.clone().oneshot(req)));
+        async move {
+            let mut task = task;
+            (&mut task.0).await.map_err(BoxError::from)?
+        }
+    });
+    let svc = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(2)))
+        .service(spawning);
+    let req = McpRequest::new(7, "tools/call").with_cancellation(Cancellation::new());
+    let call = tokio::spawn(svc.oneshot(req));
+    assert_eq!(peer.recv().await.unwrap()["id"], 7);
+    let err = call.await.unwrap().unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().limit(),
+        Limit::Timeout
+    );
+    assert_one_cancel(&mut peer, &client, json!(7), "timed out").await;
+    assert_eq!(client.in_flight(), 0);
+}
+
+/// A caller who drops a call for a reason of their own cancels the
+/// request's cancellation with it first.
+#[tokio::test(start_paused = true)]
+async fn a_caller_drops_a_call_with_its_own_reason() {
+    let (mut peer, client) = client();
+    let cancellation = Cancellation::new();
+    let req = McpRequest::new(8, "tools/call").with_cancellation(cancellation.clone());
+    let call = tokio::spawn(client.clone().oneshot(req));
+    assert_eq!(peer.recv().await.unwrap()["id"], 8);
+    cancellation.cancel(CancelReason::Other("user pressed stop".into()));
+    call.abort();
+    let _ = call.await;
+    assert_one_cancel(&mut peer, &client, json!(8), "user pressed stop").await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,8 +10,9 @@ use std::task::Poll;
 use serde_json::json;
 use tokio::task::Id;
 use tower::service_fn;
+use tower::BoxError;
 use tower_mcp_cancel::transport::stdio::StdioServer;
-use tower_mcp_cancel::{BoxError, McpRequest};
+use tower_mcp_cancel::McpRequest;
 
 use crate::support::stdio::pipe;
 

@@ -28,8 +28,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tower::service_fn;
+use tower::BoxError;
 use tower_mcp_cancel::transport::stdio::StdioServer;
-use tower_mcp_cancel::{BoxError, McpRequest};
+use tower_mcp_cancel::McpRequest;
 
 use crate::support::stdio::pipe;
 

@@ -1,4 +1,5 @@
-//! The stdio transport: the server driver ([`server`]) and `StdioClient`
+//! The stdio transport: the server driver ([`server`], what it
+//! writes [`server_writes`]) and `StdioClient`
 //! ([`client`]) over in-memory pipes, the client against a real child
 //! process ([`process`]), what counts as a cancellation on both sides
 //! ([`malformed_cancellations`]), the drain grace at shutdown and end of
@@ -18,3 +19,4 @@ mod malformed_cancellations;
 mod process;
 mod reader_turn;
 mod server;
+mod server_writes;

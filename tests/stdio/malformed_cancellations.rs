@@ -10,11 +10,12 @@ use crate::support::stdio as stdio_support;
 use serde_json::{json, Value};
 use stdio_support::*;
 use tower::util::BoxCloneService;
+use tower::BoxError;
 use tower::{service_fn, ServiceExt};
 use tower_mcp_cancel::jsonrpc::RequestId;
 use tower_mcp_cancel::test_util::{Event, Recorder};
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
-use tower_mcp_cancel::{BoxError, McpRequest};
+use tower_mcp_cancel::McpRequest;
 
 /// `params` values that name request 1 in some way but are not a valid
 /// cancellation of it.

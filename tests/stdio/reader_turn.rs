@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf, ReadHalf};
 use tower::service_fn;
+use tower::BoxError;
 use tower_mcp_cancel::transport::stdio::StdioServer;
-use tower_mcp_cancel::{BoxError, McpRequest};
+use tower_mcp_cancel::McpRequest;
 
 use crate::support::stdio::pipe;
 

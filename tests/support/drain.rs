@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tower::service_fn;
 use tower::util::BoxCloneSyncService;
+use tower::BoxError;
 use tower_mcp_cancel::test_util::Recorder;
-use tower_mcp_cancel::{BoxError, McpRequest};
+use tower_mcp_cancel::McpRequest;
 
 /// The drain grace of the tests.
 pub const GRACE: Duration = Duration::from_secs(5);

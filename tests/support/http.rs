@@ -13,11 +13,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use tower::BoxError;
 use tower::{service_fn, Service, ServiceExt};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::Recorder;
 use tower_mcp_cancel::transport::http::StreamableHttpService;
-use tower_mcp_cancel::{BoxError, CancelReason, Cancellation, McpRequest};
+use tower_mcp_cancel::{CancelReason, Cancellation, McpRequest};
 
 /// Every wait in these tests is bounded by this.
 pub const WAIT: Duration = Duration::from_secs(10);

@@ -32,8 +32,9 @@ use tokio::process::Command;
 use tokio::sync::Semaphore;
 use tower::{service_fn, ServiceBuilder};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
+use tower::BoxError;
 use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
+    CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
 };
 use tower_mcp_cancel_benchmarks::load::{clock_tick, cpu_of, load_average, median};
 

@@ -239,8 +239,8 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
+    use tower::BoxError;
     use tower::ServiceBuilder;
-    use tower_mcp_cancel::BoxError;
 
     let shutdown = tokio_util::sync::CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default()

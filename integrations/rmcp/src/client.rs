@@ -22,8 +22,8 @@ use serde_json::Value;
 use tower_service::Service as TowerService;
 
 use super::request::convert;
-use tower_mcp_cancel::integration::current_drop_reason;
-use tower_mcp_cancel::{BoxError, McpRequest, ProgressObserver, ProgressTap};
+use tower::BoxError;
+use tower_mcp_cancel::{Cancellation, McpRequest, ProgressObserver, ProgressTap};
 
 /// Taps by rmcp progress token, shared by [`RouteProgress`] and the
 /// [`RmcpClient`]s built from it.
@@ -123,8 +123,12 @@ impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
 ///
 /// Dropping a call's future — a layer's deadline, or the caller giving up —
 /// cancels the request the way rmcp's own `RequestHandle::cancel` does:
-/// a `notifications/cancelled` for its id, whose reason is the drop's
-/// ([`current_drop_reason`]) when a layer of this crate dropped it. rmcp
+/// a `notifications/cancelled` for its id, whose reason is the one the
+/// request's [`Cancellation`] was cancelled with (a layer of this crate that
+/// gives up cancels it before dropping the call; a caller can do the same
+/// with a reason of their own), and none when the request carries no
+/// cancellation or it was not cancelled: with a lone `TimeoutLayer` and no
+/// cancellation in the request, the peer is told no reason. rmcp
 /// gives every request its own id and progress token (replacing those the
 /// request carried), and [`RouteProgress`] routes by that token to the
 /// request's [`ProgressTap`] (set by a
@@ -191,6 +195,7 @@ impl TowerService<McpRequest> for RmcpClient {
         let peer = self.peer.clone();
         let routes = self.routes.clone();
         let request = client_request(&req);
+        let cancellation = req.cancellation().cloned();
         // The tap a layer set, else one of our own for the caller's
         // observer (made once rmcp has chosen the token).
         let tap = match req.progress_tap() {
@@ -205,6 +210,7 @@ impl TowerService<McpRequest> for RmcpClient {
             let mut guard = CancelOnDrop {
                 peer: Some(handle.peer.clone()),
                 id: handle.id.clone(),
+                cancellation,
                 route: routes.zip(tap).map(|(routes, tap)| {
                     let token = handle.progress_token.0.clone();
                     let tap = tap.unwrap_or_else(|observer| {
@@ -238,6 +244,9 @@ fn client_request(req: &McpRequest) -> Result<ClientRequest, BoxError> {
 struct CancelOnDrop {
     peer: Option<Peer<RoleClient>>,
     id: RmcpRequestId,
+    /// The request's cancellation, whose reason (once cancelled) is the
+    /// notification's.
+    cancellation: Option<Cancellation>,
     route: Option<(Routes, NumberOrString)>,
 }
 
@@ -253,7 +262,11 @@ impl Drop for CancelOnDrop {
             tracing::warn!(request_id = ?self.id, "no runtime to send notifications/cancelled");
             return;
         };
-        let reason = current_drop_reason().map(|r| r.to_string());
+        let reason = self
+            .cancellation
+            .as_ref()
+            .and_then(Cancellation::reason)
+            .map(ToString::to_string);
         tracing::debug!(request_id = ?self.id, ?reason, "call dropped; cancelling the request");
         let notification = ClientNotification::CancelledNotification(CancelledNotification::new(
             CancelledNotificationParam::new(Some(self.id.clone()), reason),

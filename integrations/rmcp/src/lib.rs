@@ -183,9 +183,10 @@ pub use self::client::{RmcpClient, RouteProgress};
 pub use self::http_progress::{ObserveBody, ObserveFuture, ObserveHttp, ObserveHttpLayer};
 pub use self::progress::ObserveProgress;
 pub use self::request::RmcpRequest;
+use tower::BoxError;
 use tower_mcp_cancel::integration::ProgressRegistry;
 use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
+    CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
     TimeoutLayer,
 };
 

@@ -56,7 +56,7 @@ impl RmcpRequest {
 
     /// The MCP method (`tools/call`, ...).
     pub fn method(&self) -> &str {
-        &self.method
+        self.method.as_str()
     }
 
     /// The context rmcp built for the request (its `ct` is the
@@ -75,7 +75,6 @@ pub(super) fn convert<T: From<i64> + From<String>>(v: &NumberOrString) -> T {
 }
 
 impl RequestView for RmcpRequest {
-    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         Some(convert(&self.context.id))
     }

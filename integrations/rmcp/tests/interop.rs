@@ -68,7 +68,9 @@ mod rmcp_client {
     use serde_json::json;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     use tower::{ServiceBuilder, ServiceExt as _};
-    use tower_mcp_cancel::{Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
+    use tower_mcp_cancel::{
+        Cancellation, Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer,
+    };
     use tower_mcp_cancel_rmcp::{RmcpClient, RouteProgress};
 
     use super::*;
@@ -179,7 +181,10 @@ mod rmcp_client {
                 .layer(ProgressResetLayer::new(Duration::from_millis(400)))
                 .service(RmcpClient::new(&s.running));
             // Progress every 100 ms keeps the idle limit away: the deadline ends it.
-            let err = client.clone().oneshot(slow(100)).await.unwrap_err();
+            // The reason travels in the request's cancellation, which the
+            // layer that gives up cancels before it drops the call.
+            let req = slow(100).with_cancellation(Cancellation::new());
+            let err = client.clone().oneshot(req).await.unwrap_err();
             let e = err.downcast_ref::<Elapsed>().expect("a limit");
             assert_eq!(e.limit(), Limit::Timeout, "{err}");
             // Progress every second: the idle limit ends it.

@@ -10,12 +10,14 @@ use rmcp::service::RunningService;
 use rmcp::RoleClient;
 use serde_json::{json, Value};
 use tower::util::BoxCloneService;
+use tower::BoxError;
 use tower::{service_fn, ServiceBuilder, ServiceExt as _};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::test_util::{Event, Events, Recorder};
 use tower_mcp_cancel::transport::stdio::StdioServer;
 use tower_mcp_cancel::{
-    BoxError, CancelReason, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer,
+    CancelReason, Cancellation, Elapsed, McpRequest, ProgressObserver, ProgressResetLayer,
+    TimeoutLayer,
 };
 use tower_mcp_cancel_rmcp::{RmcpClient, RouteProgress};
 
@@ -87,7 +89,10 @@ async fn a_client_timeout_drops_the_server_handler() {
     let client = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_secs(1)))
         .service(RmcpClient::new(&running));
-    let err = client.oneshot(call("hang")).await.unwrap_err();
+    // The reason travels in the request's cancellation, which the layer
+    // cancels before it drops the call.
+    let req = call("hang").with_cancellation(Cancellation::new());
+    let err = client.oneshot(req).await.unwrap_err();
     assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
     // Only a notifications/cancelled on the wire makes the server drop it.
     let seen = ev.until(|e| matches!(e, Event::Dropped(_))).await;

@@ -108,9 +108,10 @@ use tower_mcp::{JsonRpcError, McpRouter, RouterRequest, RouterResponse, ServerNo
 use tower_service::Service;
 
 use self::request::LayeredRequest;
+use tower::BoxError;
 use tower_mcp_cancel::integration::ProgressRegistry;
 use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
+    CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
     TimeoutLayer,
 };
 

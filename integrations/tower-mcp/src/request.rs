@@ -75,7 +75,6 @@ fn request_id_of(id: &tm::RequestId) -> Option<RequestId> {
 /// [`ProgressTap`](tower_mcp_cancel::ProgressTap) in the wrapper's
 /// extensions.
 impl RequestView for LayeredRequest {
-    type Extensions = Extensions;
     fn request_id(&self) -> Option<RequestId> {
         request_id_of(&self.inner.id)
     }

@@ -11,9 +11,9 @@
 //! * [`Pending`]: the table of one client's requests in flight (a stdio
 //!   connection's, an HTTP client's) and their progress routes, which keeps
 //!   the one rule of both clients: ids and tokens are unique among them.
-//! * [`CallGuard`]: a call dropped before its answer is cancelled, and the
-//!   reason of the drop logged, once; the transport says what cancelling is
-//!   ([`Abandon`]).
+//! * [`CallGuard`]: a call dropped before its answer is cancelled, with the
+//!   reason its request's [`Cancellation`](crate::Cancellation) holds, and
+//!   logged, once; the transport says what cancelling is ([`Abandon`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -21,12 +21,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
-use crate::cancel::current_drop_reason;
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, ProgressParams, ProgressToken, RequestId};
 use crate::observe::record::{Record, SpanParams};
 use crate::observe::{Era, Outcome, Side, Transport};
-use crate::{CancelReason, McpRequest, ProgressObserver, ProgressTap, RequestView};
+use crate::{CancelReason, Cancellation, McpRequest, ProgressObserver, ProgressTap, RequestView};
 
 /// A client's id and progress-token counters.
 #[derive(Debug)]
@@ -282,14 +281,21 @@ pub(crate) trait Abandon: Send {
 }
 
 /// Cancels its call when dropped before [`finish`](Self::finish), with the
-/// reason of the drop (the limit that fired, when a layer above gave up;
-/// [`CancelReason::CallerDropped`] otherwise), logged once for both sides;
-/// holds the call's span and records its [`Outcome`] (see
-/// [`observe`](crate::observe)).
+/// reason of the drop, logged once for both sides; holds the call's span
+/// and records its [`Outcome`] (see [`observe`](crate::observe)).
+///
+/// The reason is the one the request's [`Cancellation`] was cancelled with:
+/// a layer above that gives up (a limit fired) cancels it before it drops
+/// the call, and so can a caller with a reason of their own. It travels with
+/// the request, so it holds however the call was driven (spawned, on
+/// another thread). A request without a cancellation, or whose cancellation
+/// was not cancelled, was dropped by its caller:
+/// [`CancelReason::CallerDropped`].
 pub(crate) struct CallGuard<A: Abandon> {
     id: RequestId,
     method: String,
     started: Instant,
+    cancellation: Option<Cancellation>,
     abandon: A,
     record: Option<Record>,
 }
@@ -315,6 +321,7 @@ impl<A: Abandon> CallGuard<A> {
             id,
             method: method.to_owned(),
             started: Instant::now(),
+            cancellation: req.cancellation().cloned(),
             abandon,
         }
     }
@@ -347,7 +354,11 @@ impl<A: Abandon> Drop for CallGuard<A> {
         let Some(record) = self.record.take() else {
             return;
         };
-        let reason = current_drop_reason().unwrap_or(CancelReason::CallerDropped);
+        let reason = self
+            .cancellation
+            .as_ref()
+            .and_then(|c| c.reason().cloned())
+            .unwrap_or(CancelReason::CallerDropped);
         record.end(&Outcome::from_reason(&reason));
         let Some(what) = self.abandon.abandon(&self.id) else {
             return;
@@ -459,26 +470,42 @@ mod tests {
     }
 
     #[test]
-    fn a_guard_cancels_with_the_reason_of_its_drop_unless_finished() {
+    fn a_guard_cancels_with_its_requests_reason_unless_finished() {
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let guard = |n| {
+        let guard = |n, cancellation: Option<&Cancellation>| {
+            let mut req = McpRequest::new(n, "m");
+            if let Some(c) = cancellation {
+                req = req.with_cancellation(c.clone());
+            }
             CallGuard::new(
                 RequestId::Number(n),
-                &McpRequest::new(n, "m"),
+                &req,
                 Probe(seen.clone()),
                 Transport::Stdio,
                 None,
             )
         };
-        let mut done = guard(1);
+        let mut done = guard(1, None);
         done.finish(&Ok::<(), BoxError>(()));
         drop(done);
-        drop(guard(2));
-        crate::cancel::drop_with_reason(&CancelReason::Shutdown, guard(3));
+        drop(guard(2, None));
+        let active = Cancellation::new();
+        drop(guard(3, Some(&active)));
+        let shut = Cancellation::new();
+        let g = guard(4, Some(&shut));
+        shut.cancel(CancelReason::Shutdown);
+        drop(g);
         let seen = seen.lock().unwrap();
-        assert!(matches!(
-            seen.as_slice(),
-            [CancelReason::CallerDropped, CancelReason::Shutdown]
-        ));
+        assert!(
+            matches!(
+                seen.as_slice(),
+                [
+                    CancelReason::CallerDropped,
+                    CancelReason::CallerDropped,
+                    CancelReason::Shutdown
+                ]
+            ),
+            "{seen:?}"
+        );
     }
 }

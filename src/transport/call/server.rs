@@ -111,8 +111,8 @@ pub(crate) fn prepare(
 /// the drop.
 ///
 /// Dropping the returned future drops the handler and fires the token with
-/// [`CancelReason::ClientDisconnected`] (or the reason of an enclosing
-/// [`drop_with_reason`](crate::cancel::drop_with_reason) scope).
+/// [`CancelReason::ClientDisconnected`], unless the request's cancellation
+/// already holds a reason (a shutdown, a limit).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run<S>(
     mut service: S,

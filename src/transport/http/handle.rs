@@ -109,7 +109,7 @@ where
     // Only a legacy request has a session; a modern one ignores the header.
     let opened = match sessions {
         Some(sessions) if era.legacy => {
-            endpoint::of_request(sessions, &parts.headers, &raw.method)?
+            endpoint::of_request(sessions, &parts.headers, raw.method.as_str())?
         }
         _ => None,
     };
@@ -204,7 +204,13 @@ fn check_metadata(
     let legacy = !modern_body
         && (assumed || version.is_some_and(|v| config.legacy_versions.iter().any(|l| l == v)));
     if !legacy {
-        check_request_headers(headers, &raw.id, &raw.method, &mirrored, &config.supported)?;
+        check_request_headers(
+            headers,
+            &raw.id,
+            raw.method.as_str(),
+            &mirrored,
+            &config.supported,
+        )?;
         if raw.method == "tools/call" && !config.param_headers.is_empty() {
             check_param_headers(
                 headers,
@@ -224,14 +230,14 @@ fn check_metadata(
             .with_data(serde_json::json!({ "supported": &*config.supported })),
         ));
     } else {
-        check_legacy_headers(headers, &raw.id, &raw.method, &mirrored)?;
+        check_legacy_headers(headers, &raw.id, raw.method.as_str(), &mirrored)?;
     }
     Ok(Era { legacy, assumed })
 }
 
 /// Starts the call: the request the service sees (its [`Cancellation`] —
 /// the one an outer layer put in the HTTP request's extensions, or a new
-/// one —, a [`Notifier`](crate::Notifier), the HTTP request's extensions
+/// one —, a notifier, the HTTP request's extensions
 /// and its `HeaderMap`), run by the lifecycle, owned by an [`Exchange`].
 #[allow(clippy::too_many_arguments)]
 fn start_call<S: McpService>(

@@ -28,7 +28,8 @@
 //! ```
 //! use tower::{service_fn, Service, ServiceExt};
 //! use tower_mcp_cancel::transport::http::{HttpClient, StreamableHttpService};
-//! use tower_mcp_cancel::{BoxError, McpRequest};
+//! use tower::BoxError;
+//! use tower_mcp_cancel::McpRequest;
 //!
 //! # #[tokio::main] async fn main() -> Result<(), BoxError> {
 //! // A server on a loopback port.

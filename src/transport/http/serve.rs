@@ -26,7 +26,7 @@ use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
-use crate::BoxError;
+use crate::error::BoxError;
 
 /// Serves `service` on `listener` with [`Server`]'s defaults until
 /// `shutdown` fires, then drains gracefully.
@@ -35,7 +35,8 @@ use crate::BoxError;
 /// use tokio_util::sync::CancellationToken;
 /// use tower::service_fn;
 /// use tower_mcp_cancel::transport::http::{serve, StreamableHttpService};
-/// use tower_mcp_cancel::{BoxError, McpRequest};
+/// use tower::BoxError;
+/// use tower_mcp_cancel::McpRequest;
 ///
 /// # #[tokio::main] async fn main() -> std::io::Result<()> {
 /// let shutdown = CancellationToken::new();

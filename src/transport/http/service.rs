@@ -36,7 +36,8 @@ use crate::transport::McpService;
 /// use std::time::Duration;
 /// use tower::{service_fn, ServiceBuilder};
 /// use tower_mcp_cancel::transport::http::{OriginPolicy, StreamableHttpService};
-/// use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+/// use tower::BoxError;
+/// use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
 ///
 /// let mcp = ServiceBuilder::new()
 ///     .layer(CancelOnDisconnectLayer::new())
@@ -73,7 +74,7 @@ use crate::transport::McpService;
 ///    different, unreadable or repeated one → `400` with `HeaderMismatch`
 ///    naming it.
 /// 4. The call: the request gets a [`Cancellation`](crate::Cancellation) and a
-///    [`Notifier`](crate::Notifier) in its extensions (plus the HTTP request's
+///    notifier in its extensions (reached through [`RequestContext`](crate::RequestContext)) (plus the HTTP request's
 ///    own extensions and its `HeaderMap`). If the handler answers before it
 ///    sends any notification, the answer is `application/json` (status `404`
 ///    for `-32601` method-not-found, `400` for the `-32020..-32022` protocol
@@ -362,7 +363,7 @@ impl<S> StreamableHttpService<S> {
     }
 
     /// Sets how many notifications a handler may queue ahead of a slow client
-    /// before [`Notifier::notify`](crate::Notifier::notify) waits (default 32;
+    /// before [`RequestContext::notify`](crate::RequestContext::notify) waits (default 32;
     /// at least 1, at most tokio's `Semaphore::MAX_PERMITS`).
     #[must_use]
     pub fn notification_queue(mut self, capacity: usize) -> Self {

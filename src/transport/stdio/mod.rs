@@ -12,14 +12,17 @@
 //!
 //! Both ends keep the rule **cancelling a request is dropping its future**:
 //! a client future dropped before its response becomes a
-//! `notifications/cancelled` line (with the reason of the drop), and that
+//! `notifications/cancelled` line (with the reason its request's
+//! [`Cancellation`](crate::Cancellation) was cancelled with, by a layer that
+//! gave up or by the caller; `caller dropped` without one), and that
 //! line on the server drops the handler's future and fires its token.
 //!
 //! ```
 //! use std::time::Duration;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //! use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
-//! use tower_mcp_cancel::{BoxError, CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+//! use tower::BoxError;
+//! use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! // An in-memory pipe in each direction.

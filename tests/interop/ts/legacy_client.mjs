@@ -4,7 +4,10 @@
 //   --sdk v2   @modelcontextprotocol/client 2.4.0 with its default version negotiation (no pin)
 //
 // Usage: node ts/legacy_client.mjs SCENARIO --sdk v1|v2 --url http://127.0.0.1:PORT/mcp [options]
-// SCENARIO: call | timeout | cancel
+// SCENARIO: call | timeout | cancel | gone
+//   gone: a slow call (--slow-seconds) is left in flight for the harness to kill the session's
+//   server (a replica behind a balancer); then what the client sees: that call's error, the next
+//   call's error, and a fresh connection (a new session) that works.
 // Options: --timeout-ms 1500, --cancel-after-ms 1000, --slow-seconds 5, --interval-ms 100,
 //          --linger-ms 1000 (wait after a timeout/cancel before the post-check echo)
 //
@@ -132,6 +135,33 @@ async function main() {
           out.post_echo_error = errInfo(e);
           checks.post_echo_ok = false;
         }
+        break;
+      }
+      case 'gone': {
+        checks.warmup_ok = (await echo('warmup')) === 'warmup';
+        out.t_start_ns = nowNs();
+        try {
+          out.unexpected_result = textOf(await slow({ timeout: 60000 }));
+        } catch (e) {
+          out.t_in_flight_error_ns = nowNs();
+          out.in_flight_error = errInfo(e);
+        }
+        checks.in_flight_failed = out.in_flight_error != null;
+        try {
+          out.unexpected_after = await echo('after');
+        } catch (e) {
+          out.t_after_error_ns = nowNs();
+          out.after_error = errInfo(e);
+        }
+        checks.after_failed = out.after_error != null;
+        // What a host does on that error: connect again, which initializes a new session.
+        await Promise.race([client.close(), sleep(3000)]).catch(() => {});
+        transport = recording(new S.Transport(new URL(o.url)), wire);
+        client = new S.Client({ name: `ts-${o.sdk}-legacy-interop-client`, version: '1.0.0' });
+        await client.connect(transport, { timeout: 15000 });
+        out.new_session_id = transport.sessionId ?? null;
+        checks.new_session = typeof out.new_session_id === 'string' && out.new_session_id !== out.session_id;
+        checks.reconnected_echo_ok = (await echo('again')) === 'again';
         break;
       }
       default:

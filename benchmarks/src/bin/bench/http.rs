@@ -88,7 +88,7 @@ pub fn start_servers(peers: &[Peer]) -> Vec<(Peer, SocketAddr, SocketAddr)> {
                     }
                     #[cfg(not(feature = "peers"))]
                     Peer::Rmcp | Peer::RmcpCancel | Peer::TowerMcp | Peer::TowerMcpCancel => {
-                        panic!("built without the `peers` feature: only --smoke runs")
+                        panic!("built without the `peers` feature: our servers only")
                     }
                     #[cfg(feature = "peers")]
                     Peer::Rmcp => {

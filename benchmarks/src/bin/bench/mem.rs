@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower::BoxError;
 use tower_mcp_cancel::{
-    BoxError, CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
+    CancelOnDisconnectLayer, McpRequest, ProgressResetLayer, TimeoutLayer,
 };
 
 /// The system allocator, counting live bytes and allocations.

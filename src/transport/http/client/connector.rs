@@ -121,7 +121,7 @@ fn target(uri: &Uri) -> String {
 /// Turns a failure of the pooled client into an error that says what
 /// failed: a connection failure as the [`HttpClientError`] variant of what
 /// failed ([`HttpClientError::is_connect`]), the error itself otherwise.
-pub(super) fn classify(uri: &Uri, e: hyper_util::client::legacy::Error) -> crate::BoxError {
+pub(super) fn classify(uri: &Uri, e: hyper_util::client::legacy::Error) -> crate::error::BoxError {
     if !e.is_connect() {
         return Box::new(e);
     }

@@ -67,7 +67,7 @@
 //! use tower_mcp_cancel::transport::http::HttpClient;
 //! use tower_mcp_cancel::{McpRequest, ProgressResetLayer, TimeoutLayer};
 //!
-//! # #[tokio::main] async fn main() -> Result<(), tower_mcp_cancel::BoxError> {
+//! # #[tokio::main] async fn main() -> Result<(), tower::BoxError> {
 //! let http = HttpClient::new("http://127.0.0.1:8080/mcp".parse()?);
 //! let mut client = ServiceBuilder::new()
 //!     .layer(TimeoutLayer::new(Duration::from_secs(300)))     // hard cap

@@ -31,7 +31,8 @@
 //! use std::time::Duration;
 //! use tower::service_fn;
 //! use tower_mcp_cancel::transport::http::{SessionLimits, StreamableHttpService};
-//! use tower_mcp_cancel::{BoxError, McpRequest};
+//! use tower::BoxError;
+//! use tower_mcp_cancel::McpRequest;
 //!
 //! let mcp = service_fn(|_req: McpRequest| async { Ok::<_, BoxError>(serde_json::json!({})) });
 //! let endpoint = StreamableHttpService::new(mcp).stateful_sessions(

@@ -103,7 +103,7 @@ fn on_message(shared: &Shared, line: &[u8]) {
         }
         Ok(Message::Notification(n)) if n.method == jsonrpc::CANCELLED => on_cancelled(shared, &n),
         Ok(Message::Notification(n)) => match &shared.sink {
-            Some(sink) => sink(&n.method, n.params.as_deref()),
+            Some(sink) => sink(n.method.as_str(), n.params.as_deref()),
             None => tracing::debug!(method = ?n.method, "server notification ignored"),
         },
         Ok(Message::Request(r)) => {

@@ -1,0 +1,187 @@
+//! Hostile input: an oversize message is refused with a clear error, the
+//! connection keeps working, and the framing never buffers more than its
+//! limit (stdio lines and HTTP bodies).
+//!
+//! Memory is measured by the counting allocator of [`crate::hostile`], on a
+//! current-thread runtime (see there why).
+#![cfg(all(feature = "stdio", feature = "http", feature = "test-util"))]
+
+use crate::hostile::{connect, peak_above, start_peak, work_service};
+use crate::support::http as http_support;
+use crate::support::stdio as stdio_support;
+
+use std::io;
+
+use serde_json::{json, Value};
+use stdio_support::{Peer, BOUND};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tower_mcp_cancel::transport::stdio::StdioServer;
+
+// ---------------------------------------------------------------------------
+// Oversize messages.
+
+#[tokio::test]
+async fn an_oversize_line_is_refused_the_connection_keeps_working_and_memory_is_bounded() {
+    const LIMIT: usize = 1 << 20;
+    const SENT: usize = 64 << 20;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut conn = connect(
+        work_service(tx),
+        StdioServer::new().max_line_bytes(LIMIT),
+        64 * 1024,
+    );
+    let chunk = vec![b'x'; 64 * 1024];
+
+    let baseline = start_peak();
+    let Peer { mut w, mut r } = conn.peer;
+    let writer = async {
+        w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":{\"pad\":\"")
+            .await
+            .unwrap();
+        for _ in 0..SENT / chunk.len() {
+            w.write_all(&chunk).await.unwrap();
+        }
+        w.write_all(b"\"}}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\n")
+            .await
+            .unwrap();
+        w.flush().await.unwrap();
+    };
+    let reader = async {
+        let mut lines = Vec::new();
+        for _ in 0..2 {
+            let line = tokio::time::timeout(BOUND, r.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            lines.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+        lines
+    };
+    let ((), lines) = tokio::join!(writer, reader);
+    let peak = peak_above(baseline);
+
+    let err = &lines[0];
+    assert_eq!(err["error"]["code"], -32600, "{err}");
+    assert!(
+        err.get("id").is_none(),
+        "the id of an oversize line is not read: {err}"
+    );
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("exceeds the limit of {LIMIT} bytes")),
+        "a clear error: {message}"
+    );
+    assert_eq!(
+        lines[1],
+        json!({"jsonrpc": "2.0", "id": 2, "result": {}}),
+        "still serving"
+    );
+    eprintln!("oversize: {SENT} bytes sent, limit {LIMIT}, peak allocation growth {peak} bytes");
+    assert!(
+        peak < 3 * LIMIT as isize,
+        "the framing buffered {peak} bytes for a {SENT}-byte line (limit {LIMIT})"
+    );
+    conn.peer = Peer { w, r };
+    assert!(conn.peer.close().await.is_empty());
+    conn.served.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_oversize_http_body_is_refused_with_413_memory_is_bounded_and_the_server_keeps_serving()
+{
+    use http_support::{modern_headers, read_until, Proto};
+    use tokio::io::AsyncReadExt;
+    use tower_mcp_cancel::transport::http::StreamableHttpService;
+
+    const LIMIT: usize = 1 << 20;
+    const SENT: usize = 64 << 20;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let endpoint = StreamableHttpService::new(work_service(tx)).max_body_bytes(LIMIT);
+    let (closed_tx, _closed) = tower_mcp_cancel::test_util::Recorder::new();
+    let addr = http_support::serve(endpoint, Proto::H1, closed_tx).await;
+
+    // A chunked body (no Content-Length to refuse up front) of 64 MiB.
+    let mut head =
+        String::from("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n");
+    for (k, v) in modern_headers("work") {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let chunk_body = vec![b' '; 64 * 1024];
+    let mut chunk = format!("{:x}\r\n", chunk_body.len()).into_bytes();
+    chunk.extend_from_slice(&chunk_body);
+    chunk.extend_from_slice(b"\r\n");
+
+    let baseline = start_peak();
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = stream.into_split();
+    let writer = async {
+        let res: io::Result<()> = async {
+            wr.write_all(head.as_bytes()).await?;
+            for _ in 0..SENT / chunk_body.len() {
+                wr.write_all(&chunk).await?;
+            }
+            wr.write_all(b"0\r\n\r\n").await
+        }
+        .await;
+        if res.is_err() {
+            // The server stopped reading and closed: the answer is what
+            // counts, so leave the reader to it.
+            std::future::pending::<()>().await;
+        }
+    };
+    let reader = async {
+        let mut buf = Vec::new();
+        let mut part = [0u8; 4096];
+        loop {
+            let n = rd.read(&mut part).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&part[..n]);
+            if String::from_utf8_lossy(&buf).contains("}") {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    // The server answers while the body is still coming; stop writing then.
+    tokio::pin!(writer);
+    let response = tokio::select! {
+        biased;
+        r = reader => r,
+        () = &mut writer => panic!("the server read the whole {SENT}-byte body"),
+    };
+    let peak = peak_above(baseline);
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    assert!(
+        response.contains(&format!("exceeds the limit of {LIMIT} bytes")),
+        "a clear error: {response}"
+    );
+    eprintln!("oversize HTTP body: limit {LIMIT}, peak allocation growth {peak} bytes");
+    assert!(
+        peak < 3 * LIMIT as isize,
+        "buffered {peak} bytes of an oversize body"
+    );
+
+    // The server keeps serving.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let mut headers = modern_headers("");
+    headers.retain(|(k, _)| *k != "Mcp-Name");
+    headers.iter_mut().for_each(|(k, v)| {
+        if *k == "Mcp-Method" {
+            *v = "ping".into();
+        }
+    });
+    let extra: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    s.write_all(&http_support::raw_post(&ping, &extra))
+        .await
+        .unwrap();
+    let seen = read_until(&mut s, "\"result\"").await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+}
