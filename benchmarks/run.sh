@@ -5,7 +5,7 @@
 #   3-6  the bench binary of this package, against rmcp and tower-mcp
 #   8    the same binary: Streamable HTTP under h2load (Debian's nghttp2-client,
 #        installed here with apt-get when missing), against rmcp, tower-mcp
-#        and a bare hyper server
+#        and a bare hyper server, with the crate's examples/http_server as a row
 #
 #   bash benchmarks/run.sh            # everything, rewrites BENCHMARKS.md
 #   bash benchmarks/run.sh --smoke    # a few seconds: figures 3-6 (and 8 when h2load is
@@ -40,6 +40,9 @@ fi
 
 echo "== build benchmarks package (release)"
 cargo build --release --manifest-path "$here/Cargo.toml"
+# Figure 8's example-server row: examples/http_server built the way users build it.
+echo "== build the crate's examples (release, all features)"
+(cd "$root" && cargo build --release --all-features --examples)
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -25,13 +25,21 @@
 //!   `TOKEN <id as JSON> <ns>` when a `spawned` task sees its token fire.
 //!
 //! Nothing here is process-global: the options travel with the service.
+//!
+//! Each request's `params` are read once, into [`Params`], a view that
+//! borrows from the request (no `serde_json::Value` tree, no copy); a
+//! tool's arguments are read from it by the tool. The common answer, a
+//! text result, is a struct serialized as it is written ([`Reply`]).
 // Shared by the example binaries; `pub` for them, not an API.
 #![allow(dead_code, unreachable_pub, missing_debug_implementations)]
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tower::util::BoxCloneSyncService;
 use tower::BoxError;
@@ -155,31 +163,31 @@ pub fn init_tracing() {
 }
 
 /// The handler future's drop probe: reports `DROPPED` if the future is
-/// dropped before it finished, `DONE` when it finished.
-struct Probe {
-    id: Option<RequestId>,
-    method: String,
-    opts: Options,
+/// dropped before it finished, `DONE` when it finished. It borrows the
+/// request: nothing is copied for a report that is usually not made.
+struct Probe<'a> {
+    req: &'a McpRequest,
+    opts: &'a Options,
     done: bool,
 }
 
-impl Probe {
+impl Probe<'_> {
     fn finish(mut self) {
         self.done = true;
-        if let Some(id) = &self.id {
-            tracing::debug!(request_id = %id, method = %self.method, "handler completed");
+        if let Some(id) = self.req.id() {
+            tracing::debug!(request_id = %id, method = %self.req.method(), "handler completed");
             self.opts.emit("DONE", id);
         }
     }
 }
 
-impl Drop for Probe {
+impl Drop for Probe<'_> {
     fn drop(&mut self) {
         if self.done {
             return;
         }
-        if let Some(id) = &self.id {
-            tracing::debug!(request_id = %id, method = %self.method, "handler future dropped by cancellation");
+        if let Some(id) = self.req.id() {
+            tracing::debug!(request_id = %id, method = %self.req.method(), "handler future dropped by cancellation");
             self.opts.emit("DROPPED", id);
         }
     }
@@ -187,7 +195,7 @@ impl Drop for Probe {
 
 /// The full server stack: [`CancelOnDisconnectLayer`] outermost, then a
 /// [`TimeoutLayer`] (60 s, `tools/call` 600 s), then [`handler`].
-pub fn server_stack(opts: Options) -> BoxCloneSyncService<McpRequest, Value, BoxError> {
+pub fn server_stack(opts: Options) -> BoxCloneSyncService<McpRequest, Reply, BoxError> {
     BoxCloneSyncService::new(
         ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::new())
@@ -197,7 +205,7 @@ pub fn server_stack(opts: Options) -> BoxCloneSyncService<McpRequest, Value, Box
 }
 
 /// The bare handler as a service, without layers.
-pub fn handler(opts: Options) -> BoxCloneSyncService<McpRequest, Value, BoxError> {
+pub fn handler(opts: Options) -> BoxCloneSyncService<McpRequest, Reply, BoxError> {
     BoxCloneSyncService::new(service_fn(move |req: McpRequest| {
         let opts = opts.clone();
         async move { handle(req, opts).await }
@@ -205,14 +213,13 @@ pub fn handler(opts: Options) -> BoxCloneSyncService<McpRequest, Value, BoxError
 }
 
 /// Answers one request.
-pub async fn handle(req: McpRequest, opts: Options) -> Result<Value, BoxError> {
+pub async fn handle(req: McpRequest, opts: Options) -> Result<Reply, BoxError> {
     if let Some(id) = req.id() {
         opts.emit("STARTED", id);
     }
     let probe = Probe {
-        id: req.id().cloned(),
-        method: req.method().to_owned(),
-        opts: opts.clone(),
+        req: &req,
+        opts: &opts,
         done: false,
     };
     let out = dispatch(&req, &opts).await;
@@ -220,21 +227,100 @@ pub async fn handle(req: McpRequest, opts: Options) -> Result<Value, BoxError> {
     out.map_err(|e| Box::new(e) as BoxError)
 }
 
-async fn dispatch(req: &McpRequest, opts: &Options) -> Result<Value, ErrorObject> {
+/// What a handler answers: most often a text result, written from a
+/// struct; anything else as a `Value`.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Reply {
+    /// A tool's text result.
+    Text(TextResult),
+    /// Any other result.
+    Json(Value),
+}
+
+/// A `tools/call` result of one text item.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TextResult {
+    result_type: &'static str,
+    content: [TextContent; 1],
+    is_error: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct TextContent {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+}
+
+/// The fields of `params` the handler reads, borrowed from the request:
+/// one parse for the whole dispatch, without a `Value` tree. All absent
+/// for params that are not an object, or not readable as one (a repeated
+/// field, a `_meta` that is not an object).
+#[derive(Default, Deserialize)]
+pub struct Params<'a> {
+    /// `tools/call`: the tool (a string, or the call is refused).
+    #[serde(default, borrow)]
+    name: Option<&'a RawValue>,
+    /// `tools/call`: the tool's arguments, read by the tool.
+    #[serde(default, borrow)]
+    arguments: Option<&'a RawValue>,
+    /// `initialize`: the version the client asks for.
+    #[serde(default, borrow, rename = "protocolVersion")]
+    protocol_version: Option<&'a RawValue>,
+    #[serde(default, borrow, rename = "_meta")]
+    meta: Option<Meta<'a>>,
+}
+
+#[derive(Default, Deserialize)]
+struct Meta<'a> {
+    /// Present (even `null`) on every 2026-07-28 request.
+    #[serde(
+        default,
+        borrow,
+        rename = "io.modelcontextprotocol/protocolVersion",
+        deserialize_with = "present"
+    )]
+    protocol_version: Option<&'a RawValue>,
+}
+
+/// A field that is there, whatever its value (`null` included).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+impl<'a> Params<'a> {
+    /// The view of `req`'s params.
+    pub fn of(req: &'a McpRequest) -> Self {
+        req.params()
+            .filter(|p| p.get().starts_with('{'))
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// A JSON string as text; `None` for any other value.
+fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+}
+
+async fn dispatch(req: &McpRequest, opts: &Options) -> Result<Reply, ErrorObject> {
+    let params = Params::of(req);
     match req.method() {
-        "initialize" => Ok(initialize(req)),
-        "ping" => Ok(json!({})),
+        "initialize" => Ok(Reply::Json(initialize(&params))),
+        "ping" => Ok(Reply::Json(json!({}))),
         "server/discover" => {
-            check_version(req)?;
-            Ok(discover())
+            check_version(&params)?;
+            Ok(Reply::Json(discover()))
         }
         "tools/list" => {
-            check_version(req)?;
-            Ok(tools_list())
+            check_version(&params)?;
+            Ok(Reply::Json(tools_list()))
         }
         "tools/call" => {
-            check_version(req)?;
-            tools_call(req, opts).await
+            check_version(&params)?;
+            tools_call(req, &params, opts).await
         }
         other => Err(ErrorObject::new(
             ErrorObject::METHOD_NOT_FOUND,
@@ -248,31 +334,28 @@ fn server_info() -> Value {
 }
 
 /// A request that names a protocol version must name one we speak.
-fn check_version(req: &McpRequest) -> Result<(), ErrorObject> {
-    let params: Value = req.params_as().unwrap_or(Value::Null);
-    let Some(v) = params["_meta"].get(PROTOCOL_VERSION_META) else {
+fn check_version(params: &Params<'_>) -> Result<(), ErrorObject> {
+    let Some(v) = params.meta.as_ref().and_then(|m| m.protocol_version) else {
         return Ok(()); // a legacy (initialize-era) request
     };
-    match v.as_str() {
-        Some(s) if SUPPORTED_VERSIONS.contains(&s) => Ok(()),
+    match as_str(v) {
+        Some(s) if SUPPORTED_VERSIONS.contains(&&*s) => Ok(()),
         _ => Err(ErrorObject::new(
             ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
             "Unsupported protocol version",
         )
         .with_data(json!({
             "supported": SUPPORTED_VERSIONS.iter().chain(LEGACY_VERSIONS.first()).collect::<Vec<_>>(),
-            "requested": v,
+            "requested": serde_json::from_str::<Value>(v.get()).unwrap_or_default(),
         }))),
     }
 }
 
-fn initialize(req: &McpRequest) -> Value {
-    let params: Value = req.params_as().unwrap_or(Value::Null);
-    let asked = params["protocolVersion"].as_str().unwrap_or("");
-    let version = if LEGACY_VERSIONS.contains(&asked) {
-        asked
-    } else {
-        LEGACY_VERSIONS[0]
+fn initialize(params: &Params<'_>) -> Value {
+    let asked = params.protocol_version.and_then(as_str);
+    let version = match asked.as_deref() {
+        Some(v) if LEGACY_VERSIONS.contains(&v) => v,
+        _ => LEGACY_VERSIONS[0],
     };
     json!({
         "protocolVersion": version,
@@ -347,11 +430,11 @@ fn tools_list() -> Value {
     })
 }
 
-fn text_result(text: String) -> Value {
-    json!({
-        "resultType": "complete",
-        "content": [{ "type": "text", "text": text }],
-        "isError": false,
+fn text_result(text: String) -> Reply {
+    Reply::Text(TextResult {
+        result_type: "complete",
+        content: [TextContent { kind: "text", text }],
+        is_error: false,
     })
 }
 
@@ -369,19 +452,41 @@ fn steps_of(args: &Value) -> (u64, Duration) {
     (steps, Duration::from_secs_f64(interval_ms / 1000.0))
 }
 
-async fn tools_call(req: &McpRequest, opts: &Options) -> Result<Value, ErrorObject> {
-    let params: Value = req.params_as().unwrap_or(Value::Null);
-    let args = &params["arguments"];
+/// `echo`'s argument.
+#[derive(Deserialize)]
+struct EchoArgs<'a> {
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+}
+
+async fn tools_call(
+    req: &McpRequest,
+    params: &Params<'_>,
+    opts: &Options,
+) -> Result<Reply, ErrorObject> {
+    // The arguments as a tree, for the tools that look into them at leisure.
+    let tree = || {
+        params
+            .arguments
+            .and_then(|a| serde_json::from_str::<Value>(a.get()).ok())
+            .unwrap_or(Value::Null)
+    };
     let ctx = RequestContext::of(req);
-    match params["name"].as_str() {
-        Some("echo") => match args["text"].as_str() {
-            Some(text) => Ok(text_result(text.to_owned())),
+    let name = params.name.and_then(as_str);
+    match name.as_deref() {
+        Some("echo") => match params
+            .arguments
+            .filter(|a| a.get().starts_with('{'))
+            .and_then(|a| serde_json::from_str::<EchoArgs<'_>>(a.get()).ok())
+        {
+            Some(args) => Ok(text_result(args.text.into_owned())),
             None => Err(ErrorObject::new(
                 ErrorObject::INVALID_PARAMS,
                 "echo needs a string argument `text`",
             )),
         },
         Some("slow") => {
+            let args = &tree();
             let (steps, interval) = steps_of(args);
             for i in 1..=steps {
                 tokio::time::sleep(interval).await;
@@ -395,7 +500,7 @@ async fn tools_call(req: &McpRequest, opts: &Options) -> Result<Value, ErrorObje
             Ok(text_result(format!("slept {steps} steps of {interval:?}")))
         }
         Some("spawned") => {
-            let (steps, interval) = steps_of(args);
+            let (steps, interval) = steps_of(&tree());
             let token = ctx.token();
             let id = req.id().cloned();
             let opts = opts.clone();
@@ -426,7 +531,7 @@ async fn tools_call(req: &McpRequest, opts: &Options) -> Result<Value, ErrorObje
             }
         }
         Some("gated") => {
-            let steps = args["steps"].as_u64().unwrap_or(3).clamp(1, 1000);
+            let steps = tree()["steps"].as_u64().unwrap_or(3).clamp(1, 1000);
             for i in 1..=steps {
                 ctx.progress(
                     i as f64,

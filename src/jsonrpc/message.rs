@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use super::error::ErrorObject;
 use super::id::{ProgressToken, RequestId};
 use super::method::Method;
-use super::params::peek_progress_token;
+use super::params::{ParamsPeek, ParamsView};
 
 /// A request as decoded from the wire: id, method and progress token read,
 /// `params` kept raw.
@@ -139,8 +139,9 @@ struct Envelope<'a> {
     id: Option<WireId>,
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
-    #[serde(default)]
-    params: Option<Box<RawValue>>,
+    // Borrowed: peeked in place, then copied once into the message.
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
     #[serde(default)]
     result: Option<Box<RawValue>>,
     #[serde(default)]
@@ -153,6 +154,14 @@ impl Message {
     /// Never panics. Invalid JSON is a `-32700` error; valid JSON that is not
     /// a JSON-RPC 2.0 message is `-32600`, with the id when it could be read.
     pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+        Self::decode_viewed(bytes).map(|(message, _)| message)
+    }
+
+    /// [`decode`](Self::decode), and the fields of a request's params that
+    /// its headers mirror and its span names ([`ParamsView`], borrowed from
+    /// `bytes`; empty for other messages), read in the same pass as its
+    /// progress token: the body is parsed once for the whole lifecycle.
+    pub(crate) fn decode_viewed(bytes: &[u8]) -> Result<(Message, ParamsView<'_>), DecodeError> {
         let env: Envelope<'_> = serde_json::from_slice(bytes).map_err(|e| {
             if e.is_syntax() || e.is_eof() {
                 DecodeError {
@@ -195,7 +204,7 @@ fn invalid(message: &str, id: Option<RequestId>) -> DecodeError {
     }
 }
 
-impl Envelope<'_> {
+impl<'a> Envelope<'a> {
     /// The id, if valid: a null id is only legal on an error response about
     /// an unreadable request.
     fn checked_id(&self) -> Result<Option<RequestId>, DecodeError> {
@@ -208,29 +217,38 @@ impl Envelope<'_> {
         }
     }
 
-    /// Which message it is: exactly one of method, result or error.
-    fn into_message(self, id: Option<RequestId>) -> Result<Message, DecodeError> {
+    /// Which message it is: exactly one of method, result or error; for a
+    /// request, the view of its params too.
+    fn into_message(self, id: Option<RequestId>) -> Result<(Message, ParamsView<'a>), DecodeError> {
         match (self.method, self.result, self.error) {
             (Some(method), None, None) => {
                 let method = Method::from(method);
+                let params = self.params.map(RawValue::to_owned);
                 Ok(match id {
-                    Some(id) => Message::Request(RawRequest {
-                        id,
-                        method,
-                        progress_token: self.params.as_deref().and_then(peek_progress_token),
-                        params: self.params,
-                    }),
-                    None => Message::Notification(RawNotification {
-                        method,
-                        params: self.params,
-                    }),
+                    Some(id) => {
+                        let peek = self.params.map(ParamsPeek::of).unwrap_or_default();
+                        let request = RawRequest {
+                            id,
+                            method,
+                            progress_token: peek.progress_token,
+                            params,
+                        };
+                        (Message::Request(request), peek.view)
+                    }
+                    None => (
+                        Message::Notification(RawNotification { method, params }),
+                        ParamsView::default(),
+                    ),
                 })
             }
             (None, Some(result), None) => match id {
-                Some(id) => Ok(Message::Response(RawResponse {
-                    id: Some(id),
-                    outcome: Ok(result),
-                })),
+                Some(id) => Ok((
+                    Message::Response(RawResponse {
+                        id: Some(id),
+                        outcome: Ok(result),
+                    }),
+                    ParamsView::default(),
+                )),
                 None => Err(invalid("a result response must carry an id", None)),
             },
             (None, None, Some(error)) => {
@@ -238,10 +256,13 @@ impl Envelope<'_> {
                     let e = crate::sanitize::for_log(&e.to_string());
                     invalid(&format!("malformed error object: {e}"), id.clone())
                 })?;
-                Ok(Message::Response(RawResponse {
-                    id,
-                    outcome: Err(error),
-                }))
+                Ok((
+                    Message::Response(RawResponse {
+                        id,
+                        outcome: Err(error),
+                    }),
+                    ParamsView::default(),
+                ))
             }
             _ => Err(invalid(
                 "expected exactly one of method, result or error",

@@ -89,68 +89,189 @@ pub(crate) struct ProgressParams {
 
 /// Reads `_meta.progressToken` out of raw params without building a tree.
 pub(crate) fn peek_progress_token(params: &RawValue) -> Option<ProgressToken> {
-    struct Peek(Option<ProgressToken>);
-    impl<'de> Deserialize<'de> for Peek {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct ParamsV;
-            impl<'de> Visitor<'de> for ParamsV {
-                type Value = Peek;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("params")
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Peek, A::Error> {
-                    let mut found = None;
-                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                        if key == "_meta" {
-                            found = map.next_value::<MetaPeek>()?.0;
-                        } else {
+    ParamsPeek::of(params).progress_token
+}
+
+/// What the transports, the header checks and the request span read inside
+/// a request's `params`, found in one pass over them without building a
+/// tree: the progress token, and the fields a Streamable HTTP request
+/// mirrors in its headers, borrowed from the params' text.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ParamsPeek<'a> {
+    /// `_meta.progressToken`, when it is a valid token (a malformed one
+    /// reads as absent rather than failing the request). `None` too when a
+    /// `_meta` is neither an object nor `null`.
+    pub(crate) progress_token: Option<ProgressToken>,
+    /// The mirrored fields.
+    pub(crate) view: ParamsView<'a>,
+}
+
+/// The fields of `params` a request's headers mirror (and its span names),
+/// as raw JSON borrowed from the params, `null` read as absent. All absent
+/// when the params are not an object, or when they are ambiguous: a
+/// repeated `name`, `uri` or `_meta` (another reader may take the other
+/// copy), a repeated protocol version in `_meta`, a `_meta` that is
+/// neither an object nor `null`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ParamsView<'a> {
+    /// `name`: a `tools/call`'s tool, a `prompts/get`'s prompt.
+    pub(crate) name: Option<&'a RawValue>,
+    /// `uri`: a resource's.
+    pub(crate) uri: Option<&'a RawValue>,
+    /// `_meta["io.modelcontextprotocol/protocolVersion"]`, which only a
+    /// 2026 client sends.
+    pub(crate) protocol_version: Option<&'a RawValue>,
+}
+
+impl<'a> ParamsPeek<'a> {
+    /// The peek of `params`: one pass, nothing allocated but an owned
+    /// token (and a key that has escapes).
+    pub(crate) fn of(params: &'a RawValue) -> Self {
+        serde_json::from_str::<ParamsPeek<'a>>(params.get()).unwrap_or_default()
+    }
+}
+
+impl<'de> Deserialize<'de> for ParamsPeek<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ParamsV;
+        impl<'de> Visitor<'de> for ParamsV {
+            type Value = ParamsPeek<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("params")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = ParamsPeek::default();
+                // Whether the mirrored fields can be read unambiguously,
+                // and the progress token at all.
+                let mut mirrored = true;
+                let mut token = true;
+                let (mut name, mut uri, mut meta) = (false, false, false);
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match &*key {
+                        "name" => {
+                            mirrored &= !std::mem::replace(&mut name, true);
+                            out.view.name = map.next_value()?;
+                        }
+                        "uri" => {
+                            mirrored &= !std::mem::replace(&mut uri, true);
+                            out.view.uri = map.next_value()?;
+                        }
+                        "_meta" => {
+                            mirrored &= !std::mem::replace(&mut meta, true);
+                            match map.next_value::<MetaPeek<'de>>()? {
+                                MetaPeek::Null => {
+                                    out.view.protocol_version = None;
+                                    out.progress_token = None;
+                                }
+                                MetaPeek::Object {
+                                    protocol_version,
+                                    repeated_version,
+                                    progress_token,
+                                } => {
+                                    mirrored &= !repeated_version;
+                                    out.view.protocol_version = protocol_version;
+                                    out.progress_token = progress_token;
+                                }
+                                MetaPeek::Other => {
+                                    mirrored = false;
+                                    token = false;
+                                }
+                            }
+                        }
+                        _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
                     }
-                    Ok(Peek(found))
                 }
-                fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Peek, A::Error> {
-                    while seq.next_element::<IgnoredAny>()?.is_some() {}
-                    Ok(Peek(None))
+                if !mirrored {
+                    out.view = ParamsView::default();
                 }
+                if !token {
+                    out.progress_token = None;
+                }
+                Ok(out)
             }
-            d.deserialize_any(ParamsV)
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ParamsPeek::default())
+            }
         }
+        d.deserialize_any(ParamsV)
     }
-    struct MetaPeek(Option<ProgressToken>);
-    impl<'de> Deserialize<'de> for MetaPeek {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct MetaV;
-            impl<'de> Visitor<'de> for MetaV {
-                type Value = MetaPeek;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("_meta")
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetaPeek, A::Error> {
-                    let mut found = None;
-                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                        if key == "progressToken" {
+}
+
+/// A `_meta` value, as [`ParamsPeek`] reads it.
+enum MetaPeek<'a> {
+    Null,
+    Object {
+        protocol_version: Option<&'a RawValue>,
+        repeated_version: bool,
+        progress_token: Option<ProgressToken>,
+    },
+    /// Not an object: no token, no mirrored fields.
+    Other,
+}
+
+impl<'de> Deserialize<'de> for MetaPeek<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MetaV;
+        impl<'de> Visitor<'de> for MetaV {
+            type Value = MetaPeek<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("_meta")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut protocol_version = None;
+                let mut repeated_version = false;
+                let mut seen_version = false;
+                let mut progress_token = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match &*key {
+                        PROTOCOL_VERSION_META => {
+                            repeated_version |= std::mem::replace(&mut seen_version, true);
+                            protocol_version = map.next_value()?;
+                        }
+                        "progressToken" => {
                             // A malformed token is treated as absent rather than failing the request.
-                            found = map
-                                .next_value::<serde_json::Value>()
-                                .ok()
-                                .and_then(|v| ProgressToken::deserialize(v).ok());
-                        } else {
+                            let raw = map.next_value::<&'de RawValue>()?;
+                            progress_token = serde_json::from_str(raw.get()).ok();
+                        }
+                        _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
                     }
-                    Ok(MetaPeek(found))
                 }
-                fn visit_unit<E: de::Error>(self) -> Result<MetaPeek, E> {
-                    Ok(MetaPeek(None))
-                }
+                Ok(MetaPeek::Object {
+                    protocol_version,
+                    repeated_version,
+                    progress_token,
+                })
             }
-            d.deserialize_any(MetaV)
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(MetaPeek::Null)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(MetaPeek::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(MetaPeek::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(MetaPeek::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(MetaPeek::Other)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(MetaPeek::Other)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(MetaPeek::Other)
+            }
         }
+        d.deserialize_any(MetaV)
     }
-    serde_json::from_str::<Peek>(params.get())
-        .ok()
-        .and_then(|p| p.0)
 }
 
 /// Returns `params` with `_meta.progressToken` set to `token`, keeping every

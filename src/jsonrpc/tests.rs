@@ -205,3 +205,75 @@ fn cancelled_params_decode_only_from_an_object_with_a_valid_request_id() {
     assert_eq!(ok.request_id, 0.into());
     assert_eq!(ok.reason, None);
 }
+
+/// The request's fields in one decode: envelope, progress token and the
+/// mirrored fields, the latter borrowed from the body (not copied).
+#[test]
+fn a_request_is_decoded_with_its_params_view_borrowed_from_the_body() {
+    let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","uri":"file:///x","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":"p"}}}"#;
+    let (Message::Request(r), view) = Message::decode_viewed(body).unwrap() else {
+        panic!()
+    };
+    assert_eq!(r.progress_token, Some(ProgressToken::from("p")));
+    assert_eq!(view.name.unwrap().get(), r#""echo""#);
+    assert_eq!(view.uri.unwrap().get(), r#""file:///x""#);
+    assert_eq!(view.protocol_version.unwrap().get(), r#""2026-07-28""#);
+    let inside = body.as_ptr_range();
+    for raw in [view.name, view.uri, view.protocol_version] {
+        assert!(inside.contains(&raw.unwrap().get().as_ptr()), "copied");
+    }
+    // A notification or a response has no view.
+    let (_, view) =
+        Message::decode_viewed(br#"{"jsonrpc":"2.0","method":"x","params":{"name":"n"}}"#).unwrap();
+    assert!(view.name.is_none());
+}
+
+fn peek(params: &str) -> (Option<ProgressToken>, [Option<String>; 3]) {
+    let raw = RawValue::from_string(params.to_owned()).unwrap();
+    let p = ParamsPeek::of(&raw);
+    let text = |r: Option<&RawValue>| r.map(|r| r.get().to_owned());
+    (
+        p.progress_token,
+        [
+            text(p.view.name),
+            text(p.view.uri),
+            text(p.view.protocol_version),
+        ],
+    )
+}
+
+/// The peek keeps the rules of the readers it replaced: a malformed token
+/// is absent; null is absent; a repeated mirrored field, or a `_meta`
+/// that is not an object, leaves no mirrored field; arrays have none.
+#[test]
+fn the_params_peek_reads_ambiguous_params_as_absent() {
+    let v = r#"{"name":"a","_meta":{"progressToken":1.5,"io.modelcontextprotocol/protocolVersion":"v"}}"#;
+    assert_eq!(
+        peek(v),
+        (None, [Some(r#""a""#.into()), None, Some(r#""v""#.into())])
+    );
+    let v = r#"{"name":null,"_meta":{"progressToken":3,"io.modelcontextprotocol/protocolVersion":null}}"#;
+    assert_eq!(peek(v), (Some(ProgressToken::from(3)), [None, None, None]));
+    // Repeated: no mirrored field, the token still read (last one wins).
+    let v = r#"{"name":"a","name":"b","_meta":{"progressToken":1,"progressToken":2}}"#;
+    assert_eq!(peek(v), (Some(ProgressToken::from(2)), [None, None, None]));
+    let v = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"a"}}"#;
+    assert_eq!(peek(v), (None, [None, None, None]));
+    let v = r#"{"uri":"u","_meta":{},"_meta":{"progressToken":"t"}}"#;
+    assert_eq!(
+        peek(v),
+        (Some(ProgressToken::from("t")), [None, None, None])
+    );
+    // A `_meta` that is not an object: nothing.
+    for meta in ["3", "\"x\"", "[\"2026-07-28\"]", "true"] {
+        let v = format!(r#"{{"name":"a","_meta":{meta}}}"#);
+        assert_eq!(peek(&v), (None, [None, None, None]), "{v}");
+    }
+    let v = r#"{"name":"a","_meta":{"progressToken":"t"},"_meta":null}"#;
+    assert_eq!(peek(v), (None, [None, None, None]));
+    assert_eq!(
+        peek(r#"["a",{"progressToken":1}]"#),
+        (None, [None, None, None])
+    );
+    assert_eq!(peek("{}"), (None, [None, None, None]));
+}

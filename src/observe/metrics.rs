@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use metrics::{Key, Label, Metadata};
+
 use super::{Outcome, Side, Transport};
 
 /// Gauge: server requests in flight, by `mcp.transport`.
@@ -30,12 +32,69 @@ pub(crate) const TRANSPORT_LABEL: &str = super::field::MCP_TRANSPORT;
 /// The outcome label's key.
 pub(crate) const OUTCOME_LABEL: &str = super::field::OUTCOME;
 
+// The labels are static: a key built from them is neither allocated nor
+// hashed when it is recorded (the macros with label values that are not
+// literals build a `Vec` of labels and hash the key on every call, also
+// without a recorder installed).
+macro_rules! outcome_labels {
+    ($transport:literal) => {
+        [
+            outcome_labels!(@one $transport, "completed"),
+            outcome_labels!(@one $transport, "error"),
+            outcome_labels!(@one $transport, "cancelled"),
+            outcome_labels!(@one $transport, "client_disconnected"),
+            outcome_labels!(@one $transport, "transport_closed"),
+            outcome_labels!(@one $transport, "timeout_deadline"),
+            outcome_labels!(@one $transport, "timeout_idle"),
+            outcome_labels!(@one $transport, "timeout_max"),
+            outcome_labels!(@one $transport, "shutdown"),
+            outcome_labels!(@one $transport, "caller_dropped"),
+            outcome_labels!(@one $transport, "cancelled_other"),
+        ]
+    };
+    (@one $transport:literal, $kind:literal) => {
+        [
+            Label::from_static_parts(TRANSPORT_LABEL, $transport),
+            Label::from_static_parts(OUTCOME_LABEL, $kind),
+        ]
+    };
+}
+
+/// The transport label, by transport.
+static TRANSPORT_LABELS: [[Label; 1]; 2] = [
+    [Label::from_static_parts(TRANSPORT_LABEL, "stdio")],
+    [Label::from_static_parts(TRANSPORT_LABEL, "http")],
+];
+
+/// The transport and outcome labels, by transport and [`Outcome::kind`].
+static OUTCOME_LABELS: [[[Label; 2]; 11]; 2] = [outcome_labels!("stdio"), outcome_labels!("http")];
+
+/// What the macros pass the recorder.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+fn transport_index(transport: Transport) -> usize {
+    match transport {
+        Transport::Stdio => 0,
+        Transport::Http => 1,
+    }
+}
+
+/// The transport and outcome labels of `kind` (an [`Outcome::kind`]).
+fn outcome_labels(transport: Transport, kind: &str) -> &'static [Label] {
+    let row = &OUTCOME_LABELS[transport_index(transport)];
+    row.iter()
+        .find(|labels| labels[1].value() == kind)
+        .map_or(&[][..], |labels| &labels[..])
+}
+
 pub(crate) fn started(side: Side, transport: Transport) {
     let name = match side {
         Side::Server => SERVER_IN_FLIGHT,
         Side::Client => CLIENT_IN_FLIGHT,
     };
-    metrics::gauge!(name, TRANSPORT_LABEL => transport.as_str()).increment(1.0);
+    let key = Key::from_static_parts(name, &TRANSPORT_LABELS[transport_index(transport)]);
+    metrics::with_recorder(|r| r.register_gauge(&key, &METADATA).increment(1.0));
 }
 
 pub(crate) fn ended(side: Side, transport: Transport, outcome: &Outcome, elapsed: Duration) {
@@ -43,12 +102,17 @@ pub(crate) fn ended(side: Side, transport: Transport, outcome: &Outcome, elapsed
         Side::Server => (SERVER_IN_FLIGHT, SERVER_REQUESTS, SERVER_DURATION),
         Side::Client => (CLIENT_IN_FLIGHT, CLIENT_REQUESTS, CLIENT_DURATION),
     };
-    let t = transport.as_str();
-    metrics::gauge!(in_flight, TRANSPORT_LABEL => t).decrement(1.0);
-    let kind = outcome.kind();
-    metrics::counter!(requests, TRANSPORT_LABEL => t, OUTCOME_LABEL => kind).increment(1);
-    metrics::histogram!(duration, TRANSPORT_LABEL => t, OUTCOME_LABEL => kind)
-        .record(elapsed.as_secs_f64());
+    let in_flight =
+        Key::from_static_parts(in_flight, &TRANSPORT_LABELS[transport_index(transport)]);
+    let labels = outcome_labels(transport, outcome.kind());
+    let requests = Key::from_static_parts(requests, labels);
+    let duration = Key::from_static_parts(duration, labels);
+    metrics::with_recorder(|r| {
+        r.register_gauge(&in_flight, &METADATA).decrement(1.0);
+        r.register_counter(&requests, &METADATA).increment(1);
+        r.register_histogram(&duration, &METADATA)
+            .record(elapsed.as_secs_f64());
+    });
 }
 
 /// A progress notification, sent (server) or routed (client).

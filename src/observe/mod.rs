@@ -170,20 +170,10 @@ impl Era {
     /// The era a request's params say (stdio has no headers): a 2026
     /// request carries `_meta["io.modelcontextprotocol/protocolVersion"]`
     /// (that revision requires it on every request), a 2025 one does not.
-    fn of_params(params: Option<&serde_json::value::RawValue>) -> Era {
-        #[derive(serde::Deserialize)]
-        struct Params<'a> {
-            #[serde(rename = "_meta", borrow)]
-            meta: Option<Meta<'a>>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Meta<'a> {
-            #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
-            version: Option<std::borrow::Cow<'a, str>>,
-        }
+    fn of_params(params: &crate::jsonrpc::ParamsView<'_>) -> Era {
         let version = params
-            .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
-            .and_then(|p| p.meta?.version);
+            .protocol_version
+            .and_then(|v| serde_json::from_str::<std::borrow::Cow<'_, str>>(v.get()).ok());
         match version {
             Some(v) if !crate::protocol::LEGACY_VERSIONS.contains(&&*v) => Era::Modern,
             _ => Era::Legacy,
@@ -223,7 +213,14 @@ mod tests {
         let subscriber = tracing_subscriber::registry();
         tracing::subscriber::with_default(subscriber, || {
             for side in [Side::Server, Side::Client] {
-                let record = Record::start(side, Transport::Http, None, None, "ping", None);
+                let record = Record::start(
+                    side,
+                    Transport::Http,
+                    None,
+                    None,
+                    "ping",
+                    super::record::SpanParams::Raw(None),
+                );
                 let metadata = record.span().metadata().expect("the span is enabled");
                 let names: Vec<_> = metadata.fields().iter().map(|f| f.name()).collect();
                 assert!(names.len() >= 17, "{names:?}");

@@ -8,7 +8,7 @@ use tracing::field::Empty;
 use tracing::Span;
 
 use super::{field, Era, Outcome, Side, Transport};
-use crate::jsonrpc::RequestId;
+use crate::jsonrpc::{ParamsPeek, ParamsView, RequestId};
 use crate::sanitize;
 use crate::Cancellation;
 
@@ -16,6 +16,27 @@ use crate::Cancellation;
 /// so that one filter directive (`tower_mcp_cancel::request=warn`) turns
 /// both off.
 const TARGET: &str = "tower_mcp_cancel::request";
+
+/// Where a request span reads the fields of `params` it shows (the tool or
+/// prompt name, the era of a stdio request).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SpanParams<'a> {
+    /// Read with the request's envelope (a server's decode): nothing is
+    /// parsed again.
+    Viewed(ParamsView<'a>),
+    /// The raw params (a client's request): peeked only when a subscriber
+    /// wants the span.
+    Raw(Option<&'a RawValue>),
+}
+
+impl<'a> SpanParams<'a> {
+    fn view(self) -> ParamsView<'a> {
+        match self {
+            SpanParams::Viewed(view) => view,
+            SpanParams::Raw(params) => params.map(|p| ParamsPeek::of(p).view).unwrap_or_default(),
+        }
+    }
+}
 
 /// One request's span and measurements. Ends once: with
 /// [`end`](Self::end), or, dropped before, with the outcome of the drop.
@@ -40,7 +61,7 @@ impl Record {
         era: Option<Era>,
         id: Option<&RequestId>,
         method: &str,
-        params: Option<&RawValue>,
+        params: SpanParams<'_>,
     ) -> Self {
         // The values are computed only when a subscriber wants the span
         // (inside the macros).
@@ -50,15 +71,18 @@ impl Record {
                 other => other.to_string(),
             })
         };
-        let era = || era.unwrap_or_else(|| Era::of_params(params)).as_str();
+        let era = || {
+            era.unwrap_or_else(|| Era::of_params(&params.view()))
+                .as_str()
+        };
         let tool = || {
             (method == "tools/call")
-                .then(|| name_param(params))
+                .then(|| name_param(&params.view()))
                 .flatten()
         };
         let prompt = || {
             (method == "prompts/get")
-                .then(|| name_param(params))
+                .then(|| name_param(&params.view()))
                 .flatten()
         };
         let operation = (method == "tools/call").then_some("execute_tool");
@@ -161,14 +185,9 @@ impl Record {
 }
 
 /// The `name` of a `tools/call` or `prompts/get` (sanitized), for the span.
-fn name_param(params: Option<&RawValue>) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Named<'a> {
-        #[serde(borrow)]
-        name: Option<std::borrow::Cow<'a, str>>,
-    }
-    let named: Named<'_> = serde_json::from_str(params?.get()).ok()?;
-    named.name.map(|n| sanitize::for_log(&n))
+fn name_param(params: &ParamsView<'_>) -> Option<String> {
+    let name = serde_json::from_str::<std::borrow::Cow<'_, str>>(params.name?.get()).ok()?;
+    Some(sanitize::for_log(&name))
 }
 
 impl Drop for Record {

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, ProgressParams, ProgressToken, RequestId};
-use crate::observe::record::Record;
+use crate::observe::record::{Record, SpanParams};
 use crate::observe::{Era, Outcome, Side, Transport};
 use crate::{CancelReason, Cancellation, McpRequest, ProgressObserver, ProgressTap, RequestView};
 
@@ -316,7 +316,7 @@ impl<A: Abandon> CallGuard<A> {
                 era,
                 Some(&id),
                 method,
-                req.params(),
+                SpanParams::Raw(req.params()),
             )),
             id,
             method: method.to_owned(),

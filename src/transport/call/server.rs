@@ -29,10 +29,10 @@ use crate::cancel::future::ResponseFuture;
 use crate::cancel::guard::DisconnectGuard;
 use crate::cancel::Passthrough;
 use crate::error::{BoxError, Cancelled};
-use crate::jsonrpc::{self, ErrorObject, RawRequest, RequestId};
+use crate::jsonrpc::{self, ErrorObject, ParamsView, RawRequest, RequestId};
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::notify::Notifier;
-use crate::observe::record::Record;
+use crate::observe::record::{Record, SpanParams};
 use crate::observe::{Era, Outcome, Side, Transport};
 use crate::{CancelReason, Cancellation, McpRequest, RequestView};
 
@@ -105,16 +105,19 @@ pub(crate) fn prepare(
 /// panic into an internal error, and decides the [`Ending`].
 ///
 /// The request's span (see [`observe`](crate::observe)) is opened here,
-/// the handler runs inside it, and its [`Outcome`] is recorded when the
+/// its fields from `params` read from `view` (the decode's, not parsed
+/// again), the handler runs inside it, and its [`Outcome`] is recorded when the
 /// ending is decided — or, if the future is dropped first, the outcome of
 /// the drop.
 ///
 /// Dropping the returned future drops the handler and fires the token with
 /// [`CancelReason::ClientDisconnected`], unless the request's cancellation
 /// already holds a reason (a shutdown, a limit).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run<S>(
     mut service: S,
     req: McpRequest,
+    view: ParamsView<'_>,
     id: RequestId,
     cancellation: Cancellation,
     is_listen: bool,
@@ -133,7 +136,7 @@ where
         era,
         Some(&id),
         req.method(),
-        req.params(),
+        SpanParams::Viewed(view),
     )
     .with_cancellation(cancellation.clone());
     let span = record.span().clone();

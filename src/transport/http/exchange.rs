@@ -59,6 +59,9 @@ pub(crate) struct Exchange {
     /// The server-wide shutdown signal (after the drain grace): it cancels
     /// the request.
     shutdown: Option<ShutdownSignal>,
+    /// Whether the shutdown is waited on: from the call's first `Pending`
+    /// on (see [`poll_call`](Self::poll_call)).
+    watching: bool,
     /// A notification taken in the first phase, to send first.
     front: Option<Vec<u8>>,
     /// The final message, once the call ended, after the queued ones.
@@ -86,6 +89,7 @@ impl Exchange {
             id,
             is_listen,
             shutdown,
+            watching: false,
             front: None,
             last: None,
             done: false,
@@ -102,12 +106,32 @@ impl Exchange {
 
     /// Polls the call (and shutdown); `Ready` once it ended. The request's
     /// gate is closed then, so every message of it is already queued.
+    ///
+    /// The shutdown is waited on from the call's first `Pending` on, and
+    /// then polled first, so that a fired shutdown cancels before the
+    /// call's next poll. A call that ends in its first poll (the request
+    /// was not refused for the shutdown a moment before, in the same poll
+    /// of the task) never takes the server-wide token: see
+    /// [`ShutdownSignal`].
     fn poll_call(&mut self, cx: &mut Context<'_>) -> Poll<Ending> {
-        poll_shutdown(&mut self.shutdown, &self.scope, cx);
+        if self.watching {
+            poll_shutdown(&mut self.shutdown, &self.scope, cx);
+        }
         let Some(call) = self.call.as_mut() else {
             return Poll::Ready(Ending::Silent(CancelReason::ClientDisconnected));
         };
-        let ending = std::task::ready!(call.as_mut().poll(cx));
+        let ending = match call.as_mut().poll(cx) {
+            Poll::Ready(ending) => ending,
+            Poll::Pending => {
+                if !std::mem::replace(&mut self.watching, true)
+                    && poll_shutdown(&mut self.shutdown, &self.scope, cx)
+                {
+                    // Fired already: the call sees the cancel at its next poll.
+                    cx.waker().wake_by_ref();
+                }
+                return Poll::Pending;
+            }
+        };
         self.call = None;
         self.scope.end();
         // Senders waiting for queue space learn that the request is over.
@@ -211,13 +235,20 @@ impl Stream for Exchange {
 /// the shutdown signal (after the drain grace) is ready: the call then sees
 /// the cancel first thing and ends as the lifecycle says (a listen stream:
 /// its graceful result).
-fn poll_shutdown(shutdown: &mut Option<ShutdownSignal>, scope: &Scope, cx: &mut Context<'_>) {
+/// Whether it fired the cancellation now.
+fn poll_shutdown(
+    shutdown: &mut Option<ShutdownSignal>,
+    scope: &Scope,
+    cx: &mut Context<'_>,
+) -> bool {
     if let Some(signal) = shutdown.as_mut() {
         if signal.poll_fire(cx).is_ready() {
             *shutdown = None;
             scope.cancellation().cancel(CancelReason::Shutdown);
+            return true;
         }
     }
+    false
 }
 
 /// A call whose client hung up, run to its end — or until the shutdown

@@ -25,7 +25,9 @@ use super::validation::{
     check_request_headers, protocol_version_header, MirroredParams, Rejection,
 };
 use crate::error::BoxError;
-use crate::jsonrpc::{ErrorObject, Message, RawNotification, RawRequest, SUBSCRIPTIONS_LISTEN};
+use crate::jsonrpc::{
+    ErrorObject, Message, ParamsView, RawNotification, RawRequest, SUBSCRIPTIONS_LISTEN,
+};
 use crate::notify::outbox::Scope;
 use crate::observe::{Era as ObservedEra, Transport};
 use crate::transport::call::server as call;
@@ -79,14 +81,16 @@ where
     check_accept(&parts.headers)?;
     check_content_type(&parts.headers)?;
     let bytes = request_body::read(body, &parts.headers, &config).await?;
-    let raw = match decode(&bytes)? {
+    // The body is parsed once: the envelope, the progress token and the
+    // fields the headers mirror (`view`, borrowed from `bytes`) in one pass.
+    let (raw, view) = match decode(&bytes)? {
         // Draining: no new work. A legacy session's cancel and `DELETE` are
         // still served, they only end work.
-        Decoded::Request(_) if drain::shutting_down(&config) => {
+        Decoded::Request(..) if drain::shutting_down(&config) => {
             tracing::debug!("request refused: server shutting down");
             return Ok(response::plain(StatusCode::SERVICE_UNAVAILABLE));
         }
-        Decoded::Request(raw) => raw,
+        Decoded::Request(raw, view) => (raw, view),
         Decoded::Notification(n) => {
             if let Some(sessions) = sessions {
                 endpoint::notification(sessions, &parts.headers, &n)?;
@@ -94,7 +98,7 @@ where
             return Ok(response::plain(StatusCode::ACCEPTED));
         }
     };
-    let era = check_metadata(&config, &parts.headers, &raw)?;
+    let era = check_metadata(&config, &parts.headers, &raw, view.into())?;
     // Counted from here to the call's end (see `max_in_flight`); refused
     // before a session is minted or joined.
     let Some(place) = config.in_flight.try_take() else {
@@ -113,7 +117,16 @@ where
         _running: running,
         _place: Some(place),
     };
-    let exchange = start_call(inner, &config, parts, raw, era, opened.as_ref(), hold)?;
+    let exchange = start_call(
+        inner,
+        &config,
+        parts,
+        raw,
+        &view,
+        era,
+        opened.as_ref(),
+        hold,
+    )?;
     let mut res = response::shape(exchange, &config).await;
     if let (Some(opened), Some(sessions)) = (&opened, sessions) {
         opened.finish(sessions, &mut res);
@@ -122,26 +135,27 @@ where
 }
 
 /// What a POST carries.
-enum Decoded {
-    Request(RawRequest),
+enum Decoded<'a> {
+    /// A request, and the fields of its params read with it.
+    Request(RawRequest, ParamsView<'a>),
     /// Answered `202` (after a legacy session's cancel, if it is one).
     Notification(RawNotification),
 }
 
 /// The message in the body. A response, or anything that is not JSON-RPC,
 /// is refused (`400`).
-fn decode(bytes: &[u8]) -> Result<Decoded, Rejection> {
-    match Message::decode(bytes) {
+fn decode(bytes: &[u8]) -> Result<Decoded<'_>, Rejection> {
+    match Message::decode_viewed(bytes) {
         Err(e) => Err(Rejection::new(
             StatusCode::BAD_REQUEST,
             e.id.clone(),
             e.to_error_object(),
         )),
-        Ok(Message::Notification(n)) => {
+        Ok((Message::Notification(n), _)) => {
             tracing::debug!(method = ?n.method, "notification accepted");
             Ok(Decoded::Notification(n))
         }
-        Ok(Message::Response(r)) => Err(Rejection::new(
+        Ok((Message::Response(r), _)) => Err(Rejection::new(
             StatusCode::BAD_REQUEST,
             r.id,
             ErrorObject::new(
@@ -149,7 +163,7 @@ fn decode(bytes: &[u8]) -> Result<Decoded, Rejection> {
                 "Invalid Request: clients must not send JSON-RPC responses",
             ),
         )),
-        Ok(Message::Request(r)) => Ok(Decoded::Request(r)),
+        Ok((Message::Request(r), view)) => Ok(Decoded::Request(r, view)),
     }
 }
 
@@ -169,8 +183,8 @@ fn check_metadata(
     config: &Config,
     headers: &HeaderMap,
     raw: &RawRequest,
+    mirrored: MirroredParams<'_>,
 ) -> Result<Era, Rejection> {
-    let mirrored = MirroredParams::read(raw.params.as_deref());
     // Only a 2026 client puts the protocol version in the body: such a body
     // is a 2026 request whatever the header says, so a header cannot turn
     // off the checks below, or cancel-on-disconnect.
@@ -225,11 +239,13 @@ fn check_metadata(
 /// the one an outer layer put in the HTTP request's extensions, or a new
 /// one —, a notifier, the HTTP request's extensions
 /// and its `HeaderMap`), run by the lifecycle, owned by an [`Exchange`].
+#[allow(clippy::too_many_arguments)]
 fn start_call<S: McpService>(
     inner: S,
-    config: &Config,
+    config: &Arc<Config>,
     parts: Parts,
     raw: RawRequest,
+    view: &ParamsView<'_>,
     era: Era,
     opened: Option<&Opened>,
     hold: Hold,
@@ -268,6 +284,7 @@ fn start_call<S: McpService>(
     let call = call::run(
         inner,
         mcp,
+        *view,
         id.clone(),
         scope.cancellation().clone(),
         is_listen,
@@ -301,10 +318,7 @@ fn start_call<S: McpService>(
         scope,
         id,
         is_listen,
-        config
-            .shutdown
-            .clone()
-            .map(|t| ShutdownSignal::new(t, config.drain_grace, is_listen)),
+        ShutdownSignal::new(config, is_listen),
         !cancel_on_disconnect,
     )
     .holding(hold))

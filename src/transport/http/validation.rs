@@ -17,7 +17,7 @@ use super::headers::{
     MCP_PROTOCOL_VERSION_HEADER,
 };
 use super::param_headers::ToolHeaderMap;
-use crate::jsonrpc::{self, ErrorObject, RequestId, PROTOCOL_VERSION_META};
+use crate::jsonrpc::{self, ErrorObject, ParamsView, RequestId, PROTOCOL_VERSION_META};
 use crate::sanitize::for_log;
 
 /// A request refused before it reached the MCP stack: an HTTP status and the
@@ -104,12 +104,13 @@ pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
     let Some(ct) = values.next() else {
         return Ok(());
     };
-    let mime = ct
+    // Compared without a lower-cased copy.
+    let json = ct
         .to_str()
         .ok()
         .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase());
-    if mime.as_deref() == Some("application/json") && values.next().is_none() {
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if json && values.next().is_none() {
         Ok(())
     } else {
         Err(Rejection::new(
@@ -123,23 +124,17 @@ pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), Rejection> {
     }
 }
 
-/// The fields of `params` the transport compares with headers, borrowed
-/// from the body unparsed (`null` reads as absent): one pass over `params`
-/// that allocates nothing, a string is read only when it is compared.
-#[derive(Deserialize, Default)]
-pub(crate) struct MirroredParams<'a> {
-    #[serde(default, borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    uri: Option<&'a RawValue>,
-    #[serde(default, borrow, rename = "_meta")]
-    meta: Option<MetaFields<'a>>,
-}
+/// The fields of `params` the transport compares with headers: the
+/// [`ParamsView`] read with the request's envelope and progress token (one
+/// pass over the body, nothing allocated), a string read only when it is
+/// compared.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MirroredParams<'a>(ParamsView<'a>);
 
-#[derive(Deserialize, Default)]
-struct MetaFields<'a> {
-    #[serde(default, borrow, rename = "io.modelcontextprotocol/protocolVersion")]
-    protocol_version: Option<&'a RawValue>,
+impl<'a> From<ParamsView<'a>> for MirroredParams<'a> {
+    fn from(view: ParamsView<'a>) -> Self {
+        Self(view)
+    }
 }
 
 /// A JSON string value as text (borrowed unless it has escapes); `None` for
@@ -154,32 +149,31 @@ fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
 }
 
 impl<'a> MirroredParams<'a> {
+    /// Reads the fields from raw params (the adapter has them from the
+    /// decode already).
+    #[cfg(test)]
     pub(crate) fn read(params: Option<&'a RawValue>) -> Self {
-        // Arrays and odd shapes simply have none of the fields.
-        params
-            .and_then(|p| serde_json::from_str(p.get()).ok())
-            .unwrap_or_default()
+        Self(
+            params
+                .map(|p| crate::jsonrpc::ParamsPeek::of(p).view)
+                .unwrap_or_default(),
+        )
     }
 
     /// Whether the body carries `_meta["io.modelcontextprotocol/protocolVersion"]`
     /// at all (any non-null value): only 2026 clients send it.
     pub(crate) fn has_protocol_version(&self) -> bool {
-        self.meta
-            .as_ref()
-            .is_some_and(|m| m.protocol_version.is_some())
+        self.0.protocol_version.is_some()
     }
 
     pub(crate) fn protocol_version(&self) -> Option<Cow<'a, str>> {
-        self.meta
-            .as_ref()
-            .and_then(|m| m.protocol_version)
-            .and_then(json_str)
+        self.0.protocol_version.and_then(json_str)
     }
 
     fn field(&self, field: &str) -> Option<Cow<'a, str>> {
         match field {
-            "name" => self.name.and_then(json_str),
-            "uri" => self.uri.and_then(json_str),
+            "name" => self.0.name.and_then(json_str),
+            "uri" => self.0.uri.and_then(json_str),
             _ => None,
         }
     }

@@ -13,7 +13,9 @@ use super::framing::{Frame, LineReader};
 use super::schedule::{give_way, Batch, HandlerLoad, Hold, ReaderTurn};
 use super::writer::write_loop;
 use crate::cancel::InFlight;
-use crate::jsonrpc::{self, ErrorObject, Message, RawNotification, RawRequest, RequestId};
+use crate::jsonrpc::{
+    self, ErrorObject, Message, ParamsView, RawNotification, RawRequest, RequestId,
+};
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::observe::Transport;
 use crate::transport::call::server::{self as call, encode_error_without_id, McpService};
@@ -252,10 +254,10 @@ impl Connection {
             tracing::debug!("blank line ignored");
             return;
         }
-        match Message::decode(line) {
-            Ok(Message::Request(raw)) => self.on_request(raw, service, tasks).await,
-            Ok(Message::Notification(n)) => self.on_notification(n),
-            Ok(Message::Response(r)) => {
+        match Message::decode_viewed(line) {
+            Ok((Message::Request(raw), view)) => self.on_request(raw, view, service, tasks).await,
+            Ok((Message::Notification(n), _)) => self.on_notification(n),
+            Ok((Message::Response(r), _)) => {
                 tracing::debug!(request_id = ?r.id, "response from the client ignored (the server sends no requests)");
             }
             Err(e) => {
@@ -295,8 +297,14 @@ impl Connection {
         self.send(bytes).await;
     }
 
-    async fn on_request<S>(&self, raw: RawRequest, service: &mut S, tasks: &mut JoinSet<()>)
-    where
+    /// `view`: the fields of its params read with it, for its span.
+    async fn on_request<S>(
+        &self,
+        raw: RawRequest,
+        view: ParamsView<'_>,
+        service: &mut S,
+        tasks: &mut JoinSet<()>,
+    ) where
         S: McpService,
     {
         let id = raw.id.clone();
@@ -343,6 +351,7 @@ impl Connection {
         let call = call::run(
             service.clone(),
             req,
+            view,
             id,
             scope.cancellation().clone(),
             is_listen,

@@ -18,7 +18,7 @@ pub(crate) fn figure8(a: &Args, t: &mut Tables) {
     let words: Vec<String> = match (&a.servers, a.smoke) {
         (Some(w), _) => w.clone(),
         (None, true) => vec!["ours".into(), "floor".into()],
-        (None, false) => ["ours", "rmcp", "tower-mcp", "floor"]
+        (None, false) => ["ours", "example", "rmcp", "tower-mcp", "floor"]
             .map(String::from)
             .to_vec(),
     };

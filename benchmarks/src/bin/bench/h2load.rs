@@ -3,7 +3,9 @@
 //! `h2load` (Debian's `nghttp2-client`). Each server is its own release
 //! binary of this package (`ours_http`, `rmcp_http`, `tower_mcp_http`,
 //! `floor_http`), all on the same hyper-util accept loop and the same
-//! runtime (multi-threaded, 2 workers); the server's CPU time per request
+//! runtime (multi-threaded, 2 workers) — except the example server
+//! (`examples/http_server` of the crate, as a user builds and runs it:
+//! axum, tower-http, `transport::http::serve`); the server's CPU time per request
 //! comes from its `/proc/<pid>/stat` (`utime + stime`) over each measured
 //! run. Runs are interleaved across servers and protocols, so that the
 //! machine's noise hits all of them; medians are reported.
@@ -46,6 +48,8 @@ pub enum Role {
     Ours,
     Peer,
     Floor,
+    /// The crate's example server: compared with the floor.
+    Example,
     /// Another build of ours (e.g. before a change): shown, not compared.
     Other,
 }
@@ -55,8 +59,47 @@ fn bin_path(bin: &str) -> PathBuf {
     exe.parent().expect("bin dir").join(bin)
 }
 
+/// The row name of the example server.
+const EXAMPLE_NAME: &str = "tower-mcp-cancel example server (`examples/http_server`)";
+
+/// The arguments every server run by path gets: a free port (the example
+/// server listens on 8080 otherwise; `ours_http` takes the same flag).
+const LISTEN_ANY: [&str; 2] = ["--listen", "127.0.0.1:0"];
+
+/// Where the crate's example server is, as `cargo build --release
+/// --all-features --examples` at the repository's root leaves it: in the
+/// target directory this binary was built in (a shared `CARGO_TARGET_DIR`),
+/// in `$CARGO_TARGET_DIR`, or in the root's own `target/`.
+fn example_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut candidates = vec![exe
+        .parent()
+        .expect("bin dir")
+        .join("examples")
+        .join("http_server")];
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        candidates.push(PathBuf::from(dir).join("release/examples/http_server"));
+    }
+    candidates.push(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/examples/http_server"),
+    );
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            eprintln!(
+                "the example server is not built (looked at {candidates:?}): run `cargo build --release --all-features --examples` at the repository's root, or give `--servers example=PATH`"
+            );
+            std::process::exit(2)
+        })
+}
+
 /// A server by word: `ours`, `ours-serve`, `floor`, `rmcp`, `rmcp-default`,
-/// `tower-mcp`, or `NAME=PATH` (another build of `ours_http`).
+/// `tower-mcp`, `example` (the crate's `examples/http_server`, see
+/// [`example_path`]), `example=PATH` (that binary as the example row), or
+/// `NAME=PATH` (another build of `ours_http` or of the example, shown
+/// without ratios). Servers run by path get `--listen 127.0.0.1:0`.
 pub fn server(word: &str) -> Server {
     let s = |name: &str, bin: &str, args: &[&str], role| Server {
         name: name.to_owned(),
@@ -101,13 +144,23 @@ pub fn server(word: &str) -> Server {
             &[],
             Role::Peer,
         ),
+        "example" => Server {
+            name: EXAMPLE_NAME.to_owned(),
+            program: example_path(),
+            args: LISTEN_ANY.map(String::from).to_vec(),
+            role: Role::Example,
+        },
         other => {
             let (name, path) = other.split_once('=').unwrap_or((other, other));
+            let (name, role) = match name {
+                "example" => (EXAMPLE_NAME, Role::Example),
+                _ => (name, Role::Other),
+            };
             Server {
                 name: name.to_owned(),
                 program: PathBuf::from(path),
-                args: vec![],
-                role: Role::Other,
+                args: LISTEN_ANY.map(String::from).to_vec(),
+                role,
             }
         }
     }
@@ -340,37 +393,49 @@ pub fn figure8(servers: &[Server], n: u64, rounds: usize, t: &mut Tables) {
                 fmt_d(Duration::from_secs_f64(sd)),
             );
         }
-        let Some(ours) = servers.iter().position(|s| s.role == Role::Ours) else {
-            continue;
-        };
-        let o = m(ours);
-        let mut line = format!("HTTP/{}:", p.name());
-        let mut peer_ok = true;
-        let mut any_peer = false;
-        for (si, s) in servers.iter().enumerate() {
-            if s.role == Role::Peer {
-                let r = o.0 / m(si).0;
-                any_peer = true;
-                peer_ok &= r <= 0.5;
-                let _ = write!(line, " ours ÷ {} CPU {r:.2}×;", s.name);
+        let floor = servers.iter().position(|s| s.role == Role::Floor).map(m);
+        if let Some(ours) = servers.iter().position(|s| s.role == Role::Ours) {
+            let o = m(ours);
+            let mut line = format!("HTTP/{}:", p.name());
+            let mut peer_ok = true;
+            let mut any_peer = false;
+            for (si, s) in servers.iter().enumerate() {
+                if s.role == Role::Peer {
+                    let r = o.0 / m(si).0;
+                    any_peer = true;
+                    peer_ok &= r <= 0.5;
+                    let _ = write!(line, " ours ÷ {} CPU {r:.2}×;", s.name);
+                }
             }
+            if any_peer {
+                let _ = write!(line, " ≤ 0.5× every peer: {};", verdict(peer_ok));
+            }
+            if let Some(f) = floor {
+                let (cpu, rps, max) = (o.0 / f.0, o.1 / f.1, o.2 / f.2);
+                let _ = write!(
+                    line,
+                    " ours ÷ floor CPU {cpu:.2}× (≤ 1.3×: {}), throughput {:.0} % of the floor's (≥ 80 %: {}), max latency {max:.2}× the floor's (≤ 2×: {}).",
+                    verdict(cpu <= 1.3),
+                    rps * 100.0,
+                    verdict(rps >= 0.8),
+                    verdict(max <= 2.0)
+                );
+            }
+            let _ = writeln!(verdicts, "- {line}");
         }
-        if any_peer {
-            let _ = write!(line, " ≤ 0.5× every peer: {};", verdict(peer_ok));
-        }
-        if let Some(f) = servers.iter().position(|s| s.role == Role::Floor) {
-            let f = m(f);
-            let (cpu, rps, max) = (o.0 / f.0, o.1 / f.1, o.2 / f.2);
-            let _ = write!(
-                line,
-                " ours ÷ floor CPU {cpu:.2}× (≤ 1.3×: {}), throughput {:.0} % of the floor's (≥ 80 %: {}), max latency {max:.2}× the floor's (≤ 2×: {}).",
+        // The example server as users run it (issue #25): held to the
+        // floor's CPU per request like ours.
+        let example = servers.iter().position(|s| s.role == Role::Example);
+        if let (Some(e), Some(f)) = (example.map(m), floor) {
+            let (cpu, rps, max) = (e.0 / f.0, e.1 / f.1, e.2 / f.2);
+            let _ = writeln!(
+                verdicts,
+                "- HTTP/{}: example server ÷ floor CPU {cpu:.2}× (≤ 1.3×: {}), throughput {:.0} % of the floor's, max latency {max:.2}× the floor's.",
+                p.name(),
                 verdict(cpu <= 1.3),
                 rps * 100.0,
-                verdict(rps >= 0.8),
-                verdict(max <= 2.0)
             );
         }
-        let _ = writeln!(verdicts, "- {line}");
     }
     let _ = writeln!(
         out,

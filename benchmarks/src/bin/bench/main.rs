@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! bench [--smoke] [--write BENCHMARKS.md] [--criterion DIR] [--lateness FILE] [--only 3,4,5,6,8]
-//!       [--requests N] [--rounds R] [--servers ours,rmcp,tower-mcp,floor]
+//!       [--requests N] [--rounds R] [--servers ours,example,rmcp,tower-mcp,floor]
 //! ```
 //!
 //! * `--smoke`: a few seconds, our servers only (no peers), small counts.
