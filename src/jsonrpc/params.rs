@@ -123,6 +123,17 @@ pub(crate) struct ParamsView<'a> {
     pub(crate) protocol_version: Option<&'a RawValue>,
 }
 
+/// A JSON string value as text (borrowed unless it has escapes); `None` for
+/// any other JSON value.
+pub(crate) fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    match serde_json::from_str::<&str>(raw.get()) {
+        Ok(s) => Some(Cow::Borrowed(s)),
+        Err(_) => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
+    }
+}
+
 impl<'a> ParamsPeek<'a> {
     /// The peek of `params`: one pass, nothing allocated but an owned
     /// token (and a key that has escapes).

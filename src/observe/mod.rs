@@ -171,9 +171,7 @@ impl Era {
     /// request carries `_meta["io.modelcontextprotocol/protocolVersion"]`
     /// (that revision requires it on every request), a 2025 one does not.
     fn of_params(params: &crate::jsonrpc::ParamsView<'_>) -> Era {
-        let version = params
-            .protocol_version
-            .and_then(|v| serde_json::from_str::<std::borrow::Cow<'_, str>>(v.get()).ok());
+        let version = params.protocol_version.and_then(crate::jsonrpc::json_str);
         match version {
             Some(v) if !crate::protocol::LEGACY_VERSIONS.contains(&&*v) => Era::Modern,
             _ => Era::Legacy,

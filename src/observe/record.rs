@@ -186,7 +186,7 @@ impl Record {
 
 /// The `name` of a `tools/call` or `prompts/get` (sanitized), for the span.
 fn name_param(params: &ParamsView<'_>) -> Option<String> {
-    let name = serde_json::from_str::<std::borrow::Cow<'_, str>>(params.name?.get()).ok()?;
+    let name = crate::jsonrpc::json_str(params.name?)?;
     Some(sanitize::for_log(&name))
 }
 

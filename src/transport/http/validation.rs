@@ -17,7 +17,7 @@ use super::headers::{
     MCP_PROTOCOL_VERSION_HEADER,
 };
 use super::param_headers::ToolHeaderMap;
-use crate::jsonrpc::{self, ErrorObject, ParamsView, RequestId, PROTOCOL_VERSION_META};
+use crate::jsonrpc::{self, json_str, ErrorObject, ParamsView, RequestId, PROTOCOL_VERSION_META};
 use crate::sanitize::for_log;
 
 /// A request refused before it reached the MCP stack: an HTTP status and the
@@ -134,17 +134,6 @@ pub(crate) struct MirroredParams<'a>(ParamsView<'a>);
 impl<'a> From<ParamsView<'a>> for MirroredParams<'a> {
     fn from(view: ParamsView<'a>) -> Self {
         Self(view)
-    }
-}
-
-/// A JSON string value as text (borrowed unless it has escapes); `None` for
-/// any other JSON value.
-fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    match serde_json::from_str::<&str>(raw.get()) {
-        Ok(s) => Some(Cow::Borrowed(s)),
-        Err(_) => serde_json::from_str::<String>(raw.get())
-            .ok()
-            .map(Cow::Owned),
     }
 }
 
