@@ -11,6 +11,7 @@ use crate::error::BoxError;
 use crate::jsonrpc::{Method, ProgressToken};
 use crate::request::RequestView;
 use crate::state::{ProgressObserver, ProgressTap, RequestState, TapRequest};
+use crate::timeout::DeadlineCap;
 
 use super::future::ResponseFuture;
 use super::limits::ProgressLimits;
@@ -278,13 +279,16 @@ where
         // this layer's timer takes it.
         let tap = match req.cancellation() {
             Some(c) => {
+                // A cap in the extensions is recorded in the request's
+                // state, where this layer's timer takes it with the rest.
+                crate::timeout::inherited_deadline(&req);
                 let deadlines = c.request_state().deadlines();
                 let timeout = deadlines.offered();
                 let request = TapRequest::new(started, limits.idle, limits.max, timeout);
                 let tap = ProgressTap::for_request(c, token, observer, request);
                 if tap.lives_in(c) {
-                    if let Some(limit) = timeout {
-                        deadlines.take(limit);
+                    if let Some(stamp) = timeout {
+                        deadlines.take(stamp);
                     }
                     req.set_progress_tap(tap.clone());
                 } else if req.progress_tap().is_none() {
@@ -297,7 +301,15 @@ where
             }
             None => {
                 let c = RequestState::start(req.request_id(), method);
-                let request = TapRequest::new(started, limits.idle, limits.max, None);
+                let deadlines = c.request_state().deadlines();
+                if let Some(cap) = req.extensions().get::<DeadlineCap>() {
+                    cap.deadline().map(|cap| deadlines.inherit(cap));
+                }
+                let timeout = deadlines.offered();
+                if let Some(stamp) = timeout {
+                    deadlines.take(stamp);
+                }
+                let request = TapRequest::new(started, limits.idle, limits.max, timeout);
                 let tap = ProgressTap::for_request(&c, token, observer, request);
                 req.set_cancellation(c);
                 req.set_progress_tap(tap.clone());

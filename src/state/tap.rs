@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::sync::Arc;
-use super::{Cancellation, RequestLabel, RequestState};
+use super::{Cancellation, RequestLabel, RequestState, Stamp};
 use crate::error::{CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, ProgressToken, RequestId};
 
@@ -103,8 +103,11 @@ pub(crate) struct TapRequest {
     started: Instant,
     idle: Nanos,
     max: Nanos,
-    /// A `TimeoutLayer`'s limit this layer's timer enforces too
-    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered));
+    /// A `TimeoutLayer`'s limit, or an inherited deadline, this layer's
+    /// timer enforces too
+    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered)), as
+    /// a limit from `started` whose low bit says whether it was inherited
+    /// (the limit itself rounded down to an even nanosecond: never later);
     /// only for the tap that lives in the request's state, the one that
     /// [takes](super::DeadlineHandOff::take) it.
     timeout: Nanos,
@@ -146,15 +149,27 @@ impl TapRequest {
         started: Instant,
         idle: Duration,
         max: Option<Duration>,
-        timeout: Option<Duration>,
+        timeout: Option<Stamp>,
     ) -> Self {
+        let timeout = timeout.map_or(Nanos::of(None), |s| {
+            let limit = Nanos::of(Some(s.at().saturating_duration_since(started)));
+            match limit.0 {
+                u64::MAX => limit,
+                n => Nanos(n & !1 | u64::from(s.inherited())),
+            }
+        });
         Self {
             started,
             idle: Nanos::of(Some(idle)),
             max: Nanos::of(max),
-            timeout: Nanos::of(timeout),
+            timeout,
             also: None,
         }
+    }
+
+    /// The hard maximum's deadline, if any.
+    pub(crate) fn max_deadline(&self) -> Option<Instant> {
+        self.started.checked_add(self.max.get()?)
     }
 
     /// The deadlines as of `last_report`: the idle one (from the last
@@ -166,10 +181,15 @@ impl TapRequest {
             let limit = limit.get()?;
             Some((from.checked_add(limit)?, limit))
         };
+        let (timeout, inherited) = match self.timeout.0 {
+            u64::MAX => (self.timeout, false),
+            n => (Nanos(n & !1), n & 1 == 1),
+        };
         Deadlines {
             idle: after(last_report.unwrap_or(self.started), self.idle),
             max: after(self.started, self.max),
-            timeout: after(self.started, self.timeout),
+            timeout: after(self.started, timeout),
+            inherited,
         }
     }
 }
@@ -181,6 +201,8 @@ pub(crate) struct Deadlines {
     idle: Option<(Instant, Duration)>,
     max: Option<(Instant, Duration)>,
     timeout: Option<(Instant, Duration)>,
+    /// Whether `timeout` was inherited (named `Limit::Inherited`).
+    inherited: bool,
 }
 
 impl Deadlines {
@@ -203,7 +225,12 @@ impl Deadlines {
         } else if let Some((_, limit)) = hit(self.idle) {
             Some(Elapsed::new(Limit::Idle, limit))
         } else {
-            hit(self.timeout).map(|(_, limit)| Elapsed::new(Limit::Timeout, limit))
+            let kind = if self.inherited {
+                Limit::Inherited
+            } else {
+                Limit::Timeout
+            };
+            hit(self.timeout).map(|(_, limit)| Elapsed::new(kind, limit))
         }
     }
 }
@@ -411,6 +438,16 @@ impl ProgressTap {
             last = last.max(outer.lock().last.map(|(_, at)| at));
         }
         Some(request.deadlines(last))
+    }
+
+    /// The deadline of the layer's hard maximum, while the tap is open;
+    /// `None` for a tap the layer did not make, or without a maximum.
+    pub(crate) fn max_deadline(&self) -> Option<Instant> {
+        if self.is_closed() {
+            return None;
+        }
+        let st = self.state().lock();
+        st.tap.as_ref()?.request.as_ref()?.max_deadline()
     }
 
     /// Whether the tap lives in the state of `cancellation`: `false` for a

@@ -115,4 +115,5 @@ mod policy;
 
 pub use crate::policy::MethodPolicy;
 pub use layer::{Timeout, TimeoutLayer};
-pub use policy::RequestTimeout;
+pub(crate) use policy::inherited_deadline;
+pub use policy::{DeadlineCap, RequestTimeout};
