@@ -109,11 +109,14 @@
 //! # }
 //! ```
 
+mod budget;
 pub mod future;
 mod layer;
 mod policy;
 
 pub use crate::policy::MethodPolicy;
+#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(unused_imports))]
+pub(crate) use budget::{inherit_budget, wire_params, BudgetKey};
 pub use layer::{Timeout, TimeoutLayer};
 pub(crate) use policy::inherited_deadline;
 pub use policy::{DeadlineCap, RequestTimeout};
