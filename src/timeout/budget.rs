@@ -13,9 +13,17 @@ use crate::request::RequestView;
 use crate::state::Stamp;
 use crate::timeout::DeadlineCap;
 
-/// The prefix MCP reserves for its own `_meta` keys: a budget key is not
-/// under it (MCP standardizes no budget key).
-const RESERVED_PREFIX: &str = "io.modelcontextprotocol/";
+/// Whether `key` is under a `_meta` prefix MCP reserves: one whose second
+/// label is `modelcontextprotocol` or `mcp` (`io.modelcontextprotocol/`,
+/// `dev.mcp/`, …). A budget key is not: MCP standardizes no budget key.
+fn reserved(key: &str) -> bool {
+    key.split_once('/').is_some_and(|(prefix, _)| {
+        matches!(
+            prefix.split('.').nth(1),
+            Some("modelcontextprotocol" | "mcp")
+        )
+    })
+}
 
 /// The largest budget honoured, in milliseconds (about 30 years): a larger
 /// one is clamped to it, and then to the server's policy, like any other.
@@ -29,13 +37,14 @@ pub(crate) struct BudgetKey(Arc<str>);
 impl BudgetKey {
     /// # Panics
     ///
-    /// If `key` is empty or under `io.modelcontextprotocol/` (reserved by
-    /// MCP, which defines no budget key).
+    /// If `key` is empty or under a prefix MCP reserves
+    /// (`io.modelcontextprotocol/`, any whose second label is
+    /// `modelcontextprotocol` or `mcp`); MCP defines no budget key.
     pub(crate) fn new(key: impl Into<String>) -> Self {
         let key = key.into();
         assert!(
-            !key.is_empty() && !key.starts_with(RESERVED_PREFIX),
-            "a budget key must be non-empty and not under `{RESERVED_PREFIX}` \
+            !key.is_empty() && !reserved(&key),
+            "a budget key must be non-empty and not under a prefix MCP reserves \
              (MCP defines no budget key): {key:?}"
         );
         Self(key.into())
@@ -178,6 +187,20 @@ mod tests {
     #[should_panic(expected = "budget key")]
     fn a_reserved_key_is_refused() {
         BudgetKey::new("io.modelcontextprotocol/deadline");
+    }
+
+    #[test]
+    fn reserved_prefixes_are_those_of_the_spec() {
+        for key in ["io.modelcontextprotocol/x", "dev.mcp/x", "com.mcp.tools/x"] {
+            assert!(reserved(key), "{key}");
+        }
+        for key in [
+            "com.example.mcp/budgetMs",
+            "budgetMs",
+            "io.github.tower-mcp-cancel/budgetMs",
+        ] {
+            assert!(!reserved(key), "{key}");
+        }
     }
 
     #[test]

@@ -383,8 +383,9 @@ impl<S> StreamableHttpService<S> {
     ///
     /// # Panics
     ///
-    /// If `key` is empty or under `io.modelcontextprotocol/`, which MCP
-    /// reserves (it defines no budget key).
+    /// If `key` is empty or under a `_meta` prefix MCP reserves
+    /// (`io.modelcontextprotocol/`, `dev.mcp/`, …; it defines no budget
+    /// key).
     #[must_use]
     pub fn budget_key(mut self, key: impl Into<String>) -> Self {
         self.config_mut().budget_key = Some(crate::timeout::BudgetKey::new(key));

@@ -157,7 +157,9 @@ impl StdioClientBuilder {
     ///
     /// # Panics
     ///
-    /// If `key` is empty or under `io.modelcontextprotocol/`.
+    /// If `key` is empty or under a `_meta` prefix MCP reserves
+    /// (`io.modelcontextprotocol/`, `dev.mcp/`, …; it defines no budget
+    /// key).
     #[must_use]
     pub fn budget_key(mut self, key: impl Into<String>) -> Self {
         self.budget_key = Some(BudgetKey::new(key));
