@@ -321,3 +321,26 @@ async fn timers_compose_whatever_the_order_with_or_without_a_cap() {
         }
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_outcome_names_an_inherited_deadline() {
+    use tower_mcp_cancel::observe::Outcome;
+    let (probe, _) = DropProbe::new();
+    let seen = Arc::new(Mutex::new(None));
+    let mut svc = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        .layer(TimeoutLayer::new(ms(10_000)))
+        .layer(ProgressResetLayer::new(ms(60_000)).without_max())
+        .service(recording(&probe, &seen));
+    let c = Cancellation::new();
+    let r = req()
+        .with_cancellation(c.clone())
+        .with_extension(DeadlineCap::after(ms(2_000)));
+    let err = svc.ready().await.unwrap().call(r).await.unwrap_err();
+    let outcome = Outcome::of_error(err.as_ref());
+    assert_eq!(outcome, Outcome::TimedOut(Limit::Inherited));
+    assert_eq!(outcome.kind(), "timeout_inherited");
+    // The handler's token fired with that reason.
+    let reason = c.reason().cloned().expect("cancelled");
+    assert!(reason.to_string().contains("inherited"), "{reason}");
+}
