@@ -135,3 +135,35 @@ async fn the_backend_sees_the_outer_deadline_and_is_dropped_at_it() {
     let err = bounded(call).await.unwrap().unwrap_err();
     assert!(err.to_string().contains("inherited"), "{err}");
 }
+
+/// What the handler of an HTTP server (a 10 s policy; the budget key on or
+/// off) has left for a call whose client sends a 2 s budget.
+async fn remaining_over_http(key_on: bool) -> Value {
+    let handler = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(10)))
+        .service(service_fn(|req: McpRequest| async move {
+            let left = RequestContext::of(&req).remaining();
+            Ok::<_, BoxError>(json!({ "remainingMs": left.map(|d| d.as_millis() as u64) }))
+        }));
+    let mut service = StreamableHttpService::new(handler);
+    if key_on {
+        service = service.budget_key(KEY);
+    }
+    let addr = serve(service, Proto::H1, Recorder::new().0).await;
+    let client = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
+        .budget_key(KEY)
+        .build();
+    let req = McpRequest::without_id("tools/call")
+        .with_params(json!({"name": "deadline", "arguments": {}}))
+        .with_extension(DeadlineCap::after(Duration::from_secs(2)));
+    let v = bounded(client.oneshot(req)).await.unwrap();
+    v["remainingMs"].clone()
+}
+
+#[tokio::test]
+async fn an_http_server_honours_a_budget_only_with_the_key() {
+    let on = remaining_over_http(true).await.as_u64().unwrap();
+    assert!((1_500..=2_000).contains(&on), "{on}");
+    let off = remaining_over_http(false).await.as_u64().unwrap();
+    assert!((9_500..=10_000).contains(&off), "{off}");
+}
