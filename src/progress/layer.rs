@@ -279,10 +279,12 @@ where
         // this layer's timer takes it.
         let tap = match req.cancellation() {
             Some(c) => {
+                let deadlines = c.request_state().deadlines();
                 // A cap in the extensions is recorded in the request's
                 // state, where this layer's timer takes it with the rest.
-                crate::timeout::inherited_deadline(&req);
-                let deadlines = c.request_state().deadlines();
+                if let Some(cap) = req.extensions().get::<DeadlineCap>() {
+                    cap.deadline().map(|cap| deadlines.inherit(cap));
+                }
                 let timeout = deadlines.offered();
                 let request = TapRequest::new(started, limits.idle, limits.max, timeout);
                 let tap = ProgressTap::for_request(c, token, observer, request);

@@ -53,8 +53,33 @@ impl Stamp {
     }
 
     #[inline]
-    fn get(raw: u64) -> Option<Self> {
+    pub(crate) fn get(raw: u64) -> Option<Self> {
         (raw != Self::NONE).then_some(Self(raw))
+    }
+
+    /// The raw value, for a field that keeps "no deadline" as
+    /// [`NONE_RAW`](Self::NONE_RAW).
+    #[inline]
+    pub(crate) fn raw(stamp: Option<Self>) -> u64 {
+        stamp.map_or(Self::NONE, |s| s.0)
+    }
+
+    /// What [`raw`](Self::raw) keeps for no deadline.
+    pub(crate) const NONE_RAW: u64 = Self::NONE;
+
+    /// The local deadline `limit` after `self`, or `None` past the range
+    /// (146 years out: no deadline, as a limit past what an `Instant` holds
+    /// is none).
+    #[inline]
+    pub(crate) fn checked_add(self, limit: Duration) -> Option<Self> {
+        let biased = (self.0 >> 1).checked_add(Self::nanos(limit))?;
+        (biased < 2 * Self::BIAS - 1).then_some(Self(biased << 1))
+    }
+
+    /// The time from `earlier` to `self` (zero if `self` comes first).
+    #[inline]
+    pub(crate) fn since(self, earlier: Self) -> Duration {
+        Duration::from_nanos((self.0 >> 1).saturating_sub(earlier.0 >> 1))
     }
 
     /// The instant.
@@ -77,7 +102,7 @@ impl Stamp {
 
     /// Whether `self` comes no later than `other`, whatever their kinds.
     #[inline]
-    fn no_later_than(self, other: Self) -> bool {
+    pub(crate) fn no_later_than(self, other: Self) -> bool {
         self.0 >> 1 <= other.0 >> 1
     }
 }
@@ -185,8 +210,8 @@ impl DeadlineHandOff {
     /// The earliest deadline kept, when it is an inherited one (a local
     /// layer's deadline is that layer's to enforce).
     #[inline]
-    pub(crate) fn inherited(&self) -> Option<Instant> {
-        self.offered().filter(|s| s.inherited()).map(Stamp::at)
+    pub(crate) fn inherited(&self) -> Option<Stamp> {
+        self.offered().filter(|s| s.inherited())
     }
 
     /// Records that `stamp` ([`offered`](Self::offered)) is enforced by the
@@ -234,6 +259,12 @@ mod tests {
         let (local, inherited) = (Stamp::new(now, false), Stamp::new(now, true));
         assert!(local < inherited, "a tie is named by the local limit");
         assert!(inherited < Stamp::new(now + Duration::from_nanos(1), false));
+        let later = local.checked_add(Duration::from_millis(1500)).unwrap();
+        assert_eq!(later.at(), now + Duration::from_millis(1500));
+        assert!(!later.inherited());
+        assert_eq!(later.since(local), Duration::from_millis(1500));
+        assert_eq!(local.since(later), Duration::ZERO);
+        assert_eq!(local.checked_add(Duration::MAX), None);
     }
 
     #[test]
@@ -242,7 +273,10 @@ mod tests {
         let now = Instant::now();
         assert_eq!(h.inherited(), None);
         h.inherit(now + Duration::from_secs(5));
-        assert_eq!(h.inherited(), Some(now + Duration::from_secs(5)));
+        assert_eq!(
+            h.inherited().map(Stamp::at),
+            Some(now + Duration::from_secs(5))
+        );
         let offer = h.offer(Stamp::new(now + Duration::from_secs(1), false));
         assert!(!h.settle(offer), "nothing took it");
         assert_eq!(h.inherited(), None, "a local deadline is earlier");

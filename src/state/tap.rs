@@ -103,14 +103,13 @@ pub(crate) struct TapRequest {
     started: Instant,
     idle: Nanos,
     max: Nanos,
-    /// A `TimeoutLayer`'s limit, or an inherited deadline, this layer's
+    /// A `TimeoutLayer`'s deadline, or an inherited one, this layer's
     /// timer enforces too
-    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered)), as
-    /// a limit from `started` whose low bit says whether it was inherited
-    /// (the limit itself rounded down to an even nanosecond: never later);
+    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered)): a
+    /// raw [`Stamp`], turned into an instant only when the request waits;
     /// only for the tap that lives in the request's state, the one that
     /// [takes](super::DeadlineHandOff::take) it.
-    timeout: Nanos,
+    timeout: u64,
     /// The request's own cancellation when the tap could not live in its
     /// state (that already held another layer's tap): an expiry fires it
     /// too, and the progress recorded on that other tap restarts this idle
@@ -151,18 +150,11 @@ impl TapRequest {
         max: Option<Duration>,
         timeout: Option<Stamp>,
     ) -> Self {
-        let timeout = timeout.map_or(Nanos::of(None), |s| {
-            let limit = Nanos::of(Some(s.at().saturating_duration_since(started)));
-            match limit.0 {
-                u64::MAX => limit,
-                n => Nanos(n & !1 | u64::from(s.inherited())),
-            }
-        });
         Self {
             started,
             idle: Nanos::of(Some(idle)),
             max: Nanos::of(max),
-            timeout,
+            timeout: Stamp::raw(timeout),
             also: None,
         }
     }
@@ -181,15 +173,15 @@ impl TapRequest {
             let limit = limit.get()?;
             Some((from.checked_add(limit)?, limit))
         };
-        let (timeout, inherited) = match self.timeout.0 {
-            u64::MAX => (self.timeout, false),
-            n => (Nanos(n & !1), n & 1 == 1),
-        };
+        let taken = Stamp::get(self.timeout);
         Deadlines {
             idle: after(last_report.unwrap_or(self.started), self.idle),
             max: after(self.started, self.max),
-            timeout: after(self.started, timeout),
-            inherited,
+            timeout: taken.map(|s| {
+                let at = s.at();
+                (at, at.saturating_duration_since(self.started))
+            }),
+            inherited: taken.is_some_and(Stamp::inherited),
         }
     }
 }
@@ -312,7 +304,7 @@ impl ProgressTap {
                     // offering layer's own timer, never by this one: it
                     // would name a tie with an outer layer's limit by the
                     // deadline rather than by that innermost limit.
-                    r.timeout = Nanos::of(None);
+                    r.timeout = Stamp::NONE_RAW;
                 }
                 Self::in_new_state(request.label.clone(), config)
             }

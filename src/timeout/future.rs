@@ -7,10 +7,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep_until, Instant, Sleep};
+use tokio::time::{sleep_until, Sleep};
 
 use crate::cancel::Cancellation;
 use crate::error::{BoxError, CancelReason, Elapsed, Limit};
+use crate::state::Stamp;
 
 pin_project! {
     /// Response future of [`Timeout`](super::Timeout).
@@ -22,7 +23,7 @@ pin_project! {
         // registered) only when the inner future first returns `Pending`, so
         // a request that is ready at once never touches the timer wheel, and
         // the future stays small.
-        deadline: Option<Instant>,
+        deadline: Option<Stamp>,
         sleep: Option<Pin<Box<Sleep>>>,
         limit: Duration,
         // Which limit the deadline is: the layer's own, or inherited.
@@ -40,7 +41,7 @@ impl<F> ResponseFuture<F> {
     #[inline]
     pub(crate) fn new(
         inner: F,
-        deadline: Instant,
+        deadline: Stamp,
         kind: Limit,
         limit: Duration,
         cancellation: Option<Cancellation>,
@@ -62,7 +63,7 @@ impl<F> ResponseFuture<F> {
     #[inline]
     pub(crate) fn handed_off(
         inner: F,
-        deadline: Instant,
+        deadline: Stamp,
         kind: Limit,
         limit: Duration,
         cancellation: Cancellation,
@@ -124,7 +125,7 @@ where
         }
         let sleep = this
             .sleep
-            .get_or_insert_with(|| Box::pin(sleep_until(deadline)));
+            .get_or_insert_with(|| Box::pin(sleep_until(deadline.at())));
         if sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }

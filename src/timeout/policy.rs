@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::state::Stamp;
+
 /// A per-request deadline override, set by the caller in the request's
 /// extensions; it takes precedence over the policy. A duration past what an
 /// `Instant` can hold from now (`Duration::MAX`) means no deadline.
@@ -81,10 +83,10 @@ impl DeadlineCap {
 /// below and the handler see it too. The one place the timer layers read
 /// an inherited deadline.
 #[inline]
-pub(crate) fn inherited_deadline<R: crate::RequestView>(req: &R) -> Option<tokio::time::Instant> {
+pub(crate) fn inherited_deadline<R: crate::RequestView>(req: &R) -> Option<Stamp> {
     let capped = req.extensions().get::<DeadlineCap>().and_then(|c| c.0);
     let Some(state) = req.cancellation().map(|c| c.request_state().deadlines()) else {
-        return capped;
+        return capped.map(|cap| Stamp::new(cap, true));
     };
     if let Some(cap) = capped {
         state.inherit(cap);
