@@ -67,21 +67,6 @@ impl Stamp {
     /// What [`raw`](Self::raw) keeps for no deadline.
     pub(crate) const NONE_RAW: u64 = Self::NONE;
 
-    /// The local deadline `limit` after `self`, or `None` past the range
-    /// (146 years out: no deadline, as a limit past what an `Instant` holds
-    /// is none).
-    #[inline]
-    pub(crate) fn checked_add(self, limit: Duration) -> Option<Self> {
-        let biased = (self.0 >> 1).checked_add(Self::nanos(limit))?;
-        (biased < 2 * Self::BIAS - 1).then_some(Self(biased << 1))
-    }
-
-    /// The time from `earlier` to `self` (zero if `self` comes first).
-    #[inline]
-    pub(crate) fn since(self, earlier: Self) -> Duration {
-        Duration::from_nanos((self.0 >> 1).saturating_sub(earlier.0 >> 1))
-    }
-
     /// The instant.
     pub(crate) fn at(self) -> Instant {
         let biased = self.0 >> 1;
@@ -259,12 +244,6 @@ mod tests {
         let (local, inherited) = (Stamp::new(now, false), Stamp::new(now, true));
         assert!(local < inherited, "a tie is named by the local limit");
         assert!(inherited < Stamp::new(now + Duration::from_nanos(1), false));
-        let later = local.checked_add(Duration::from_millis(1500)).unwrap();
-        assert_eq!(later.at(), now + Duration::from_millis(1500));
-        assert!(!later.inherited());
-        assert_eq!(later.since(local), Duration::from_millis(1500));
-        assert_eq!(local.since(later), Duration::ZERO);
-        assert_eq!(local.checked_add(Duration::MAX), None);
     }
 
     #[test]

@@ -7,11 +7,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep_until, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::cancel::Cancellation;
 use crate::error::{BoxError, CancelReason, Elapsed, Limit};
-use crate::state::Stamp;
 
 pin_project! {
     /// Response future of [`Timeout`](super::Timeout).
@@ -23,7 +22,7 @@ pin_project! {
         // registered) only when the inner future first returns `Pending`, so
         // a request that is ready at once never touches the timer wheel, and
         // the future stays small.
-        deadline: Option<Stamp>,
+        deadline: Option<Instant>,
         sleep: Option<Pin<Box<Sleep>>>,
         limit: Duration,
         // Which limit the deadline is: the layer's own, or inherited.
@@ -41,7 +40,7 @@ impl<F> ResponseFuture<F> {
     #[inline]
     pub(crate) fn new(
         inner: F,
-        deadline: Stamp,
+        deadline: Instant,
         kind: Limit,
         limit: Duration,
         cancellation: Option<Cancellation>,
@@ -63,7 +62,7 @@ impl<F> ResponseFuture<F> {
     #[inline]
     pub(crate) fn handed_off(
         inner: F,
-        deadline: Stamp,
+        deadline: Instant,
         kind: Limit,
         limit: Duration,
         cancellation: Cancellation,
@@ -125,7 +124,7 @@ where
         }
         let sleep = this
             .sleep
-            .get_or_insert_with(|| Box::pin(sleep_until(deadline.at())));
+            .get_or_insert_with(|| Box::pin(sleep_until(deadline)));
         if sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }

@@ -137,22 +137,23 @@ where
                 .resolve(&req, method.as_ref().map(Method::as_str), Duration::min),
         };
         let inherited = super::inherited_deadline(&req);
-        if limit.is_none() && inherited.is_none() {
-            return ResponseFuture::unlimited(self.inner.call(req));
-        }
-        // Deadlines as stamps, compared as integers; the `Instant` for a
-        // timer is made only if the request waits.
-        let started = Stamp::new(req.started_at(), false);
-        // A limit past what a stamp holds (`Duration::MAX`) is no limit.
-        let own = limit.and_then(|l| started.checked_add(l).map(|d| (l, d)));
-        // The earlier of the own deadline and an inherited one (a tie is
-        // the own limit's).
+        // A limit past what an `Instant` holds (`Duration::MAX`) is no limit.
+        let own = limit.and_then(|l| req.started_at().checked_add(l).map(|d| (l, d)));
         let (kind, limit, deadline) = match (own, inherited) {
-            (Some((limit, deadline)), cap) if cap.is_none_or(|c| deadline.no_later_than(c)) => {
-                (Limit::Timeout, limit, deadline)
+            (Some((limit, deadline)), None) => (Limit::Timeout, limit, deadline),
+            (None, None) => return ResponseFuture::unlimited(self.inner.call(req)),
+            // With an inherited deadline, the earlier of the two (a tie is
+            // the own limit's).
+            (own, Some(cap)) => {
+                let cap = cap.at();
+                match own {
+                    Some((limit, deadline)) if deadline <= cap => (Limit::Timeout, limit, deadline),
+                    _ => {
+                        let limit = cap.saturating_duration_since(req.started_at());
+                        (Limit::Inherited, limit, cap)
+                    }
+                }
             }
-            (_, Some(cap)) => (Limit::Inherited, cap.since(started), cap),
-            _ => return ResponseFuture::unlimited(self.inner.call(req)),
         };
         let Some(cancellation) = req.cancellation().cloned() else {
             return ResponseFuture::new(self.inner.call(req), deadline, kind, limit, None);
@@ -161,7 +162,7 @@ where
         // anyway, and takes this deadline into it when it can; this layer
         // needs no timer when one below took a deadline no later than this.
         let deadlines = cancellation.request_state().deadlines();
-        let offer = deadlines.offer(deadline);
+        let offer = deadlines.offer(Stamp::new(deadline, kind == Limit::Inherited));
         let inner = self.inner.call(req);
         if deadlines.settle(offer) {
             return ResponseFuture::handed_off(inner, deadline, kind, limit, cancellation);

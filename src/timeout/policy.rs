@@ -82,7 +82,9 @@ impl DeadlineCap {
 /// A cap from the extensions is recorded in the state, so that the layers
 /// below and the handler see it too. The one place the timer layers read
 /// an inherited deadline.
-#[inline]
+// Always inlined: on a request without a cap it is two lookups and a
+// load, cheaper than the call.
+#[inline(always)]
 pub(crate) fn inherited_deadline<R: crate::RequestView>(req: &R) -> Option<Stamp> {
     let capped = req.extensions().get::<DeadlineCap>().and_then(|c| c.0);
     let Some(state) = req.cancellation().map(|c| c.request_state().deadlines()) else {
