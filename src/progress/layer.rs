@@ -282,8 +282,12 @@ where
                 let deadlines = c.request_state().deadlines();
                 // A cap in the extensions is recorded in the request's
                 // state, where this layer's timer takes it with the rest.
-                if let Some(cap) = req.extensions().get::<DeadlineCap>() {
-                    cap.deadline().map(|cap| deadlines.inherit(cap));
+                if let Some(cap) = req
+                    .extensions()
+                    .get::<DeadlineCap>()
+                    .and_then(DeadlineCap::deadline)
+                {
+                    deadlines.inherit(cap);
                 }
                 let timeout = deadlines.offered();
                 let request = TapRequest::new(started, limits.idle, limits.max, timeout);
@@ -304,8 +308,12 @@ where
             None => {
                 let c = RequestState::start(req.request_id(), method);
                 let deadlines = c.request_state().deadlines();
-                if let Some(cap) = req.extensions().get::<DeadlineCap>() {
-                    cap.deadline().map(|cap| deadlines.inherit(cap));
+                if let Some(cap) = req
+                    .extensions()
+                    .get::<DeadlineCap>()
+                    .and_then(DeadlineCap::deadline)
+                {
+                    deadlines.inherit(cap);
                 }
                 let timeout = deadlines.offered();
                 if let Some(stamp) = timeout {
