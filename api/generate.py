@@ -47,11 +47,15 @@ def members(page: str, kind: str) -> list[str]:
             for m in dict.fromkeys(re.findall(r'id="(method|associatedconstant)\.([A-Za-z0-9_]+)"', inherent)):
                 out.append(f"{'fn' if m[0] == 'method' else 'const'} {m[1]}")
     elif kind == "trait":
-        stop = page.find('id="implementors"')
-        body = page if stop < 0 else page[:stop]
-        for m in dict.fromkeys(re.findall(r'id="(tymethod|method|associatedtype|associatedconstant)\.([A-Za-z0-9_]+)"', body)):
-            out.append({"tymethod": "fn", "method": "fn", "associatedtype": "type",
-                        "associatedconstant": "const"}[m[0]] + " " + m[1])
+        # The trait's own items end where its implementations begin (on
+        # foreign types, then implementors); those repeat the method names.
+        stop = min((i for i in (page.find('id="foreign-impls"'), page.find('id="implementors"'))
+                    if i >= 0), default=len(page))
+        kinds = {"tymethod": "fn", "method": "fn", "associatedtype": "type",
+                 "associatedconstant": "const"}
+        found = re.findall(r'id="(tymethod|method|associatedtype|associatedconstant)\.([A-Za-z0-9_]+)"',
+                           page[:stop])
+        out += dict.fromkeys(f"{kinds[k]} {name}" for k, name in found)
     return out
 
 

@@ -105,9 +105,9 @@ impl<T: Copy> MethodPolicy<T> {
         self.default
     }
 
-    /// Sets the default limit.
+    /// Sets the default limit (the progress layer's `max` / `without_max`).
     #[must_use]
-    pub fn with_default(mut self, default: T) -> Self {
+    pub(crate) fn with_default(mut self, default: T) -> Self {
         self.default = default;
         self
     }

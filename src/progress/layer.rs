@@ -174,11 +174,6 @@ impl ProgressResetLayer {
         self
     }
 
-    /// The default limits.
-    pub fn limits(&self) -> ProgressLimits {
-        self.policy.default_limit()
-    }
-
     /// The policy.
     pub fn policy(&self) -> &MethodPolicy<ProgressLimits> {
         &self.policy

@@ -20,7 +20,6 @@ pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 /// ```
 /// use tower_mcp_cancel::transport::stdio::StdioServer;
 /// let server = StdioServer::new().max_line_bytes(1 << 20).write_queue(16);
-/// assert_eq!(server.line_limit(), 1 << 20);
 /// ```
 #[derive(Clone, Debug)]
 pub struct StdioServer {
@@ -85,12 +84,6 @@ impl StdioServer {
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);
         self
-    }
-
-    /// The largest incoming line accepted, in bytes (see
-    /// [`max_line_bytes`](Self::max_line_bytes)).
-    pub fn line_limit(&self) -> usize {
-        self.max_line_bytes
     }
 
     /// How many outgoing messages may wait for the writer (default 64; at
