@@ -20,6 +20,12 @@
 //! `notifications/cancelled` (a timeout, the user's cancel) drops the
 //! handler the same way, with "cancelled by peer: <its reason>".
 //!
+//! `--timeout DURATION` sets the deadline of every MCP request (default:
+//! 60 s, `tools/call` 600 s); `--budget` honours the remaining budget a
+//! client sends in `_meta` (`mcp_call --budget`): a request then gets
+//! `min(--timeout, budget)`. The tool `deadline {}` returns
+//! `{"remainingMs": N}`, what its handler sees of that deadline.
+//!
 //! # How it is stacked
 //!
 //! ```text
@@ -109,7 +115,7 @@ async fn main() {
     let addr = listen_addr();
     let shutdown = CancellationToken::new();
 
-    let mcp = StreamableHttpService::new(common::server_stack(opts))
+    let mut mcp = StreamableHttpService::new(common::server_stack(opts))
         .origin_policy(OriginPolicy::Localhost)
         .keep_alive(Some(Duration::from_secs(15)))
         .max_body_bytes(MAX_BODY_BYTES)
@@ -118,6 +124,9 @@ async fn main() {
         .stateful_sessions(SessionLimits::new())
         .shutdown(shutdown.clone())
         .drain_grace(common::drain_grace());
+    if common::budget() {
+        mcp = mcp.budget_key(common::BUDGET_KEY);
+    }
 
     let work_route = post(work).layer(
         ServiceBuilder::new()

@@ -8,6 +8,8 @@
 //!   --url URL     call a Streamable HTTP server instead of starting one over stdio
 //!   --http2       with --url: HTTP/2 with prior knowledge (default HTTP/1.1)
 //!   --timeout D   fixed deadline for the call (default 30s; with --idle, none unless given)
+//!   --budget      send the call's remaining time in `_meta` (whole milliseconds, under
+//!                 `io.github.tower-mcp-cancel/budgetMs`), for a server that honours it
 //!   --idle D      idle limit, restarted by each progress notification
 //!   --max D       hard maximum with --idle, which progress does not extend (default 5m)
 //!   key=value     tool arguments; a value that parses as JSON is JSON (n=3, b=true), else a string
@@ -56,7 +58,10 @@ use tower_mcp_cancel::{
     RequestTimeout, TimeoutLayer,
 };
 
-const USAGE: &str = "usage: mcp-call [--timeout 30s] [--idle 10s] [--max 5m] -- <server command…> <tool> [key=value…]\n       mcp-call [--timeout 30s] [--idle 10s] [--max 5m] --url http://…/mcp [--http2] <tool> [key=value…]";
+const USAGE: &str = "usage: mcp-call [--timeout 30s] [--idle 10s] [--max 5m] [--budget] -- <server command…> <tool> [key=value…]\n       mcp-call [--timeout 30s] [--idle 10s] [--max 5m] [--budget] --url http://…/mcp [--http2] <tool> [key=value…]";
+/// The `_meta` key `--budget` sends the remaining time under (MCP defines
+/// none; the example servers read this one with `--budget`).
+const BUDGET_KEY: &str = "io.github.tower-mcp-cancel/budgetMs";
 const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";
 /// The `_meta` key of the protocol version every 2026-07-28 request carries.
@@ -84,6 +89,8 @@ pub struct Args {
     pub url: Option<String>,
     /// HTTP/2 with prior knowledge, with `--http2`.
     pub http2: bool,
+    /// Send the remaining budget in `_meta`, with `--budget`.
+    pub budget: bool,
     /// The tool name.
     pub tool: String,
     /// The tool arguments.
@@ -115,7 +122,7 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
             // No server command: the options, then the tool and its arguments.
             let mut i = 0;
             while i < argv.len() && argv[i].starts_with("--") {
-                i += if matches!(argv[i].as_str(), "--http2" | "--help") {
+                i += if matches!(argv[i].as_str(), "--http2" | "--budget" | "--help") {
                     1
                 } else {
                     2
@@ -128,6 +135,7 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
     };
     let mut url = None;
     let mut http2 = false;
+    let mut budget = false;
     let mut timeout = None;
     let mut idle = None;
     let mut max = Duration::from_secs(300);
@@ -140,6 +148,7 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--max" => max = parse_duration(value()?)?,
             "--url" => url = Some(value()?.clone()),
             "--http2" => http2 = true,
+            "--budget" => budget = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -169,6 +178,7 @@ pub fn parse_args(argv: &[String]) -> Result<Args, String> {
         server: server.to_vec(),
         url,
         http2,
+        budget,
         tool: tool.clone(),
         arguments,
     })
@@ -405,7 +415,11 @@ async fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        let builder = HttpClient::builder(uri).client_info("mcp-call", env!("CARGO_PKG_VERSION"));
+        let mut builder =
+            HttpClient::builder(uri).client_info("mcp-call", env!("CARGO_PKG_VERSION"));
+        if args.budget {
+            builder = builder.budget_key(BUDGET_KEY);
+        }
         let client = if args.http2 {
             builder.http2_prior_knowledge().build()
         } else {
@@ -433,7 +447,11 @@ async fn main() -> ExitCode {
     }
     let mut cmd = Command::new(&args.server[0]);
     cmd.args(&args.server[1..]);
-    let client = match StdioClient::spawn(cmd) {
+    let mut builder = StdioClient::builder();
+    if args.budget {
+        builder = builder.budget_key(BUDGET_KEY);
+    }
+    let client = match builder.spawn(cmd) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("mcp-call: cannot start {:?}: {e}", args.server[0]);

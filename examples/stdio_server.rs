@@ -10,6 +10,12 @@
 //! `DROPPED <id> <ns>`, `DONE <id> <ns>` and `TOKEN <id> <ns>` lines there.
 //! It exits when its stdin closes, or on Ctrl-C / SIGTERM (requests in
 //! flight may finish within `--drain-grace SECONDS`; default: none).
+//!
+//! `--timeout DURATION` sets the deadline of every request (default: 60 s,
+//! `tools/call` 600 s); `--budget` honours the remaining budget a client
+//! sends in `_meta` (`mcp_call --budget`): a request then gets
+//! `min(--timeout, budget)`. The tool `deadline {}` returns
+//! `{"remainingMs": N}`, what its handler sees of that deadline.
 
 mod common;
 
@@ -26,9 +32,12 @@ async fn main() {
         common::stop_signal().await;
         signal.cancel();
     });
-    let server = tower_mcp_cancel::transport::stdio::StdioServer::new()
+    let mut server = tower_mcp_cancel::transport::stdio::StdioServer::new()
         .shutdown(shutdown)
         .drain_grace(common::drain_grace());
+    if common::budget() {
+        server = server.budget_key(common::BUDGET_KEY);
+    }
     // Non-blocking stdin/stdout through the reactor when they are pipes or
     // sockets (what an MCP host gives its server).
     let served = server.serve_stdio(service).await;

@@ -27,6 +27,12 @@ pub enum Limit {
     /// The hard maximum of [`ProgressResetLayer`](crate::ProgressResetLayer),
     /// which progress does not extend.
     Max,
+    /// A deadline the request inherited from its caller, earlier than any
+    /// local limit: a [`DeadlineCap`](crate::timeout::DeadlineCap) in its
+    /// extensions or its [`Cancellation`](crate::Cancellation), or a budget
+    /// a server transport read from the request's `_meta` (see
+    /// [deadlines](crate::timeout#deadlines-that-travel)).
+    Inherited,
 }
 
 impl fmt::Display for Limit {
@@ -35,6 +41,7 @@ impl fmt::Display for Limit {
             Limit::Timeout => "timeout",
             Limit::Idle => "idle timeout",
             Limit::Max => "maximum timeout",
+            Limit::Inherited => "inherited deadline",
         })
     }
 }
@@ -72,6 +79,11 @@ impl fmt::Display for Elapsed {
             Limit::Max => write!(
                 f,
                 "request exceeded its maximum time of {:?} (progress does not extend it)",
+                self.after
+            ),
+            Limit::Inherited => write!(
+                f,
+                "request reached the deadline inherited from its caller, {:?} after it started",
                 self.after
             ),
         }

@@ -127,4 +127,4 @@ pub use error::{CancelReason, Cancelled, Elapsed, Limit};
 pub use notify::RequestContext;
 pub use progress::{Progress, ProgressLimits, ProgressObserver, ProgressResetLayer, ProgressTap};
 pub use request::{McpRequest, RequestView};
-pub use timeout::{MethodPolicy, RequestTimeout, TimeoutLayer};
+pub use timeout::{DeadlineCap, MethodPolicy, RequestTimeout, TimeoutLayer};

@@ -62,6 +62,45 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Deadline for `tools/call`.
 pub const TOOLS_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The `_meta` key of the remaining budget (milliseconds) that `mcp_call
+/// --budget` sends and the servers honour with `--budget`. MCP defines no
+/// such key: this one is the examples' own (a vendor prefix, as the spec
+/// asks of keys it does not define).
+pub const BUDGET_KEY: &str = "io.github.tower-mcp-cancel/budgetMs";
+
+/// `--budget`: honour a client's budget sent under [`BUDGET_KEY`].
+pub fn budget() -> bool {
+    std::env::args().any(|a| a == "--budget")
+}
+
+/// `--timeout DURATION` (`500ms`, `30s`, `5m`, `1h`, or seconds): the
+/// deadline of every request (default: 60 s, `tools/call` 600 s). Exits
+/// with a message on a value that is not a duration.
+pub fn timeout() -> Option<Duration> {
+    let text = arg_value("--timeout")?;
+    let (num, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => text.split_at(i),
+        None => (text.as_str(), "s"),
+    };
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => f64::NAN,
+    };
+    match num
+        .parse::<f64>()
+        .map(|n| Duration::try_from_secs_f64(n * scale))
+    {
+        Ok(Ok(d)) => Some(d),
+        _ => {
+            eprintln!("bad --timeout {text:?}: expected a duration such as 500ms, 30s, 5m");
+            std::process::exit(2)
+        }
+    }
+}
+
 /// How the example server reports what happens to its handlers.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -69,6 +108,8 @@ pub struct Options {
     pub events: bool,
     /// The steps of `gated` calls wait for permits that `release` adds.
     gate: Arc<tokio::sync::Semaphore>,
+    /// `--timeout`: the deadline of every request, instead of the defaults.
+    pub timeout: Option<Duration>,
 }
 
 impl Default for Options {
@@ -76,6 +117,7 @@ impl Default for Options {
         Self {
             events: false,
             gate: Arc::new(tokio::sync::Semaphore::new(0)),
+            timeout: None,
         }
     }
 }
@@ -85,6 +127,7 @@ impl Options {
     pub fn from_args() -> Self {
         Self {
             events: std::env::args().any(|a| a == "--events"),
+            timeout: timeout(),
             ..Self::default()
         }
     }
@@ -194,12 +237,17 @@ impl Drop for Probe<'_> {
 }
 
 /// The full server stack: [`CancelOnDisconnectLayer`] outermost, then a
-/// [`TimeoutLayer`] (60 s, `tools/call` 600 s), then [`handler`].
+/// [`TimeoutLayer`] (60 s, `tools/call` 600 s; `--timeout` for every
+/// request), then [`handler`].
 pub fn server_stack(opts: Options) -> BoxCloneSyncService<McpRequest, Reply, BoxError> {
+    let timeout = match opts.timeout {
+        Some(t) => TimeoutLayer::new(t),
+        None => TimeoutLayer::new(DEFAULT_TIMEOUT).method("tools/call", TOOLS_CALL_TIMEOUT),
+    };
     BoxCloneSyncService::new(
         ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::new())
-            .layer(TimeoutLayer::new(DEFAULT_TIMEOUT).method("tools/call", TOOLS_CALL_TIMEOUT))
+            .layer(timeout)
             .service(handler(opts)),
     )
 }
@@ -414,6 +462,11 @@ fn tools_list() -> Value {
                 "inputSchema": { "type": "object" },
             },
             {
+                "name": "deadline",
+                "description": "Returns {\"remainingMs\": N}: the whole milliseconds left until the request's deadline (its own, or a budget the client sent), or null without one.",
+                "inputSchema": { "type": "object" },
+            },
+            {
                 "name": "spawned",
                 "description": "Works `seconds` in a spawned task that stops when the request's cancellation token fires.",
                 "inputSchema": {
@@ -550,6 +603,16 @@ async fn tools_call(
         Some("release") => {
             opts.gate.add_permits(1);
             Ok(text_result("released one step".to_owned()))
+        }
+        Some("deadline") => {
+            let remaining = ctx.remaining().map(|d| d.as_millis() as u64);
+            let body = json!({ "remainingMs": remaining });
+            Ok(Reply::Json(json!({
+                "resultType": "complete",
+                "content": [{ "type": "text", "text": body.to_string() }],
+                "structuredContent": body,
+                "isError": false,
+            })))
         }
         Some(other) => Err(ErrorObject::new(
             ErrorObject::INVALID_PARAMS,

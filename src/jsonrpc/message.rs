@@ -162,6 +162,15 @@ impl Message {
     /// `bytes`; empty for other messages), read in the same pass as its
     /// progress token: the body is parsed once for the whole lifecycle.
     pub(crate) fn decode_viewed(bytes: &[u8]) -> Result<(Message, ParamsView<'_>), DecodeError> {
+        Self::decode_viewed_with(bytes, None)
+    }
+
+    /// [`decode_viewed`](Self::decode_viewed), reading a request's
+    /// `_meta[budget_key]` into the view in the same pass.
+    pub(crate) fn decode_viewed_with<'a>(
+        bytes: &'a [u8],
+        budget_key: Option<&str>,
+    ) -> Result<(Message, ParamsView<'a>), DecodeError> {
         let env: Envelope<'_> = serde_json::from_slice(bytes).map_err(|e| {
             if e.is_syntax() || e.is_eof() {
                 DecodeError {
@@ -191,7 +200,7 @@ impl Message {
                 return Err(invalid("params must be an object or an array", id));
             }
         }
-        env.into_message(id)
+        env.into_message(id, budget_key)
     }
 }
 
@@ -219,14 +228,21 @@ impl<'a> Envelope<'a> {
 
     /// Which message it is: exactly one of method, result or error; for a
     /// request, the view of its params too.
-    fn into_message(self, id: Option<RequestId>) -> Result<(Message, ParamsView<'a>), DecodeError> {
+    fn into_message(
+        self,
+        id: Option<RequestId>,
+        budget_key: Option<&str>,
+    ) -> Result<(Message, ParamsView<'a>), DecodeError> {
         match (self.method, self.result, self.error) {
             (Some(method), None, None) => {
                 let method = Method::from(method);
                 let params = self.params.map(RawValue::to_owned);
                 Ok(match id {
                     Some(id) => {
-                        let peek = self.params.map(ParamsPeek::of).unwrap_or_default();
+                        let peek = self
+                            .params
+                            .map(|p| ParamsPeek::with_budget(p, budget_key))
+                            .unwrap_or_default();
                         let request = RawRequest {
                             id,
                             method,

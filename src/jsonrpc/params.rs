@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -121,6 +121,11 @@ pub(crate) struct ParamsView<'a> {
     /// `_meta["io.modelcontextprotocol/protocolVersion"]`, which only a
     /// 2026 client sends.
     pub(crate) protocol_version: Option<&'a RawValue>,
+    /// `_meta[key]` for the budget key a server transport reads (none
+    /// unless it asked for one): the raw value, checked by its reader. Not
+    /// mirrored, so kept when the mirrored fields are ambiguous; absent
+    /// when repeated.
+    pub(crate) budget: Option<&'a RawValue>,
 }
 
 /// A JSON string value as text (borrowed unless it has escapes); `None` for
@@ -138,14 +143,32 @@ impl<'a> ParamsPeek<'a> {
     /// The peek of `params`: one pass, nothing allocated but an owned
     /// token (and a key that has escapes).
     pub(crate) fn of(params: &'a RawValue) -> Self {
-        serde_json::from_str::<ParamsPeek<'a>>(params.get()).unwrap_or_default()
+        Self::with_budget(params, None)
+    }
+
+    /// [`of`](Self::of), reading `_meta[budget_key]` into the view's
+    /// `budget` in the same pass.
+    pub(crate) fn with_budget(params: &'a RawValue, budget_key: Option<&str>) -> Self {
+        let mut de = serde_json::Deserializer::from_str(params.get());
+        PeekSeed { budget_key }
+            .deserialize(&mut de)
+            .and_then(|peek| de.end().map(|()| peek))
+            .unwrap_or_default()
     }
 }
 
-impl<'de> Deserialize<'de> for ParamsPeek<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ParamsV;
-        impl<'de> Visitor<'de> for ParamsV {
+/// Reads a [`ParamsPeek`], with the budget key to look for in `_meta`.
+struct PeekSeed<'k> {
+    budget_key: Option<&'k str>,
+}
+
+impl<'de> DeserializeSeed<'de> for PeekSeed<'_> {
+    type Value = ParamsPeek<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        struct ParamsV<'k> {
+            budget_key: Option<&'k str>,
+        }
+        impl<'de> Visitor<'de> for ParamsV<'_> {
             type Value = ParamsPeek<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("params")
@@ -156,6 +179,7 @@ impl<'de> Deserialize<'de> for ParamsPeek<'de> {
                 // and the progress token at all.
                 let mut mirrored = true;
                 let mut token = true;
+                let (mut budget, mut meta_twice) = (None, false);
                 let (mut name, mut uri, mut meta) = (false, false, false);
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     match &*key {
@@ -168,20 +192,28 @@ impl<'de> Deserialize<'de> for ParamsPeek<'de> {
                             out.view.uri = map.next_value()?;
                         }
                         "_meta" => {
-                            mirrored &= !std::mem::replace(&mut meta, true);
-                            match map.next_value::<MetaPeek<'de>>()? {
+                            let repeated = std::mem::replace(&mut meta, true);
+                            mirrored &= !repeated;
+                            meta_twice |= repeated;
+                            let seed = MetaSeed {
+                                budget_key: self.budget_key,
+                            };
+                            match map.next_value_seed(seed)? {
                                 MetaPeek::Null => {
                                     out.view.protocol_version = None;
                                     out.progress_token = None;
+                                    budget = None;
                                 }
                                 MetaPeek::Object {
                                     protocol_version,
                                     repeated_version,
                                     progress_token,
+                                    budget: b,
                                 } => {
                                     mirrored &= !repeated_version;
                                     out.view.protocol_version = protocol_version;
                                     out.progress_token = progress_token;
+                                    budget = b;
                                 }
                                 MetaPeek::Other => {
                                     mirrored = false;
@@ -200,6 +232,8 @@ impl<'de> Deserialize<'de> for ParamsPeek<'de> {
                 if !token {
                     out.progress_token = None;
                 }
+                // A repeated `_meta` is ambiguous for the budget too.
+                out.view.budget = if meta_twice { None } else { budget };
                 Ok(out)
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -207,7 +241,9 @@ impl<'de> Deserialize<'de> for ParamsPeek<'de> {
                 Ok(ParamsPeek::default())
             }
         }
-        d.deserialize_any(ParamsV)
+        d.deserialize_any(ParamsV {
+            budget_key: self.budget_key,
+        })
     }
 }
 
@@ -218,15 +254,25 @@ enum MetaPeek<'a> {
         protocol_version: Option<&'a RawValue>,
         repeated_version: bool,
         progress_token: Option<ProgressToken>,
+        /// The budget key's value (absent when repeated).
+        budget: Option<&'a RawValue>,
     },
     /// Not an object: no token, no mirrored fields.
     Other,
 }
 
-impl<'de> Deserialize<'de> for MetaPeek<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct MetaV;
-        impl<'de> Visitor<'de> for MetaV {
+/// Reads a [`MetaPeek`], with the budget key to look for.
+struct MetaSeed<'k> {
+    budget_key: Option<&'k str>,
+}
+
+impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
+    type Value = MetaPeek<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        struct MetaV<'k> {
+            budget_key: Option<&'k str>,
+        }
+        impl<'de> Visitor<'de> for MetaV<'_> {
             type Value = MetaPeek<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("_meta")
@@ -236,8 +282,13 @@ impl<'de> Deserialize<'de> for MetaPeek<'de> {
                 let mut repeated_version = false;
                 let mut seen_version = false;
                 let mut progress_token = None;
+                let (mut budget, mut budget_seen, mut budget_repeated) = (None, false, false);
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     match &*key {
+                        k if self.budget_key == Some(k) => {
+                            budget_repeated |= std::mem::replace(&mut budget_seen, true);
+                            budget = Some(map.next_value::<&'de RawValue>()?);
+                        }
                         PROTOCOL_VERSION_META => {
                             repeated_version |= std::mem::replace(&mut seen_version, true);
                             protocol_version = map.next_value()?;
@@ -256,6 +307,7 @@ impl<'de> Deserialize<'de> for MetaPeek<'de> {
                     protocol_version,
                     repeated_version,
                     progress_token,
+                    budget: budget.filter(|_| !budget_repeated),
                 })
             }
             fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
@@ -281,7 +333,9 @@ impl<'de> Deserialize<'de> for MetaPeek<'de> {
                 Ok(MetaPeek::Other)
             }
         }
-        d.deserialize_any(MetaV)
+        d.deserialize_any(MetaV {
+            budget_key: self.budget_key,
+        })
     }
 }
 

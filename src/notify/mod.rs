@@ -10,14 +10,18 @@
 //! that is then cancelled is dropped unsent.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::cancel::Cancellation;
 use crate::jsonrpc::{self, ProgressParams, ProgressToken};
 use crate::progress::ProgressTap;
 use crate::request::RequestView;
+use crate::state::Stamp;
+use crate::timeout::DeadlineCap;
 // Only the transports create notifiers and drain their queues.
 #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 pub(crate) mod outbox;
@@ -204,6 +208,48 @@ impl RequestContext {
     /// transport set one.
     pub fn cancellation(&self) -> Option<&Cancellation> {
         self.cancellation.as_ref()
+    }
+
+    /// The request's effective deadline: the earliest of its
+    /// [`TimeoutLayer`](crate::TimeoutLayer) deadlines, its
+    /// [`ProgressResetLayer`](crate::ProgressResetLayer) hard maximum and a
+    /// deadline it inherited (a [`DeadlineCap`], a budget from the wire);
+    /// `None` when it has none. The idle limit, which progress moves, is
+    /// not a deadline. See [deadlines](crate::timeout#deadlines-that-travel).
+    pub fn deadline(&self) -> Option<Instant> {
+        let state = self
+            .cancellation
+            .as_ref()
+            .and_then(|c| c.request_state().deadlines().offered())
+            .map(Stamp::at);
+        let max = self.tap.as_ref().and_then(ProgressTap::max_deadline);
+        match (state, max) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The time left until [`deadline`](Self::deadline) (zero once it
+    /// passed), or `None` when the request has no deadline.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// The request's [`deadline`](Self::deadline) as a cap for a call the
+    /// handler makes downstream: put it in that request's extensions, and
+    /// the timer layers of the downstream stack enforce
+    /// `min(own limit, cap)` (uncapped when this request has no deadline).
+    ///
+    /// ```
+    /// use tower_mcp_cancel::{McpRequest, RequestContext};
+    /// # fn f(ctx: &RequestContext) {
+    /// let downstream = McpRequest::new(1, "tools/call").with_extension(ctx.deadline_cap());
+    /// # let _ = downstream; }
+    /// ```
+    pub fn deadline_cap(&self) -> DeadlineCap {
+        self.deadline()
+            .map_or_else(DeadlineCap::none, DeadlineCap::at)
     }
 
     /// A token that fires when the request is cancelled (a fresh, never

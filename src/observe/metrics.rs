@@ -47,6 +47,7 @@ macro_rules! outcome_labels {
             outcome_labels!(@one $transport, "timeout_deadline"),
             outcome_labels!(@one $transport, "timeout_idle"),
             outcome_labels!(@one $transport, "timeout_max"),
+            outcome_labels!(@one $transport, "timeout_inherited"),
             outcome_labels!(@one $transport, "shutdown"),
             outcome_labels!(@one $transport, "caller_dropped"),
             outcome_labels!(@one $transport, "cancelled_other"),
@@ -67,7 +68,7 @@ static TRANSPORT_LABELS: [[Label; 1]; 2] = [
 ];
 
 /// The transport and outcome labels, by transport and [`Outcome::kind`].
-static OUTCOME_LABELS: [[[Label; 2]; 11]; 2] = [outcome_labels!("stdio"), outcome_labels!("http")];
+static OUTCOME_LABELS: [[[Label; 2]; 12]; 2] = [outcome_labels!("stdio"), outcome_labels!("http")];
 
 /// What the macros pass the recorder.
 static METADATA: Metadata<'static> =

@@ -40,8 +40,8 @@
 //!
 //! A cancellation is never a failure: a peer's cancel, a client gone away,
 //! a caller that dropped its call and a shutdown set no `error.type`, and
-//! the three timeouts say which limit fired (`timeout_deadline`,
-//! `timeout_idle`, `timeout_max`).
+//! the timeouts say which limit fired (`timeout_deadline`,
+//! `timeout_idle`, `timeout_max`, `timeout_inherited`).
 //!
 //! ```
 //! use tower::{service_fn, ServiceExt};

@@ -66,7 +66,8 @@ pub enum Outcome {
     /// server's stdout or the connection lost on the client).
     TransportClosed,
     /// A limit fired: the deadline ([`Limit::Timeout`]), the idle limit
-    /// ([`Limit::Idle`]) or the hard maximum ([`Limit::Max`]).
+    /// ([`Limit::Idle`]), the hard maximum ([`Limit::Max`]) or a deadline
+    /// inherited from the caller ([`Limit::Inherited`]).
     TimedOut(Limit),
     /// The server shut down (after its drain grace, if any).
     ShutDown,
@@ -146,7 +147,7 @@ impl Outcome {
     /// A short, fixed name of the outcome's kind, for logs and metric
     /// labels: `completed`, `error`, `cancelled`, `client_disconnected`,
     /// `transport_closed`, `timeout_deadline`, `timeout_idle`, `timeout_max`,
-    /// `shutdown`, `caller_dropped`, `cancelled_other`.
+    /// `timeout_inherited`, `shutdown`, `caller_dropped`, `cancelled_other`.
     pub fn kind(&self) -> &'static str {
         match self {
             Outcome::Completed => "completed",
@@ -157,6 +158,7 @@ impl Outcome {
             Outcome::TimedOut(Limit::Timeout) => "timeout_deadline",
             Outcome::TimedOut(Limit::Idle) => "timeout_idle",
             Outcome::TimedOut(Limit::Max) => "timeout_max",
+            Outcome::TimedOut(Limit::Inherited) => "timeout_inherited",
             Outcome::ShutDown => "shutdown",
             Outcome::CallerDropped => "caller_dropped",
             Outcome::Cancelled { .. } => "cancelled_other",

@@ -11,6 +11,7 @@ use crate::error::BoxError;
 use crate::jsonrpc::{Method, ProgressToken};
 use crate::request::RequestView;
 use crate::state::{ProgressObserver, ProgressTap, RequestState, TapRequest};
+use crate::timeout::DeadlineCap;
 
 use super::future::ResponseFuture;
 use super::limits::ProgressLimits;
@@ -274,12 +275,21 @@ where
         let tap = match req.cancellation() {
             Some(c) => {
                 let deadlines = c.request_state().deadlines();
+                // A cap in the extensions is recorded in the request's
+                // state, where this layer's timer takes it with the rest.
+                if let Some(cap) = req
+                    .extensions()
+                    .get::<DeadlineCap>()
+                    .and_then(DeadlineCap::deadline)
+                {
+                    deadlines.inherit(cap);
+                }
                 let timeout = deadlines.offered();
                 let request = TapRequest::new(started, limits.idle, limits.max, timeout);
                 let tap = ProgressTap::for_request(c, token, observer, request);
                 if tap.lives_in(c) {
-                    if let Some(limit) = timeout {
-                        deadlines.take(limit);
+                    if let Some(stamp) = timeout {
+                        deadlines.take(stamp);
                     }
                     req.set_progress_tap(tap.clone());
                 } else if req.progress_tap().is_none() {
@@ -292,7 +302,19 @@ where
             }
             None => {
                 let c = RequestState::start(req.request_id(), method);
-                let request = TapRequest::new(started, limits.idle, limits.max, None);
+                let deadlines = c.request_state().deadlines();
+                if let Some(cap) = req
+                    .extensions()
+                    .get::<DeadlineCap>()
+                    .and_then(DeadlineCap::deadline)
+                {
+                    deadlines.inherit(cap);
+                }
+                let timeout = deadlines.offered();
+                if let Some(stamp) = timeout {
+                    deadlines.take(stamp);
+                }
+                let request = TapRequest::new(started, limits.idle, limits.max, timeout);
                 let tap = ProgressTap::for_request(&c, token, observer, request);
                 req.set_cancellation(c);
                 req.set_progress_tap(tap.clone());

@@ -21,7 +21,7 @@ mod sync;
 mod tap;
 
 pub use cancellation::Cancellation;
-pub(crate) use deadline::DeadlineHandOff;
+pub(crate) use deadline::{DeadlineHandOff, Stamp};
 pub(crate) use tap::TapRequest;
 pub use tap::{Progress, ProgressObserver, ProgressTap};
 

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::sync::Arc;
-use super::{Cancellation, RequestLabel, RequestState};
+use super::{Cancellation, RequestLabel, RequestState, Stamp};
 use crate::error::{CancelReason, Elapsed, Limit};
 use crate::jsonrpc::{Method, ProgressToken, RequestId};
 
@@ -103,11 +103,13 @@ pub(crate) struct TapRequest {
     started: Instant,
     idle: Nanos,
     max: Nanos,
-    /// A `TimeoutLayer`'s limit this layer's timer enforces too
-    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered));
+    /// A `TimeoutLayer`'s deadline, or an inherited one, this layer's
+    /// timer enforces too
+    /// ([`DeadlineHandOff::offered`](super::DeadlineHandOff::offered)): a
+    /// raw [`Stamp`], turned into an instant only when the request waits;
     /// only for the tap that lives in the request's state, the one that
     /// [takes](super::DeadlineHandOff::take) it.
-    timeout: Nanos,
+    timeout: u64,
     /// The request's own cancellation when the tap could not live in its
     /// state (that already held another layer's tap): an expiry fires it
     /// too, and the progress recorded on that other tap restarts this idle
@@ -146,15 +148,20 @@ impl TapRequest {
         started: Instant,
         idle: Duration,
         max: Option<Duration>,
-        timeout: Option<Duration>,
+        timeout: Option<Stamp>,
     ) -> Self {
         Self {
             started,
             idle: Nanos::of(Some(idle)),
             max: Nanos::of(max),
-            timeout: Nanos::of(timeout),
+            timeout: Stamp::raw(timeout),
             also: None,
         }
+    }
+
+    /// The hard maximum's deadline, if any.
+    pub(crate) fn max_deadline(&self) -> Option<Instant> {
+        self.started.checked_add(self.max.get()?)
     }
 
     /// The deadlines as of `last_report`: the idle one (from the last
@@ -166,10 +173,15 @@ impl TapRequest {
             let limit = limit.get()?;
             Some((from.checked_add(limit)?, limit))
         };
+        let taken = Stamp::get(self.timeout);
         Deadlines {
             idle: after(last_report.unwrap_or(self.started), self.idle),
             max: after(self.started, self.max),
-            timeout: after(self.started, self.timeout),
+            timeout: taken.map(|s| {
+                let at = s.at();
+                (at, at.saturating_duration_since(self.started))
+            }),
+            inherited: taken.is_some_and(Stamp::inherited),
         }
     }
 }
@@ -181,6 +193,8 @@ pub(crate) struct Deadlines {
     idle: Option<(Instant, Duration)>,
     max: Option<(Instant, Duration)>,
     timeout: Option<(Instant, Duration)>,
+    /// Whether `timeout` was inherited (named `Limit::Inherited`).
+    inherited: bool,
 }
 
 impl Deadlines {
@@ -203,7 +217,12 @@ impl Deadlines {
         } else if let Some((_, limit)) = hit(self.idle) {
             Some(Elapsed::new(Limit::Idle, limit))
         } else {
-            hit(self.timeout).map(|(_, limit)| Elapsed::new(Limit::Timeout, limit))
+            let kind = if self.inherited {
+                Limit::Inherited
+            } else {
+                Limit::Timeout
+            };
+            hit(self.timeout).map(|(_, limit)| Elapsed::new(kind, limit))
         }
     }
 }
@@ -285,7 +304,7 @@ impl ProgressTap {
                     // offering layer's own timer, never by this one: it
                     // would name a tie with an outer layer's limit by the
                     // deadline rather than by that innermost limit.
-                    r.timeout = Nanos::of(None);
+                    r.timeout = Stamp::NONE_RAW;
                 }
                 Self::in_new_state(request.label.clone(), config)
             }
@@ -411,6 +430,16 @@ impl ProgressTap {
             last = last.max(outer.lock().last.map(|(_, at)| at));
         }
         Some(request.deadlines(last))
+    }
+
+    /// The deadline of the layer's hard maximum, while the tap is open;
+    /// `None` for a tap the layer did not make, or without a maximum.
+    pub(crate) fn max_deadline(&self) -> Option<Instant> {
+        if self.is_closed() {
+            return None;
+        }
+        let st = self.state().lock();
+        st.tap.as_ref()?.request.as_ref()?.max_deadline()
     }
 
     /// Whether the tap lives in the state of `cancellation`: `false` for a

@@ -25,6 +25,8 @@ pin_project! {
         deadline: Option<Instant>,
         sleep: Option<Pin<Box<Sleep>>>,
         limit: Duration,
+        // Which limit the deadline is: the layer's own, or inherited.
+        kind: Limit,
         // Fired on expiry; its id and method are what the log event names.
         cancellation: Option<Cancellation>,
         // The deadline is enforced by the progress layer below whose tap
@@ -39,6 +41,7 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn new(
         inner: F,
         deadline: Instant,
+        kind: Limit,
         limit: Duration,
         cancellation: Option<Cancellation>,
     ) -> Self {
@@ -47,6 +50,7 @@ impl<F> ResponseFuture<F> {
             deadline: Some(deadline),
             sleep: None,
             limit,
+            kind,
             cancellation,
             handed_off: false,
         }
@@ -59,12 +63,13 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn handed_off(
         inner: F,
         deadline: Instant,
+        kind: Limit,
         limit: Duration,
         cancellation: Cancellation,
     ) -> Self {
         Self {
             handed_off: true,
-            ..Self::new(inner, deadline, limit, Some(cancellation))
+            ..Self::new(inner, deadline, kind, limit, Some(cancellation))
         }
     }
 
@@ -75,6 +80,7 @@ impl<F> ResponseFuture<F> {
             deadline: None,
             sleep: None,
             limit: Duration::ZERO,
+            kind: Limit::Timeout,
             cancellation: None,
             handed_off: false,
         }
@@ -122,7 +128,7 @@ where
         if sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
-        let elapsed = Elapsed::new(Limit::Timeout, *this.limit);
+        let elapsed = Elapsed::new(*this.kind, *this.limit);
         let reason = CancelReason::Timeout(elapsed);
         // Cancelled first: a client transport below, whose future is
         // dropped next, reads the reason from the request's cancellation.

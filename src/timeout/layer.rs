@@ -5,9 +5,10 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::BoxError;
+use crate::error::{BoxError, Limit};
 use crate::jsonrpc::Method;
 use crate::request::RequestView;
+use crate::state::Stamp;
 
 use super::future::ResponseFuture;
 use super::RequestTimeout;
@@ -135,24 +136,37 @@ where
                 .policy
                 .resolve(&req, method.as_ref().map(Method::as_str), Duration::min),
         };
+        let inherited = super::inherited_deadline(&req);
         // A limit past what an `Instant` holds (`Duration::MAX`) is no limit.
-        let Some((limit, deadline)) =
-            limit.and_then(|l| req.started_at().checked_add(l).map(|d| (l, d)))
-        else {
-            return ResponseFuture::unlimited(self.inner.call(req));
+        let own = limit.and_then(|l| req.started_at().checked_add(l).map(|d| (l, d)));
+        let (kind, limit, deadline) = match (own, inherited) {
+            (Some((limit, deadline)), None) => (Limit::Timeout, limit, deadline),
+            (None, None) => return ResponseFuture::unlimited(self.inner.call(req)),
+            // With an inherited deadline, the earlier of the two (a tie is
+            // the own limit's).
+            (own, Some(cap)) => {
+                let cap = cap.at();
+                match own {
+                    Some((limit, deadline)) if deadline <= cap => (Limit::Timeout, limit, deadline),
+                    _ => {
+                        let limit = cap.saturating_duration_since(req.started_at());
+                        (Limit::Inherited, limit, cap)
+                    }
+                }
+            }
         };
         let Some(cancellation) = req.cancellation().cloned() else {
-            return ResponseFuture::new(self.inner.call(req), deadline, limit, None);
+            return ResponseFuture::new(self.inner.call(req), deadline, kind, limit, None);
         };
         // One timer per request: a `ProgressResetLayer` below runs a timer
         // anyway, and takes this deadline into it when it can; this layer
         // needs no timer when one below took a deadline no later than this.
         let deadlines = cancellation.request_state().deadlines();
-        let offer = deadlines.offer(limit);
+        let offer = deadlines.offer(Stamp::new(deadline, kind == Limit::Inherited));
         let inner = self.inner.call(req);
-        if offer.is_some_and(|o| deadlines.settle(o)) {
-            return ResponseFuture::handed_off(inner, deadline, limit, cancellation);
+        if deadlines.settle(offer) {
+            return ResponseFuture::handed_off(inner, deadline, kind, limit, cancellation);
         }
-        ResponseFuture::new(inner, deadline, limit, Some(cancellation))
+        ResponseFuture::new(inner, deadline, kind, limit, Some(cancellation))
     }
 }

@@ -4,7 +4,9 @@
 //! the request's extensions; the policy's entry for the request's method;
 //! the policy's default. `subscriptions/listen` is long-lived by design and
 //! exempt unless configured otherwise. `Duration::MAX` (or any duration past
-//! what an `Instant` can hold) means no deadline. The timer starts at `call`; a response
+//! what an `Instant` can hold) means no deadline. A deadline the request
+//! inherited (a [`DeadlineCap`], a budget from the wire; see
+//! [below](#deadlines-that-travel)) caps the result. The timer starts at `call`; a response
 //! that is ready in the same poll as the timer wins, as in tower's `Timeout`.
 //!
 //! On expiry the request's [`Cancellation`](crate::Cancellation), if it has
@@ -65,6 +67,91 @@
 //! above this layer, or a layer between that calls its inner service
 //! later, such as a `Buffer`), this layer runs its own timer.
 //!
+//! # Deadlines that travel
+//!
+//! A request's **effective deadline** is the earliest of its
+//! `TimeoutLayer` deadlines, its [`ProgressResetLayer`](crate::ProgressResetLayer)
+//! hard maximum and a deadline it **inherited** from its caller. Its
+//! handler reads it with [`RequestContext::deadline`](crate::RequestContext::deadline)
+//! (and [`remaining`](crate::RequestContext::remaining)); it is kept in
+//! the request's shared state, behind its [`Cancellation`](crate::Cancellation),
+//! so reading it costs no allocation, and a request without any deadline
+//! pays nothing for it. (The idle limit, which progress moves, is not a
+//! deadline.)
+//!
+//! **In process, a cap.** A handler that calls another MCP server passes its
+//! deadline on with one line: a [`DeadlineCap`] in the downstream
+//! request's extensions,
+//! [`RequestContext::deadline_cap`](crate::RequestContext::deadline_cap).
+//! Every timer layer the downstream request passes enforces
+//! `min(own limit, cap)`: unlike [`RequestTimeout`], which replaces the
+//! policy and may lengthen it, a cap only ever shortens a deadline. A
+//! layer that reads a cap records it in the request's state, so the layers
+//! below it and a request sharing its `Cancellation` are capped too,
+//! whatever the order of the stack (`Timeout(10 s)` → `ProgressReset` →
+//! `Timeout(1 s)` enforces 1 s, and a 500 ms cap over it 500 ms). When the
+//! cap is what fires, the error is an [`Elapsed`](crate::Elapsed) with
+//! [`Limit::Inherited`](crate::Limit::Inherited) (outcome
+//! `timeout_inherited`), not a timeout of the local policy; on a tie the
+//! local limit is named.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_mcp_cancel::{DeadlineCap, Elapsed, Limit, McpRequest, TimeoutLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! // A downstream client stack with a generous policy…
+//! let downstream = ServiceBuilder::new()
+//!     .layer(TimeoutLayer::new(Duration::from_secs(60)))
+//!     .service(service_fn(|_req: McpRequest| async {
+//!         tokio::time::sleep(Duration::from_secs(3600)).await;
+//!         Ok::<_, tower::BoxError>(serde_json::json!({}))
+//!     }));
+//! // …called by a handler with 2 s left (in a handler:
+//! // `.with_extension(RequestContext::of(&req).deadline_cap())`).
+//! let req = McpRequest::new(1, "tools/call")
+//!     .with_extension(DeadlineCap::after(Duration::from_secs(2)));
+//! let err = downstream.oneshot(req).await.unwrap_err();
+//! let elapsed = err.downcast_ref::<Elapsed>().unwrap();
+//! assert_eq!((elapsed.limit(), elapsed.after()), (Limit::Inherited, Duration::from_secs(2)));
+//! # }
+//! ```
+//!
+//! # On the wire: an opt-in budget in `_meta`
+//!
+//! Between processes a deadline travels as a **budget**: the time left, in
+//! whole milliseconds (rounded down), a JSON integer in the request's
+//! `_meta` under a key both sides configure. A client transport with
+//! [`StdioClientBuilder::budget_key`](crate::transport::stdio::StdioClientBuilder::budget_key)
+//! or [`HttpClientBuilder::budget_key`](crate::transport::http::HttpClientBuilder::budget_key)
+//! writes it into each request that has a deadline (a `TimeoutLayer` above
+//! it that saw the request's `Cancellation`, a `DeadlineCap`); a server
+//! transport with [`StdioServer::budget_key`](crate::transport::stdio::StdioServer::budget_key)
+//! or [`StreamableHttpService::budget_key`](crate::transport::http::StreamableHttpService::budget_key)
+//! reads it in the same pass over the body that reads the rest of `_meta`,
+//! and the request inherits it: its timer layers enforce
+//! `min(own policy, budget)`, as a gRPC server does with `grpc-timeout`,
+//! and its handler sees it. A missing value, or one that is not a
+//! non-negative integer (a string, a fraction, a negative number, an
+//! object, a key given twice), is ignored with a debug event; a huge one is
+//! clamped; none ever makes a deadline longer than the server's own policy
+//! (and a stack without timer layers enforces none, this one included).
+//! A budget is relative: the receiver counts it from when it read the
+//! request, so its deadline is later than the sender's by the time the
+//! request spent on the way.
+//!
+//! MCP standardizes no such key, so there is no default: the key must not
+//! be under a prefix MCP reserves (`io.modelcontextprotocol/`, or any whose
+//! second label is `modelcontextprotocol` or `mcp`; the builders panic on
+//! one), and both sides must agree on it (the examples use
+//! `io.github.tower-mcp-cancel/budgetMs`). The open proposals about
+//! timeouts — [SEP-1539, "Timeout Coordination"](https://github.com/modelcontextprotocol/modelcontextprotocol/issues/1539),
+//! about how long a responder needs, and the earlier
+//! [RFC "Standardize timeouts between servers and clients"](https://github.com/modelcontextprotocol/modelcontextprotocol/pull/1492)
+//! — define no per-request budget in `_meta` this could follow; if MCP
+//! comes to define one, configure its key.
+//!
 //! # Over `http::Request`: the method must be checked to earn more time
 //!
 //! The deadline is chosen at `call`, before anything has read the body. Over
@@ -109,10 +196,14 @@
 //! # }
 //! ```
 
+mod budget;
 pub mod future;
 mod layer;
 mod policy;
 
 pub use crate::policy::MethodPolicy;
+#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(unused_imports))]
+pub(crate) use budget::{inherit_budget, wire_params, BudgetKey};
 pub use layer::{Timeout, TimeoutLayer};
-pub use policy::RequestTimeout;
+pub(crate) use policy::inherited_deadline;
+pub use policy::{DeadlineCap, RequestTimeout};

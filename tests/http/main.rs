@@ -13,6 +13,7 @@ mod client;
 mod client_cancel;
 mod config_values;
 mod connection_timers;
+mod deadline_gateway;
 mod drain;
 mod header_checks;
 mod legacy_checks;

@@ -8,6 +8,7 @@ mod support;
 mod after_end;
 mod composition;
 mod composition_orders;
+mod deadlines;
 mod http;
 mod mcp;
 #[cfg(all(feature = "stdio", feature = "http"))]

@@ -11,6 +11,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod budget;
 mod client;
 mod drain;
 mod first_poll;

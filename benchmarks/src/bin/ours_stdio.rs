@@ -1,12 +1,17 @@
-//! Our stdio server for figures 3 and 4: the full stack over stdin/stdout;
-//! handler events on stderr with `CLOCK_MONOTONIC` ns.
+//! Our stdio server for figures 3, 4 and 9: the full stack over
+//! stdin/stdout; handler events on stderr with `CLOCK_MONOTONIC` ns. With
+//! `OURS_BUDGET_KEY` set (figure 9), it honours a client's budget under that
+//! `_meta` key.
 
 #[tokio::main]
 async fn main() {
-    let code = match tower_mcp_cancel::transport::stdio::serve_stdio(
-        tower_mcp_cancel_benchmarks::ours::full_stack(),
-    )
-    .await
+    let mut server = tower_mcp_cancel::transport::stdio::StdioServer::new();
+    if let Ok(key) = std::env::var("OURS_BUDGET_KEY") {
+        server = server.budget_key(key);
+    }
+    let code = match server
+        .serve_stdio(tower_mcp_cancel_benchmarks::ours::full_stack())
+        .await
     {
         Ok(()) => 0,
         Err(e) => {

@@ -11,6 +11,7 @@ use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
 use super::session::Sessions;
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
+use crate::timeout::BudgetKey;
 use crate::transport::admission::Admission;
 
 /// The revision a request without `MCP-Protocol-Version` is taken for when
@@ -72,6 +73,8 @@ pub(crate) struct Config {
     /// The bound on the requests running at once, attached or detached
     /// (shared by the adapter's clones), and its size.
     pub(crate) in_flight: Admission,
+    /// The `_meta` key of a client's budget to honour, if any.
+    pub(crate) budget_key: Option<BudgetKey>,
 }
 
 impl Config {
@@ -100,6 +103,7 @@ impl Default for Config {
             body_timeout: Some(DEFAULT_BODY_TIMEOUT),
             sessions: None,
             in_flight: Admission::new(DEFAULT_MAX_IN_FLIGHT),
+            budget_key: None,
         }
     }
 }
@@ -120,6 +124,7 @@ impl fmt::Debug for Config {
             .field("sessions", &self.sessions)
             .field("max_in_flight", &self.in_flight.max())
             .field("running", &self.in_flight.taken())
+            .field("budget_key", &self.budget_key)
             .finish()
     }
 }

@@ -30,6 +30,7 @@ use crate::jsonrpc::{
 };
 use crate::notify::outbox::Scope;
 use crate::observe::{Era as ObservedEra, Transport};
+use crate::timeout::BudgetKey;
 use crate::transport::call::server as call;
 use crate::transport::McpService;
 use crate::Cancellation;
@@ -83,7 +84,8 @@ where
     let bytes = request_body::read(body, &parts.headers, &config).await?;
     // The body is parsed once: the envelope, the progress token and the
     // fields the headers mirror (`view`, borrowed from `bytes`) in one pass.
-    let (raw, view) = match decode(&bytes)? {
+    let budget_key = config.budget_key.as_ref().map(BudgetKey::as_str);
+    let (raw, view) = match decode(&bytes, budget_key)? {
         // Draining: no new work. A legacy session's cancel and `DELETE` are
         // still served, they only end work.
         Decoded::Request(..) if drain::shutting_down(&config) => {
@@ -144,8 +146,8 @@ enum Decoded<'a> {
 
 /// The message in the body. A response, or anything that is not JSON-RPC,
 /// is refused (`400`).
-fn decode(bytes: &[u8]) -> Result<Decoded<'_>, Rejection> {
-    match Message::decode_viewed(bytes) {
+fn decode<'a>(bytes: &'a [u8], budget_key: Option<&str>) -> Result<Decoded<'a>, Rejection> {
+    match Message::decode_viewed_with(bytes, budget_key) {
         Err(e) => Err(Rejection::new(
             StatusCode::BAD_REQUEST,
             e.id.clone(),
@@ -273,6 +275,7 @@ fn start_call<S: McpService>(
     let scope = Scope::new(cancellation);
     let (tx, rx) = mpsc::channel(config.queue);
     let mut mcp = call::prepare(raw, &scope, tx);
+    crate::timeout::inherit_budget(&mut mcp, view.budget);
     let mut extensions = parts.extensions;
     extensions.extend(std::mem::take(mcp.extensions_mut()));
     extensions.insert(parts.headers);

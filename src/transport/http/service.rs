@@ -371,6 +371,27 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
+    /// Honours a client's remaining budget, read from each request's
+    /// `_meta[key]` (a JSON integer of milliseconds, as a client transport
+    /// with the same key writes it): the request's timer layers enforce
+    /// `min(own policy, budget)`, as a gRPC server does with
+    /// `grpc-timeout`, and its handler sees the budget as its
+    /// [deadline](crate::RequestContext::deadline). A missing, malformed or
+    /// negative value is ignored, a huge one clamped; a budget never
+    /// lengthens a deadline. Off by default. See the
+    /// [timeout module](crate::timeout#on-the-wire-an-opt-in-budget-in-_meta).
+    ///
+    /// # Panics
+    ///
+    /// If `key` is empty or under a `_meta` prefix MCP reserves
+    /// (`io.modelcontextprotocol/`, `dev.mcp/`, …; it defines no budget
+    /// key).
+    #[must_use]
+    pub fn budget_key(mut self, key: impl Into<String>) -> Self {
+        self.config_mut().budget_key = Some(crate::timeout::BudgetKey::new(key));
+        self
+    }
+
     /// The MCP service.
     pub fn get_ref(&self) -> &S {
         &self.inner

@@ -18,6 +18,7 @@ use crate::jsonrpc::{
 };
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::observe::Transport;
+use crate::timeout::BudgetKey;
 use crate::transport::call::server::{self as call, encode_error_without_id, McpService};
 use crate::CancelReason;
 
@@ -73,6 +74,7 @@ impl StdioServer {
             draining: AtomicBool::new(false),
             load,
             batch: Default::default(),
+            budget_key: self.budget_key.clone(),
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
@@ -207,6 +209,8 @@ struct Connection {
     /// The writer's hold, which the reader and the request tasks end once
     /// it is due.
     hold: Arc<Hold>,
+    /// The `_meta` key of a client's budget to honour, if any.
+    budget_key: Option<BudgetKey>,
 }
 
 impl Connection {
@@ -254,7 +258,8 @@ impl Connection {
             tracing::debug!("blank line ignored");
             return;
         }
-        match Message::decode_viewed(line) {
+        let budget_key = self.budget_key.as_ref().map(BudgetKey::as_str);
+        match Message::decode_viewed_with(line, budget_key) {
             Ok((Message::Request(raw), view)) => self.on_request(raw, view, service, tasks).await,
             Ok((Message::Notification(n), _)) => self.on_notification(n),
             Ok((Message::Response(r), _)) => {
@@ -347,7 +352,8 @@ impl Connection {
         };
         let is_listen = raw.method == jsonrpc::SUBSCRIPTIONS_LISTEN;
         let scope = Scope::new(guard.cancellation().clone());
-        let req = call::prepare(raw, &scope, self.tx.clone());
+        let mut req = call::prepare(raw, &scope, self.tx.clone());
+        crate::timeout::inherit_budget(&mut req, view.budget);
         let call = call::run(
             service.clone(),
             req,

@@ -1,9 +1,9 @@
-//! The bench binary for figures 3–6 and 8 of BENCHMARKS.md (and the collector of
+//! The bench binary for figures 3–6, 8 and 9 of BENCHMARKS.md (and the collector of
 //! figures 1, 2 and 7, which criterion and `benches/timer_lateness.rs` of
 //! the main crate measure). `benchmarks/run.sh` is the documented command.
 //!
 //! ```text
-//! bench [--smoke] [--write BENCHMARKS.md] [--criterion DIR] [--lateness FILE] [--only 3,4,5,6,8]
+//! bench [--smoke] [--write BENCHMARKS.md] [--criterion DIR] [--lateness FILE] [--only 3,4,5,6,8,9]
 //!       [--requests N] [--rounds R] [--servers ours,example,rmcp,tower-mcp,floor]
 //! ```
 //!
@@ -23,6 +23,7 @@ mod fig4;
 mod fig5;
 mod fig6;
 mod fig8;
+mod fig9;
 mod h2load;
 mod http;
 mod mem;
@@ -36,6 +37,7 @@ use crate::fig4::figure4;
 use crate::fig5::figure5;
 use crate::fig6::figure6;
 use crate::fig8::figure8;
+use crate::fig9::figure9;
 use crate::report::{machine, rewrite, Tables};
 
 #[global_allocator]
@@ -72,10 +74,13 @@ fn main() {
     if a.only.contains(&8) {
         figure8(&a, &mut tables);
     }
+    if a.only.contains(&9) {
+        rt.block_on(figure9(a.smoke, &mut tables));
+    }
     let mut run = machine();
     if a.criterion.is_none() || a.lateness.is_none() || a.only != OWN_FIGURES {
         // A partial run: say which tables it rewrote.
-        // Figures 1-2 come from --criterion, 7 from --lateness, 3-6 and 8 from --only.
+        // Figures 1-2 come from --criterion, 7 from --lateness, 3-6, 8 and 9 from --only.
         let mut figures: Vec<u32> = a
             .only
             .iter()

@@ -78,7 +78,14 @@ impl Conn {
     /// Spawns the server and does the 2025-11-25 `initialize` handshake
     /// (rmcp and tower-mcp refuse calls before it; ours answers it too).
     pub async fn open(server: Server) -> Conn {
+        Self::open_with_env(server, &[]).await
+    }
+
+    /// [`open`](Self::open), with these environment variables for the
+    /// server.
+    pub async fn open_with_env(server: Server, env: &[(&str, &str)]) -> Conn {
         let mut child = Command::new(bin_path(server.bin))
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -205,6 +212,19 @@ impl Throughput {
 
 /// `n` pipelined `tools/call echo` with at most `window` in flight.
 pub async fn pipelined(conn: &mut Conn, first_id: u64, n: u64, window: usize) -> Throughput {
+    pipelined_with_meta(conn, first_id, n, window, None).await
+}
+
+/// [`pipelined`], each request's params with `"_meta": meta` (a JSON
+/// object's text) when given.
+pub async fn pipelined_with_meta(
+    conn: &mut Conn,
+    first_id: u64,
+    n: u64,
+    window: usize,
+    meta: Option<&str>,
+) -> Throughput {
+    let meta = meta.map(|m| format!(r#","_meta":{m}"#)).unwrap_or_default();
     let errors_before = conn.seen.lock().unwrap().errors;
     let done = conn.replies.clone();
     let start = Instant::now();
@@ -220,7 +240,7 @@ pub async fn pipelined(conn: &mut Conn, first_id: u64, n: u64, window: usize) ->
             answered += 1;
         }
         let line = format!(
-            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}}}}}}"#,
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}}{meta}}}}}"#,
             first_id + i
         );
         conn.send(&line).await;

@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use super::connector::{connector, TlsSettings};
 use super::era::{EraCell, MAX_PENDING_CANCELS};
 use super::{HttpClient, Inner};
+use crate::timeout::BudgetKey;
 use crate::transport::call::client::{Outbound, Pending};
 use crate::transport::http::param_headers::ToolHeaderMap;
 
@@ -26,6 +27,7 @@ pub struct HttpClientBuilder {
     pub(super) relist_on_mismatch: bool,
     pub(super) stateful_fallback: bool,
     pub(super) tls: TlsSettings,
+    pub(super) budget_key: Option<BudgetKey>,
 }
 
 impl HttpClientBuilder {
@@ -131,6 +133,28 @@ impl HttpClientBuilder {
         self
     }
 
+    /// Writes each request's remaining budget into its `_meta[key]`, as a
+    /// JSON integer of milliseconds (rounded down), for a server that
+    /// honours it with the same key. The budget is the time left until the
+    /// request's deadline as its stack knows it: a
+    /// [`TimeoutLayer`](crate::TimeoutLayer) above the client (with a
+    /// [`Cancellation`](crate::Cancellation) in the request, where it
+    /// offers its deadline), an inherited
+    /// [`DeadlineCap`](crate::DeadlineCap); a request without one is sent
+    /// as it is. Off by default: MCP standardizes no such key; see the
+    /// [timeout module](crate::timeout#on-the-wire-an-opt-in-budget-in-_meta).
+    ///
+    /// # Panics
+    ///
+    /// If `key` is empty or under a `_meta` prefix MCP reserves
+    /// (`io.modelcontextprotocol/`, `dev.mcp/`, …; it defines no budget
+    /// key).
+    #[must_use]
+    pub fn budget_key(mut self, key: impl Into<String>) -> Self {
+        self.budget_key = Some(BudgetKey::new(key));
+        self
+    }
+
     /// Builds the client.
     pub fn build(self) -> HttpClient {
         let mut builder = Client::builder(TokioExecutor::new());
@@ -151,6 +175,7 @@ impl HttpClientBuilder {
                 relist_on_mismatch: self.relist_on_mismatch,
                 era: EraCell::new(self.stateful_fallback),
                 pending_cancels: Arc::new(Semaphore::new(MAX_PENDING_CANCELS)),
+                budget_key: self.budget_key,
             }),
         }
     }

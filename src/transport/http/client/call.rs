@@ -69,8 +69,10 @@ impl Call {
             id: id.clone(),
         };
         let era = inner.era.get();
-        let legacy_parts =
-            (!matches!(era, State::Modern)).then(|| (req.method().to_owned(), req.wire_params()));
+        let legacy_parts = (!matches!(era, State::Modern)).then(|| {
+            let params = crate::timeout::wire_params(&req, inner.budget_key.as_ref());
+            (req.method().to_owned(), params)
+        });
         let modern = match era {
             State::Legacy(_) => None,
             _ => Some(prepare(&inner, &id, &req)),

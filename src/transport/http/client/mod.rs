@@ -132,6 +132,8 @@ struct Inner {
     era: EraCell,
     /// Bounds the `notifications/cancelled` POSTs under way.
     pending_cancels: Arc<Semaphore>,
+    /// The `_meta` key each request's budget is written under, if any.
+    budget_key: Option<crate::timeout::BudgetKey>,
 }
 
 impl Inner {
@@ -226,6 +228,7 @@ impl HttpClient {
             relist_on_mismatch: true,
             stateful_fallback: true,
             tls: Default::default(),
+            budget_key: None,
         }
     }
 

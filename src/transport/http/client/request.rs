@@ -33,8 +33,7 @@ pub(super) fn prepare(
     req: &McpRequest,
 ) -> Result<Request<Full<Bytes>>, HttpClientError> {
     let method = req.method();
-    let params = req
-        .wire_params()
+    let params = crate::timeout::wire_params(req, inner.budget_key.as_ref())
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
     let mut obj: Params = match params.as_deref() {
         None => serde_json::Map::new(),

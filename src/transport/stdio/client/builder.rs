@@ -17,6 +17,7 @@ use super::process::Handle;
 use super::reserved::Reserved;
 use super::tasks::{read_loop, write_loop};
 use super::{Shared, State, StdioClient};
+use crate::timeout::BudgetKey;
 use crate::transport::call::client::{Outbound, Pending};
 use crate::transport::stdio::framing::LineReader;
 use crate::transport::stdio::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
@@ -58,6 +59,7 @@ pub struct StdioClientBuilder {
     reservation: Duration,
     max_reserved: usize,
     own_process_group: bool,
+    budget_key: Option<BudgetKey>,
 }
 
 impl fmt::Debug for StdioClientBuilder {
@@ -69,6 +71,7 @@ impl fmt::Debug for StdioClientBuilder {
             .field("reservation", &self.reservation)
             .field("max_reserved", &self.max_reserved)
             .field("own_process_group", &self.own_process_group)
+            .field("budget_key", &self.budget_key)
             .finish()
     }
 }
@@ -83,6 +86,7 @@ impl Default for StdioClientBuilder {
             reservation: DEFAULT_CANCELLED_ID_RESERVATION,
             max_reserved: DEFAULT_MAX_RESERVED_IDS,
             own_process_group: true,
+            budget_key: None,
         }
     }
 }
@@ -137,6 +141,28 @@ impl StdioClientBuilder {
     #[must_use]
     pub fn own_process_group(mut self, own: bool) -> Self {
         self.own_process_group = own;
+        self
+    }
+
+    /// Writes each request's remaining budget into its `_meta[key]`, as a
+    /// JSON integer of milliseconds (rounded down), for a server that
+    /// honours it with the same key. The budget is the time left until the
+    /// request's deadline as its stack knows it: a
+    /// [`TimeoutLayer`](crate::TimeoutLayer) above the client (with a
+    /// [`Cancellation`](crate::Cancellation) in the request, where it
+    /// offers its deadline), an inherited
+    /// [`DeadlineCap`](crate::DeadlineCap); a request without one is sent
+    /// as it is. Off by default: MCP standardizes no such key; see the
+    /// [timeout module](crate::timeout#on-the-wire-an-opt-in-budget-in-_meta).
+    ///
+    /// # Panics
+    ///
+    /// If `key` is empty or under a `_meta` prefix MCP reserves
+    /// (`io.modelcontextprotocol/`, `dev.mcp/`, …; it defines no budget
+    /// key).
+    #[must_use]
+    pub fn budget_key(mut self, key: impl Into<String>) -> Self {
+        self.budget_key = Some(BudgetKey::new(key));
         self
     }
 
@@ -200,6 +226,7 @@ impl StdioClientBuilder {
             closed: AtomicBool::new(false),
             outbound: Outbound::new(),
             sink: self.sink,
+            budget_key: self.budget_key,
         });
         tokio::spawn(write_loop(writer, req_rx, ctl_rx));
         tokio::spawn(read_loop(

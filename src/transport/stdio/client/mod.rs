@@ -104,6 +104,8 @@ struct Shared {
     closed: AtomicBool,
     outbound: Outbound,
     sink: Option<NotificationSink>,
+    /// The `_meta` key each request's budget is written under, if any.
+    budget_key: Option<crate::timeout::BudgetKey>,
 }
 
 /// A response (its `result` or error object), or why there is none.
@@ -267,7 +269,7 @@ impl StdioClient {
             state: Arc::new(AtomicU8::new(QUEUED)),
         };
         let guard = CallGuard::new(id.clone(), &req, cancel, Transport::Stdio, None);
-        let params = req.wire_params()?;
+        let params = crate::timeout::wire_params(&req, self.shared.budget_key.as_ref())?;
         let bytes = jsonrpc::encode_request(&id, req.method(), params.as_deref())?;
         Ok((guard, rx, bytes))
     }

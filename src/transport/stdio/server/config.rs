@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::cancel::InFlight;
+use crate::timeout::BudgetKey;
 use crate::transport::DEFAULT_DRAIN_GRACE;
 
 /// The default maximum size of one incoming line: 4 MiB.
@@ -29,6 +30,7 @@ pub struct StdioServer {
     pub(super) shutdown: Option<CancellationToken>,
     pub(super) drain_grace: Duration,
     pub(super) first_poll_on_reader: bool,
+    pub(super) budget_key: Option<BudgetKey>,
 }
 
 impl Default for StdioServer {
@@ -50,7 +52,29 @@ impl StdioServer {
             shutdown: None,
             drain_grace: DEFAULT_DRAIN_GRACE,
             first_poll_on_reader: true,
+            budget_key: None,
         }
+    }
+
+    /// Honours a client's remaining budget, read from each request's
+    /// `_meta[key]` (a JSON integer of milliseconds, as a client transport
+    /// with the same key writes it): the request's timer layers enforce
+    /// `min(own policy, budget)`, as a gRPC server does with
+    /// `grpc-timeout`, and its handler sees the budget as its
+    /// [deadline](crate::RequestContext::deadline). A missing, malformed or
+    /// negative value is ignored, a huge one clamped; a budget never
+    /// lengthens a deadline. Off by default. See the
+    /// [timeout module](crate::timeout#on-the-wire-an-opt-in-budget-in-_meta).
+    ///
+    /// # Panics
+    ///
+    /// If `key` is empty or under a `_meta` prefix MCP reserves
+    /// (`io.modelcontextprotocol/`, `dev.mcp/`, …; it defines no budget
+    /// key).
+    #[must_use]
+    pub fn budget_key(mut self, key: impl Into<String>) -> Self {
+        self.budget_key = Some(BudgetKey::new(key));
+        self
     }
 
     /// The largest incoming line accepted (default 4 MiB; at least 1); a
