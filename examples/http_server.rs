@@ -125,7 +125,9 @@ async fn main() {
         .shutdown(shutdown.clone())
         .drain_grace(common::drain_grace());
     if common::budget() {
-        mcp = mcp.budget_key(common::BUDGET_KEY);
+        mcp = mcp
+            .budget_key(common::BUDGET_KEY)
+            .expect("a budget key outside the reserved prefixes");
     }
 
     let work_route = post(work).layer(

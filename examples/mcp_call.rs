@@ -418,7 +418,9 @@ async fn main() -> ExitCode {
         let mut builder =
             HttpClient::builder(uri).client_info("mcp-call", env!("CARGO_PKG_VERSION"));
         if args.budget {
-            builder = builder.budget_key(BUDGET_KEY);
+            builder = builder
+                .budget_key(BUDGET_KEY)
+                .expect("a budget key outside the reserved prefixes");
         }
         let client = if args.http2 {
             builder.http2_prior_knowledge().build()
@@ -449,7 +451,9 @@ async fn main() -> ExitCode {
     cmd.args(&args.server[1..]);
     let mut builder = StdioClient::builder();
     if args.budget {
-        builder = builder.budget_key(BUDGET_KEY);
+        builder = builder
+            .budget_key(BUDGET_KEY)
+            .expect("a budget key outside the reserved prefixes");
     }
     let client = match builder.spawn(cmd) {
         Ok(c) => c,

@@ -36,7 +36,9 @@ async fn main() {
         .shutdown(shutdown)
         .drain_grace(common::drain_grace());
     if common::budget() {
-        server = server.budget_key(common::BUDGET_KEY);
+        server = server
+            .budget_key(common::BUDGET_KEY)
+            .expect("a budget key outside the reserved prefixes");
     }
     // Non-blocking stdin/stdout through the reactor when they are pipes or
     // sockets (what an MCP host gives its server).

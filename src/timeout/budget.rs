@@ -29,25 +29,53 @@ fn reserved(key: &str) -> bool {
 /// one is clamped to it, and then to the server's policy, like any other.
 pub(crate) const MAX_BUDGET_MS: u64 = 1 << 50;
 
+/// A budget key a transport's `budget_key` setting refused: empty, or under
+/// a `_meta` prefix MCP reserves (MCP defines no budget key, so a key of
+/// its namespace would claim a meaning the protocol does not give it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidBudgetKey {
+    key: String,
+}
+
+impl InvalidBudgetKey {
+    /// The key that was refused.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl std::fmt::Display for InvalidBudgetKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.key.is_empty() {
+            f.write_str("a budget key must not be empty")
+        } else {
+            write!(
+                f,
+                "budget key {:?} is under a _meta prefix MCP reserves; \
+                 MCP defines no budget key: choose one under your own reverse-DNS prefix",
+                self.key
+            )
+        }
+    }
+}
+
+impl std::error::Error for InvalidBudgetKey {}
+
 /// The `_meta` key a transport writes or reads the budget under, checked
 /// once when configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct BudgetKey(Arc<str>);
 
 impl BudgetKey {
-    /// # Panics
-    ///
-    /// If `key` is empty or under a prefix MCP reserves
+    /// Refuses a `key` that is empty or under a prefix MCP reserves
     /// (`io.modelcontextprotocol/`, any whose second label is
     /// `modelcontextprotocol` or `mcp`); MCP defines no budget key.
-    pub(crate) fn new(key: impl Into<String>) -> Self {
+    pub(crate) fn new(key: impl Into<String>) -> Result<Self, InvalidBudgetKey> {
         let key = key.into();
-        assert!(
-            !key.is_empty() && !reserved(&key),
-            "a budget key must be non-empty and not under a prefix MCP reserves \
-             (MCP defines no budget key): {key:?}"
-        );
-        Self(key.into())
+        if key.is_empty() || reserved(&key) {
+            return Err(InvalidBudgetKey { key });
+        }
+        Ok(Self(key.into()))
     }
 
     pub(crate) fn as_str(&self) -> &str {
@@ -184,9 +212,16 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "budget key")]
-    fn a_reserved_key_is_refused() {
-        BudgetKey::new("io.modelcontextprotocol/deadline");
+    fn an_empty_or_reserved_key_is_refused_with_an_error_that_names_it() {
+        let err = BudgetKey::new("io.modelcontextprotocol/deadline").unwrap_err();
+        assert_eq!(err.key(), "io.modelcontextprotocol/deadline");
+        assert!(err.to_string().contains("reserves"), "{err}");
+        let err = BudgetKey::new("").unwrap_err();
+        assert!(err.to_string().contains("empty"), "{err}");
+        assert_eq!(
+            BudgetKey::new("com.example/budgetMs").unwrap().as_str(),
+            "com.example/budgetMs"
+        );
     }
 
     #[test]

@@ -202,6 +202,7 @@ mod layer;
 mod policy;
 
 pub use crate::policy::MethodPolicy;
+pub use budget::InvalidBudgetKey;
 #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(unused_imports))]
 pub(crate) use budget::{inherit_budget, wire_params, BudgetKey};
 pub use layer::{Timeout, TimeoutLayer};

@@ -73,6 +73,7 @@ async fn the_backend_sees_the_outer_deadline_and_is_dropped_at_it() {
     tokio::spawn(
         StdioServer::new()
             .budget_key(KEY)
+            .expect("a valid budget key")
             .serve(backend(seen_tx), sr, sw),
     );
 
@@ -80,7 +81,12 @@ async fn the_backend_sees_the_outer_deadline_and_is_dropped_at_it() {
     // deadline on.
     let downstream = ServiceBuilder::new()
         .layer(TimeoutLayer::new(LONG))
-        .service(StdioClient::builder().budget_key(KEY).connect(cr, cw));
+        .service(
+            StdioClient::builder()
+                .budget_key(KEY)
+                .expect("a valid budget key")
+                .connect(cr, cw),
+        );
     let gateway = service_fn(move |req: McpRequest| {
         let ctx = RequestContext::of(&req);
         let params: Value = req.params_as().unwrap_or(Value::Null);
@@ -89,13 +95,16 @@ async fn the_backend_sees_the_outer_deadline_and_is_dropped_at_it() {
             .with_extension(ctx.deadline_cap()); // the one line
         downstream.clone().oneshot(call)
     });
-    let gateway = StreamableHttpService::new(gateway).budget_key(KEY);
+    let gateway = StreamableHttpService::new(gateway)
+        .budget_key(KEY)
+        .expect("a valid budget key");
     let addr = serve(gateway, Proto::H1, Recorder::new().0).await;
 
     // The outer client: a cap of 1 s it sends as its budget; no timer of
     // its own, so what ends the call is the deadline that travelled.
     let outer = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
         .budget_key(KEY)
+        .expect("a valid budget key")
         .build();
     let mut req = McpRequest::without_id("tools/call")
         .with_params(json!({"name": "hang", "arguments": {}}))
@@ -147,11 +156,12 @@ async fn remaining_over_http(key_on: bool) -> Value {
         }));
     let mut service = StreamableHttpService::new(handler);
     if key_on {
-        service = service.budget_key(KEY);
+        service = service.budget_key(KEY).expect("a valid budget key");
     }
     let addr = serve(service, Proto::H1, Recorder::new().0).await;
     let client = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
         .budget_key(KEY)
+        .expect("a valid budget key")
         .build();
     let req = McpRequest::without_id("tools/call")
         .with_params(json!({"name": "deadline", "arguments": {}}))

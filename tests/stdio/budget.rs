@@ -58,7 +58,11 @@ async fn remaining(peer: &mut Peer, id: i64, budget: Option<Value>) -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn a_server_with_the_key_takes_the_earlier_of_its_policy_and_the_budget() {
-    let mut peer = serve(StdioServer::new().budget_key(KEY));
+    let mut peer = serve(
+        StdioServer::new()
+            .budget_key(KEY)
+            .expect("a valid budget key"),
+    );
     let policy = json!(10_000);
     let cases = [
         (Some(json!(1_500)), json!(1_500)),
@@ -117,7 +121,11 @@ async fn without_the_key_a_budget_is_ignored() {
         json!(10_000)
     );
     // Another key than the one configured is ignored too.
-    let mut peer = serve(StdioServer::new().budget_key("com.example/other"));
+    let mut peer = serve(
+        StdioServer::new()
+            .budget_key("com.example/other")
+            .expect("a valid budget key"),
+    );
     assert_eq!(
         remaining(&mut peer, 1, Some(json!(1_500))).await,
         json!(10_000)
@@ -126,7 +134,11 @@ async fn without_the_key_a_budget_is_ignored() {
 
 #[tokio::test(start_paused = true)]
 async fn a_budget_that_runs_out_is_answered_as_an_inherited_deadline() {
-    let mut peer = serve(StdioServer::new().budget_key(KEY));
+    let mut peer = serve(
+        StdioServer::new()
+            .budget_key(KEY)
+            .expect("a valid budget key"),
+    );
     let start = Instant::now();
     peer.request(json!(7), "hang", json!({ "_meta": { KEY: 1_500 } }))
         .await;
@@ -153,7 +165,10 @@ async fn written_budget(peer: &mut Peer) -> Option<Value> {
 #[tokio::test(start_paused = true)]
 async fn a_client_with_the_key_writes_what_is_left_of_its_deadline() {
     let (mut peer, r, w) = pipe(64 * 1024);
-    let client = StdioClient::builder().budget_key(KEY).connect(r, w);
+    let client = StdioClient::builder()
+        .budget_key(KEY)
+        .expect("a valid budget key")
+        .connect(r, w);
     let timed = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_secs(2)))
         .service(client.clone());
@@ -219,8 +234,16 @@ async fn client_to_server_the_server_handler_sees_the_clients_deadline() {
     let (server_end, client_end) = tokio::io::duplex(64 * 1024);
     let (sr, sw) = tokio::io::split(server_end);
     let (cr, cw) = tokio::io::split(client_end);
-    tokio::spawn(StdioServer::new().budget_key(KEY).serve(stack(), sr, sw));
-    let client = StdioClient::builder().budget_key(KEY).connect(cr, cw);
+    tokio::spawn(
+        StdioServer::new()
+            .budget_key(KEY)
+            .expect("a valid budget key")
+            .serve(stack(), sr, sw),
+    );
+    let client = StdioClient::builder()
+        .budget_key(KEY)
+        .expect("a valid budget key")
+        .connect(cr, cw);
     let svc = ServiceBuilder::new()
         .layer(TimeoutLayer::new(Duration::from_secs(3)))
         .service(client);

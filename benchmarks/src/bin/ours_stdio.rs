@@ -7,7 +7,7 @@
 async fn main() {
     let mut server = tower_mcp_cancel::transport::stdio::StdioServer::new();
     if let Ok(key) = std::env::var("OURS_BUDGET_KEY") {
-        server = server.budget_key(key);
+        server = server.budget_key(key).expect("a budget key outside the reserved prefixes");
     }
     let code = match server
         .serve_stdio(tower_mcp_cancel_benchmarks::ours::full_stack())

@@ -381,15 +381,18 @@ impl<S> StreamableHttpService<S> {
     /// lengthens a deadline. Off by default. See the
     /// [timeout module](crate::timeout#on-the-wire-an-opt-in-budget-in-_meta).
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// If `key` is empty or under a `_meta` prefix MCP reserves
+    /// [`InvalidBudgetKey`](crate::timeout::InvalidBudgetKey) if `key` is
+    /// empty or under a `_meta` prefix MCP reserves
     /// (`io.modelcontextprotocol/`, `dev.mcp/`, …; it defines no budget
-    /// key).
-    #[must_use]
-    pub fn budget_key(mut self, key: impl Into<String>) -> Self {
-        self.config_mut().budget_key = Some(crate::timeout::BudgetKey::new(key));
-        self
+    /// key); the setting is then left as it was.
+    pub fn budget_key(
+        mut self,
+        key: impl Into<String>,
+    ) -> Result<Self, crate::timeout::InvalidBudgetKey> {
+        self.config_mut().budget_key = Some(crate::timeout::BudgetKey::new(key)?);
+        Ok(self)
     }
 
     /// The MCP service.

@@ -155,15 +155,18 @@ impl StdioClientBuilder {
     /// as it is. Off by default: MCP standardizes no such key; see the
     /// [timeout module](crate::timeout#on-the-wire-an-opt-in-budget-in-_meta).
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// If `key` is empty or under a `_meta` prefix MCP reserves
+    /// [`InvalidBudgetKey`](crate::timeout::InvalidBudgetKey) if `key` is
+    /// empty or under a `_meta` prefix MCP reserves
     /// (`io.modelcontextprotocol/`, `dev.mcp/`, …; it defines no budget
-    /// key).
-    #[must_use]
-    pub fn budget_key(mut self, key: impl Into<String>) -> Self {
-        self.budget_key = Some(BudgetKey::new(key));
-        self
+    /// key); the setting is then left as it was.
+    pub fn budget_key(
+        mut self,
+        key: impl Into<String>,
+    ) -> Result<Self, crate::timeout::InvalidBudgetKey> {
+        self.budget_key = Some(BudgetKey::new(key)?);
+        Ok(self)
     }
 
     /// Calls `f` with the method and the (undecoded) params of every server
