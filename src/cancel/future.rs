@@ -51,6 +51,30 @@ impl<F, G> Projection<'_, F, G> {
     }
 }
 
+impl<F, G> Projection<'_, F, G> {
+    /// A cancelled request whose drop a transport's lifecycle owns, with a
+    /// grace: the handler future is polled on (its token fired, so that it
+    /// can clean up) until it ends or the lifecycle drops the stack; its
+    /// output is the cancel, whatever the handler returned.
+    #[cold]
+    fn in_grace<O, T, E>(
+        &mut self,
+        reason: CancelReason,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<O, BoxError>>
+    where
+        F: Future<Output = Result<T, E>>,
+    {
+        let Some(inner) = self.inner.as_mut().as_pin_mut() else {
+            return Poll::Pending;
+        };
+        if inner.poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(self.cancelled(reason)))
+    }
+}
+
 impl<F, G, T, E> Future for ResponseFuture<F, G>
 where
     F: Future<Output = Result<T, E>>,
@@ -67,6 +91,9 @@ where
         // The cancel is checked first: once it is processed, the handler is
         // never polled again, so it cannot produce a response after it.
         if let Some(reason) = guard.cancellation().reason().cloned() {
+            if guard.cancellation().grace_handed() {
+                return this.in_grace(reason, cx);
+            }
             return Poll::Ready(Err(this.cancelled(reason)));
         }
         let inner = this
@@ -81,6 +108,7 @@ where
                 // cancel; a cancel that landed while the handler was being
                 // polled is seen here.
                 return match guard.cancellation().poll_cancelled(cx) {
+                    Poll::Ready(_) if guard.cancellation().grace_handed() => Poll::Pending,
                     Poll::Ready(reason) => Poll::Ready(Err(this.cancelled(reason))),
                     Poll::Pending => Poll::Pending,
                 };

@@ -64,6 +64,4 @@ mod service;
 pub use crate::state::Cancellation;
 pub use layer::CancelOnDisconnectLayer;
 pub use registry::{InFlight, InFlightGuard};
-#[cfg(any(feature = "stdio", feature = "http"))]
-pub(crate) use response::Passthrough;
 pub use service::CancelOnDisconnect;

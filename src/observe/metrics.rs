@@ -27,6 +27,10 @@ pub(crate) const SERVER_PROGRESS: &str = "mcp.server.progress.notifications";
 /// Counter: progress notifications a client routed to a request in flight.
 pub(crate) const CLIENT_PROGRESS: &str = "mcp.client.progress.notifications";
 
+/// Counter: server requests whose cooperative grace ended, by
+/// `mcp.transport` and `mcp.grace` (`finished` or `dropped`).
+pub(crate) const SERVER_GRACE: &str = "mcp.server.grace";
+
 /// The transport label's key.
 pub(crate) const TRANSPORT_LABEL: &str = super::field::MCP_TRANSPORT;
 /// The outcome label's key.
@@ -114,6 +118,38 @@ pub(crate) fn ended(side: Side, transport: Transport, outcome: &Outcome, elapsed
         r.register_histogram(&duration, &METADATA)
             .record(elapsed.as_secs_f64());
     });
+}
+
+/// The transport and grace labels, by transport and finished / dropped.
+static GRACE_LABELS: [[[Label; 2]; 2]; 2] = [
+    [
+        [
+            Label::from_static_parts(TRANSPORT_LABEL, "stdio"),
+            Label::from_static_parts(super::field::GRACE, "finished"),
+        ],
+        [
+            Label::from_static_parts(TRANSPORT_LABEL, "stdio"),
+            Label::from_static_parts(super::field::GRACE, "dropped"),
+        ],
+    ],
+    [
+        [
+            Label::from_static_parts(TRANSPORT_LABEL, "http"),
+            Label::from_static_parts(super::field::GRACE, "finished"),
+        ],
+        [
+            Label::from_static_parts(TRANSPORT_LABEL, "http"),
+            Label::from_static_parts(super::field::GRACE, "dropped"),
+        ],
+    ],
+];
+
+/// A server request's cooperative grace ended: its handler finished within
+/// it, or was dropped after it.
+pub(crate) fn grace(transport: Transport, finished: bool) {
+    let labels = &GRACE_LABELS[transport_index(transport)][usize::from(!finished)];
+    let key = Key::from_static_parts(SERVER_GRACE, labels);
+    metrics::with_recorder(|r| r.register_counter(&key, &METADATA).increment(1));
 }
 
 /// A progress notification, sent (server) or routed (client).

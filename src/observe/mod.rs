@@ -34,6 +34,7 @@
 //! | `mcp.era` | `2026` (revision 2026-07-28) or `legacy` (2025 revisions): on HTTP from the version checks (server) or the era found (client); on stdio from the request's `_meta["io.modelcontextprotocol/protocolVersion"]`, which every 2026 request carries |
 //! | `mcp.request.outcome` | the [`Outcome::kind`] (this crate's) |
 //! | `mcp.cancel.reason` | the peer's reason of a cancel, sanitized (this crate's) |
+//! | `mcp.grace` | a server request cancelled with a [cooperative grace](crate::transport#cooperative-grace-then-drop): `finished` (its handler ended within the grace) or `dropped` (after it); set when the grace ended, which the span outlives (this crate's) |
 //! | `error.type` | for a [failure](Outcome::is_failure) only: the JSON-RPC code, `timeout`, or `transport_error` |
 //! | `rpc.response.status_code` | the JSON-RPC error code of an error answer |
 //! | `otel.name`, `otel.kind`, `otel.status_code` | for `tracing-opentelemetry`: the conventions' span name (`tools/call get_weather`, else the method), `server`/`client`, `ERROR` on a failure |
@@ -74,6 +75,7 @@
 //! | `mcp.server.requests`, `mcp.client.requests` | counter, one per ended request | `mcp.transport`, `mcp.request.outcome` (an [`Outcome::kind`]) |
 //! | `mcp.server.operation.duration`, `mcp.client.operation.duration` | histogram, seconds (the OpenTelemetry MCP conventions' names) | `mcp.transport`, `mcp.request.outcome` |
 //! | `mcp.server.progress.notifications` | counter: progress notifications a handler queued | |
+//! | `mcp.server.grace` | counter: server requests whose [cooperative grace](crate::transport#cooperative-grace-then-drop) ended | `mcp.transport`, `mcp.grace` (`finished`/`dropped`) |
 //! | `mcp.client.progress.notifications` | counter: progress notifications routed to a request in flight | |
 //!
 //! ```
@@ -117,6 +119,10 @@ pub(crate) mod field {
     pub(crate) const OUTCOME: &str = "mcp.request.outcome";
     /// This crate's: the sanitized reason of a cancel.
     pub(crate) const CANCEL_REASON: &str = "mcp.cancel.reason";
+    /// This crate's: how a server request's cooperative grace ended,
+    /// `finished` or `dropped`.
+    #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
+    pub(crate) const GRACE: &str = "mcp.grace";
 }
 
 /// Which side of a request this process is.

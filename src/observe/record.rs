@@ -114,6 +114,7 @@ impl Record {
                     mcp.era = era(),
                     mcp.request.outcome = Empty,
                     mcp.cancel.reason = Empty,
+                    mcp.grace = Empty,
                     error.type = Empty,
                     rpc.response.status_code = Empty,
                 )
@@ -150,6 +151,33 @@ impl Record {
     /// `info` line of the request, the metrics.
     pub(crate) fn end(mut self, outcome: &Outcome) {
         self.finish(outcome);
+    }
+
+    /// Ends the record with `outcome` (as [`end`](Self::end)) but keeps its
+    /// span open: the request's answer is decided, its handler goes on in
+    /// its cooperative grace, whose end [`grace_ended`](Self::grace_ended)
+    /// records.
+    #[cfg(any(feature = "stdio", feature = "http"))]
+    pub(crate) fn end_keeping_span(&mut self, outcome: &Outcome) {
+        self.finish(outcome);
+    }
+
+    /// Records how the request's cooperative grace ended: its handler
+    /// `finished` within it, or was dropped after it.
+    #[cfg(any(feature = "stdio", feature = "http"))]
+    pub(crate) fn grace_ended(&self, finished: bool) {
+        let how = if finished { "finished" } else { "dropped" };
+        #[cfg(feature = "metrics")]
+        super::metrics::grace(self.transport, finished);
+        self.span.record(field::GRACE, how);
+        self.span.in_scope(|| {
+            tracing::debug!(
+                target: TARGET,
+                grace = how,
+                duration_ms = self.started.elapsed().as_millis() as u64,
+                "request's grace ended"
+            );
+        });
     }
 
     fn finish(&mut self, outcome: &Outcome) {

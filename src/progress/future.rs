@@ -83,11 +83,11 @@ where
             }
             return Poll::Ready(out.map_err(Into::into));
         }
-        let tap = this
-            .tap
-            .0
-            .as_ref()
-            .expect("the tap is present until completion");
+        let Some(tap) = this.tap.0.as_ref() else {
+            // Expired, in the grace a transport's lifecycle grants: only
+            // the inner future is left to poll.
+            return Poll::Pending;
+        };
         let timer = match this.timer {
             Some(timer) => timer,
             None => {
@@ -118,6 +118,15 @@ where
             // dropped next, reads the reason from the request's
             // cancellation.
             expire(&reason, tap);
+            if tap.grace_handed() {
+                // A transport's lifecycle owns the drop and grants a grace:
+                // it answers the timeout now and drops the stack after the
+                // grace; the inner future is polled on until then, with no
+                // limit left here (the tap, closed, goes).
+                this.tap.0 = None;
+                *this.timer = None;
+                return Poll::Pending;
+            }
             this.inner.set(None);
             return Poll::Ready(Err(Box::new(elapsed)));
         }

@@ -5,7 +5,9 @@ use std::task::{Context, Poll};
 
 use tokio_util::sync::CancellationToken;
 
-use super::sync::{Arc, AtomicU8, AtomicWaker, OnceLock, Ordering};
+use std::time::Duration;
+
+use super::sync::{Arc, AtomicU32, AtomicU8, AtomicWaker, OnceLock, Ordering};
 use super::RequestState;
 use crate::error::CancelReason;
 
@@ -50,6 +52,9 @@ pub struct Cancellation {
 pub(super) struct CancelState {
     /// Who won: `ACTIVE` until the first of cancel / complete claims it.
     state: AtomicU8,
+    /// The request's cooperative grace (see [`GraceSlot`]); in what was
+    /// padding beside `state`, so the state does not grow.
+    grace: GraceSlot,
     /// Set by the cancel that claimed the state, right after the claim. A
     /// `complete` that lost to that cancel waits for it, so no caller ever
     /// sees a refused completion without the reason.
@@ -69,6 +74,7 @@ impl CancelState {
     pub(super) fn new() -> Self {
         Self {
             state: AtomicU8::new(ACTIVE),
+            grace: GraceSlot::new(),
             reason: OnceLock::new(),
             token: OnceLock::new(),
             waker: AtomicWaker::new(),
@@ -118,8 +124,84 @@ impl CancelState {
         self.reason.get()
     }
 
+    /// Whether a lifecycle owns the drop and the grace is not zero.
+    #[inline]
+    pub(super) fn grace_handed(&self) -> bool {
+        self.grace.handed()
+    }
+
+    /// Whether the request was cancelled under a transport's lifecycle:
+    /// whatever its handler does from then on reaches nobody.
+    #[inline]
+    pub(super) fn cancelled_owned(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CANCELLED && self.grace.owned()
+    }
+
     fn token_ref(&self) -> &CancellationToken {
         self.token.get_or_init(CancellationToken::new)
+    }
+}
+
+/// One request's cooperative grace, in 4 bytes: the low 31 bits are the
+/// grace in milliseconds ([`GraceSlot::UNSET`] when none was set), the top
+/// bit says that a transport's lifecycle owns the drop of the request's
+/// handler future (it set the bit when it started the request), so that
+/// the layers inside hand a cancelled future to it instead of dropping it.
+pub(super) struct GraceSlot(AtomicU32);
+
+impl GraceSlot {
+    const OWNED: u32 = 1 << 31;
+    const UNSET: u32 = Self::OWNED - 1;
+    /// The longest grace kept (about 24.8 days); a longer one is clamped.
+    const MAX_MS: u32 = Self::UNSET - 1;
+
+    fn new() -> Self {
+        Self(AtomicU32::new(Self::UNSET))
+    }
+
+    /// `grace` in whole milliseconds, a fraction rounded up (a grace that
+    /// was asked for is never lost to rounding), clamped to `MAX_MS`.
+    fn millis(grace: Duration) -> u32 {
+        let ms = grace.as_millis() + u128::from(grace.subsec_nanos() % 1_000_000 != 0);
+        u32::try_from(ms).unwrap_or(u32::MAX).min(Self::MAX_MS)
+    }
+
+    /// Sets the grace, keeping the owner bit.
+    fn set(&self, grace: Duration) {
+        let ms = Self::millis(grace);
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some((v & Self::OWNED) | ms)
+            });
+    }
+
+    /// Marks the drop owned by a transport's lifecycle, with the grace of
+    /// its policy unless one was set already.
+    fn own(&self, policy: Duration) {
+        let ms = Self::millis(policy);
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                let set = v & !Self::OWNED;
+                Some(Self::OWNED | if set == Self::UNSET { ms } else { set })
+            });
+    }
+
+    fn get(&self) -> Option<Duration> {
+        let ms = self.0.load(Ordering::Acquire) & !Self::OWNED;
+        (ms != Self::UNSET).then(|| Duration::from_millis(u64::from(ms)))
+    }
+
+    /// Whether a lifecycle owns the drop.
+    fn owned(&self) -> bool {
+        self.0.load(Ordering::Acquire) & Self::OWNED != 0
+    }
+
+    /// Whether a lifecycle owns the drop and the grace is not zero.
+    fn handed(&self) -> bool {
+        let v = self.0.load(Ordering::Acquire);
+        v & Self::OWNED != 0 && !matches!(v & !Self::OWNED, 0 | Self::UNSET)
     }
 }
 
@@ -218,6 +300,68 @@ impl Cancellation {
             Some(r) => Poll::Ready(r.clone()),
             None => Poll::Pending,
         }
+    }
+
+    /// Sets the request's cooperative grace: how long its handler future
+    /// is still polled once the request is cancelled (its token fired), so
+    /// that it can finish its cleanup, before it is dropped. It overrides
+    /// the transport's policy
+    /// ([`StdioServer::grace`](crate::transport::stdio::StdioServer::grace),
+    /// `StreamableHttpService::grace`) for this request; kept in whole
+    /// milliseconds (a fraction rounded up), at most about 24 days.
+    ///
+    /// Only a server transport acts on it (see the
+    /// [transport docs](crate::transport#cooperative-grace-then-drop)); a
+    /// `subscriptions/listen` gets none. Returns `false`, and changes
+    /// nothing, once the request was cancelled or completed: the grace is
+    /// read at the cancel.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_mcp_cancel::{Cancellation, CancelReason};
+    ///
+    /// let c = Cancellation::new();
+    /// assert_eq!(c.grace(), None);
+    /// assert!(c.set_grace(Duration::from_millis(250)));
+    /// assert_eq!(c.grace(), Some(Duration::from_millis(250)));
+    /// c.cancel(CancelReason::Shutdown);
+    /// assert!(!c.set_grace(Duration::from_secs(1)));
+    /// ```
+    pub fn set_grace(&self, grace: Duration) -> bool {
+        if self.is_finished() {
+            return false;
+        }
+        self.state().grace.set(grace);
+        true
+    }
+
+    /// The request's cooperative grace: the one
+    /// [`set_grace`](Self::set_grace) set, else the one the transport's
+    /// policy gave it; `None` when neither did.
+    pub fn grace(&self) -> Option<Duration> {
+        self.state().grace.get()
+    }
+
+    /// Marks the drop of the request's handler future owned by a
+    /// transport's lifecycle (which applies the grace), with the grace of
+    /// its policy unless the request has one already.
+    #[cfg(any(feature = "stdio", feature = "http"))]
+    pub(crate) fn own_grace(&self, policy: Duration) {
+        self.state().grace.own(policy);
+    }
+
+    /// Whether a layer that would drop the request's inner future on a
+    /// cancel or an expiry must leave that to the transport's lifecycle
+    /// instead: one owns the drop and the request has a grace.
+    #[inline]
+    pub(crate) fn grace_handed(&self) -> bool {
+        self.state().grace_handed()
+    }
+
+    /// Whether the request was cancelled under a transport's lifecycle.
+    #[inline]
+    pub(crate) fn cancelled_owned(&self) -> bool {
+        self.state().cancelled_owned()
     }
 
     /// Whether two handles share one state.
@@ -352,6 +496,49 @@ mod loom_model {
 #[cfg(all(test, not(tower_mcp_cancel_loom)))]
 mod tests {
     use super::*;
+
+    /// The grace lives in what was padding: the per-request state stays
+    /// at its size (280 bytes on 64-bit targets).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn grace_slot_does_not_grow_the_state() {
+        assert!(
+            std::mem::size_of::<RequestState>() <= 280,
+            "{}",
+            std::mem::size_of::<RequestState>()
+        );
+    }
+
+    #[test]
+    fn grace_slot_rounds_up_clamps_and_keeps_the_owner_bit() {
+        let c = Cancellation::new();
+        assert!(!c.grace_handed());
+        assert!(c.set_grace(Duration::from_micros(1)));
+        assert_eq!(c.grace(), Some(Duration::from_millis(1)));
+        assert!(!c.grace_handed(), "no lifecycle owns it");
+        #[cfg(any(feature = "stdio", feature = "http"))]
+        {
+            c.own_grace(Duration::from_secs(5));
+            assert_eq!(c.grace(), Some(Duration::from_millis(1)), "set first, kept");
+            assert!(c.grace_handed());
+            assert!(c.set_grace(Duration::ZERO));
+            assert!(!c.grace_handed(), "a zero grace hands nothing");
+            let d = Cancellation::new();
+            d.own_grace(Duration::ZERO);
+            assert_eq!(d.grace(), Some(Duration::ZERO));
+            assert!(!d.grace_handed());
+            assert!(!d.cancelled_owned());
+            d.cancel(CancelReason::Shutdown);
+            assert!(d.cancelled_owned());
+        }
+        assert!(c.set_grace(Duration::from_secs(u64::MAX)));
+        assert_eq!(
+            c.grace(),
+            Some(Duration::from_millis(u64::from(GraceSlot::MAX_MS)))
+        );
+        c.complete();
+        assert!(!c.set_grace(Duration::from_secs(1)));
+    }
 
     #[test]
     fn token_created_after_cancel_is_cancelled() {

@@ -6,14 +6,14 @@
 #[cfg(not(all(test, tower_mcp_cancel_loom)))]
 pub(super) use futures_util::task::AtomicWaker;
 #[cfg(not(all(test, tower_mcp_cancel_loom)))]
-pub(super) use std::sync::atomic::{AtomicU8, Ordering};
+pub(super) use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 #[cfg(not(all(test, tower_mcp_cancel_loom)))]
 pub(super) use std::sync::{Arc, OnceLock};
 
 #[cfg(all(test, tower_mcp_cancel_loom))]
 pub(super) use self::model::{AtomicWaker, OnceLock};
 #[cfg(all(test, tower_mcp_cancel_loom))]
-pub(super) use loom::sync::atomic::{AtomicU8, Ordering};
+pub(super) use loom::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 #[cfg(all(test, tower_mcp_cancel_loom))]
 pub(super) use loom::sync::Arc;
 

@@ -354,6 +354,21 @@ impl ProgressTap {
             );
             return false;
         }
+        // Cancelled under a transport: a handler in its grace reaches
+        // nobody, observers included.
+        let also = || {
+            st.tap
+                .as_ref()
+                .and_then(|c| c.request.as_ref()?.also.as_ref())
+        };
+        if self.request.cancel.cancelled_owned() || also().is_some_and(|c| c.cancelled_owned()) {
+            tracing::debug!(
+                progress_token = token(),
+                progress,
+                "progress after the cancel ignored"
+            );
+            return false;
+        }
         let last = st.last.map(|(last, _)| last);
         let increases = progress.is_finite() && last.is_none_or(|last| progress > last);
         if !increases {
@@ -448,6 +463,19 @@ impl ProgressTap {
     #[inline]
     pub(crate) fn lives_in(&self, cancellation: &Cancellation) -> bool {
         Arc::ptr_eq(&self.request, cancellation.request_state())
+    }
+
+    /// Whether the drop of the tap's request is owned by a transport's
+    /// lifecycle that grants it a grace (see
+    /// [`Cancellation::grace_handed`]).
+    pub(crate) fn grace_handed(&self) -> bool {
+        self.request.cancel.grace_handed()
+            || self.with_config(|c| {
+                c.request
+                    .as_ref()
+                    .and_then(|r| r.also.as_ref())
+                    .is_some_and(Cancellation::grace_handed)
+            })
     }
 
     /// Fires the cancellation(s) of the tap's request with `reason`.

@@ -133,6 +133,17 @@ where
         // Cancelled first: a client transport below, whose future is
         // dropped next, reads the reason from the request's cancellation.
         expire(&reason, this.cancellation.as_ref());
+        if this
+            .cancellation
+            .as_ref()
+            .is_some_and(Cancellation::grace_handed)
+        {
+            // A transport's lifecycle owns the drop and grants a grace: it
+            // answers the timeout now and drops the stack after the grace;
+            // the inner future is polled on until then.
+            *this.deadline = None;
+            return Poll::Pending;
+        }
         this.inner.set(None);
         Poll::Ready(Err(Box::new(elapsed)))
     }

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::origin::OriginPolicy;
 use super::param_headers::ToolHeaderMap;
 use super::session::Sessions;
+use crate::policy::MethodPolicy;
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION};
 use crate::timeout::BudgetKey;
 use crate::transport::admission::Admission;
@@ -75,6 +76,8 @@ pub(crate) struct Config {
     pub(crate) in_flight: Admission,
     /// The `_meta` key of a client's budget to honour, if any.
     pub(crate) budget_key: Option<BudgetKey>,
+    /// The cooperative grace of cancelled requests, by method.
+    pub(crate) grace: MethodPolicy<Duration>,
 }
 
 impl Config {
@@ -104,6 +107,7 @@ impl Default for Config {
             sessions: None,
             in_flight: Admission::new(DEFAULT_MAX_IN_FLIGHT),
             budget_key: None,
+            grace: MethodPolicy::new(Duration::ZERO),
         }
     }
 }
@@ -125,6 +129,7 @@ impl fmt::Debug for Config {
             .field("max_in_flight", &self.in_flight.max())
             .field("running", &self.in_flight.taken())
             .field("budget_key", &self.budget_key)
+            .field("grace", &self.grace)
             .finish()
     }
 }

@@ -11,7 +11,6 @@
 //! `serve`'s wait for it) until it ends.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -24,11 +23,11 @@ use super::serve::Running;
 use crate::jsonrpc::RequestId;
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::transport::admission::Place;
-use crate::transport::call::server::Ending;
+use crate::transport::call::server::{Ending, GracefulCall};
 use crate::CancelReason;
 
 /// One request's call, from [`call::server::run`](crate::transport::call::server::run).
-pub(crate) type CallFuture = Pin<Box<dyn Future<Output = Ending> + Send>>;
+pub(crate) type CallFuture = Pin<Box<dyn GracefulCall>>;
 
 /// What the first poll phase of an exchange yields.
 pub(crate) enum First {
@@ -132,7 +131,11 @@ impl Exchange {
                 return Poll::Pending;
             }
         };
-        self.call = None;
+        if let Some(call) = self.call.take() {
+            if call.in_grace() {
+                in_grace(call, std::mem::take(&mut self.hold));
+            }
+        }
         self.scope.end();
         // Senders waiting for queue space learn that the request is over.
         self.rx.close();
@@ -265,7 +268,21 @@ async fn detached(
     })
     .await;
     scope.end();
+    std::future::poll_fn(|cx| call.as_mut().poll_grace(cx)).await;
     drop(hold);
+}
+
+/// Drives the cooperative grace of a call whose ending was decided (or
+/// whose client went away), on a task of its own, holding what its request
+/// holds until it ended. Without a runtime (not reached under one), the
+/// call is dropped: no grace.
+fn in_grace(mut call: CallFuture, hold: Hold) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(async move {
+            std::future::poll_fn(|cx| call.as_mut().poll_grace(cx)).await;
+            drop(hold);
+        });
+    }
 }
 
 impl Drop for Exchange {
@@ -285,7 +302,15 @@ impl Drop for Exchange {
                 return;
             }
         }
-        // Dropping the call drops the handler, then fires its token.
+        let mut call = call;
+        // With a grace, the token fires now and the handler goes on in it;
+        // without, dropping the call drops the handler, then fires its
+        // token.
+        if call.as_mut().disconnect() {
+            self.scope.end();
+            in_grace(call, std::mem::take(&mut self.hold));
+            return;
+        }
         drop(call);
         self.scope.end();
     }

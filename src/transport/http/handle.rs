@@ -284,6 +284,14 @@ fn start_call<S: McpService>(
     let cancel_on_disconnect =
         !era.legacy || config.legacy == StatefulRequests::ServeCancelOnDisconnect;
     tracing::debug!(request_id = %id, method = ?mcp.method(), legacy = era.legacy, assumed_version = era.assumed, session = joined.is_some(), "MCP request over HTTP");
+    let grace = if is_listen {
+        std::time::Duration::ZERO
+    } else {
+        config
+            .grace
+            .limit_for(Some(mcp.method()))
+            .unwrap_or_default()
+    };
     let call = call::run(
         inner,
         mcp,
@@ -297,22 +305,22 @@ fn start_call<S: McpService>(
         } else {
             ObservedEra::Modern
         }),
+        grace,
     );
     let call: CallFuture = match joined {
         None => Box::pin(call),
-        // Registered for as long as the call runs (also when a disconnect
-        // detached it: the session can still cancel it).
+        // Registered until the call's ending (also when a disconnect
+        // detached it: the session can still cancel it); a handler in its
+        // grace no longer holds the id.
         Some(joined) => {
             let handshake = opened.zip(config.sessions.as_ref());
             let handshake = handshake.and_then(|(o, sessions)| o.handshake(sessions));
-            Box::pin(async move {
-                let ending = call.await;
+            Box::pin(call.on_end(Box::new(move |ending| {
                 drop(joined);
                 if let Some(handshake) = handshake {
-                    handshake.settle(&ending);
+                    handshake.settle(ending);
                 }
-                ending
-            })
+            })))
         }
     };
     Ok(Exchange::new(

@@ -343,6 +343,31 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
+    /// The cooperative grace of cancelled requests, by method (default
+    /// zero for every method: none, a cancel drops the handler future at
+    /// once; an entry of
+    /// [`method_unlimited`](crate::MethodPolicy::method_unlimited) also
+    /// means none; a `subscriptions/listen` never gets one). A request's
+    /// own [`Cancellation::set_grace`](crate::Cancellation::set_grace)
+    /// overrides it.
+    ///
+    /// On a cancel — a 2026 client's disconnect, a 2025 session's
+    /// `notifications/cancelled` or `DELETE`, a `TimeoutLayer` or
+    /// `ProgressResetLayer` expiry in the stack, the shutdown after the
+    /// [drain grace](Self::drain_grace) — the request's token fires at
+    /// once and the client sees what it sees without a grace, at the same
+    /// moment; the handler future is then polled for up to the grace, so
+    /// that a handler that waits on its token can finish its cleanup, and
+    /// dropped. Nothing it sends meanwhile goes out; it keeps its place
+    /// under [`max_in_flight`](Self::max_in_flight), and
+    /// [`serve`](super::serve) returns only once it ended. See the
+    /// [transport docs](crate::transport#cooperative-grace-then-drop).
+    #[must_use]
+    pub fn grace(mut self, policy: crate::MethodPolicy<Duration>) -> Self {
+        self.config_mut().grace = policy;
+        self
+    }
+
     /// Bounds the MCP requests this adapter runs at once (default 1024,
     /// what the stdio server lets one connection run; at least 1).
     ///

@@ -3,6 +3,7 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
@@ -18,6 +19,7 @@ use crate::jsonrpc::{
 };
 use crate::notify::outbox::{Outgoing, Scope};
 use crate::observe::Transport;
+use crate::policy::MethodPolicy;
 use crate::timeout::BudgetKey;
 use crate::transport::call::server::{self as call, encode_error_without_id, McpService};
 use crate::CancelReason;
@@ -31,7 +33,7 @@ pub use config::StdioServer;
 pub(crate) use config::DEFAULT_MAX_IN_FLIGHT;
 pub(crate) use config::{DEFAULT_MAX_LINE_BYTES, DEFAULT_WRITE_QUEUE};
 use drain::DrainPlan;
-use request::{finish_request, last_message};
+use request::{count_grace, finish_request, last_message, run_grace, InGrace};
 
 impl StdioServer {
     /// Serves `service` over `reader`/`writer` until `reader` ends (EOF),
@@ -75,6 +77,8 @@ impl StdioServer {
             load,
             batch: Default::default(),
             budget_key: self.budget_key.clone(),
+            grace: self.grace.clone(),
+            in_grace: InGrace::default(),
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
@@ -211,6 +215,10 @@ struct Connection {
     hold: Arc<Hold>,
     /// The `_meta` key of a client's budget to honour, if any.
     budget_key: Option<BudgetKey>,
+    /// The cooperative grace of cancelled requests, by method.
+    grace: MethodPolicy<Duration>,
+    /// The requests in their grace: they count toward `max_in_flight`.
+    in_grace: InGrace,
 }
 
 impl Connection {
@@ -322,8 +330,11 @@ impl Connection {
             self.refuse(&id, &err).await;
             return;
         }
-        // At the bound; a duplicate id gets its own answer below.
-        if self.in_flight.len() >= self.max_in_flight && !self.in_flight.contains(&id) {
+        // At the bound (requests in their grace count); a duplicate id
+        // gets its own answer below.
+        if self.in_flight.len() + self.in_grace.len() >= self.max_in_flight
+            && !self.in_flight.contains(&id)
+        {
             tracing::debug!(request_id = %id, max = self.max_in_flight, "request refused: too many in flight");
             let err = ErrorObject::new(
                 ErrorObject::INTERNAL_ERROR,
@@ -351,6 +362,10 @@ impl Connection {
             }
         };
         let is_listen = raw.method == jsonrpc::SUBSCRIPTIONS_LISTEN;
+        let grace = self
+            .grace
+            .limit_for(Some(raw.method.as_str()))
+            .unwrap_or_default();
         let scope = Scope::new(guard.cancellation().clone());
         let mut req = call::prepare(raw, &scope, self.tx.clone());
         crate::timeout::inherit_budget(&mut req, view.budget);
@@ -363,11 +378,16 @@ impl Connection {
             is_listen,
             Transport::Stdio,
             None,
+            grace,
         );
         let mut call = Box::pin(call);
         if let Some(ending) = self.load.first_poll(call.as_mut()) {
+            let counted = count_grace(&call, &self.in_grace);
             let answer = last_message(ending, &guard);
             scope.end();
+            if counted.is_some() {
+                tasks.spawn(run_grace(call, counted));
+            }
             if self.batch.add(answer, guard) {
                 self.flush_batch().await;
             }
@@ -382,6 +402,7 @@ impl Connection {
             self.tx.clone(),
             running,
             hold,
+            self.in_grace.clone(),
         ));
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::cancel::InFlight;
+use crate::policy::MethodPolicy;
 use crate::timeout::BudgetKey;
 use crate::transport::DEFAULT_DRAIN_GRACE;
 
@@ -31,6 +32,7 @@ pub struct StdioServer {
     pub(super) drain_grace: Duration,
     pub(super) first_poll_on_reader: bool,
     pub(super) budget_key: Option<BudgetKey>,
+    pub(super) grace: MethodPolicy<Duration>,
 }
 
 impl Default for StdioServer {
@@ -53,6 +55,7 @@ impl StdioServer {
             drain_grace: DEFAULT_DRAIN_GRACE,
             first_poll_on_reader: true,
             budget_key: None,
+            grace: MethodPolicy::new(Duration::ZERO),
         }
     }
 
@@ -161,6 +164,41 @@ impl StdioServer {
     #[must_use]
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.drain_grace = grace;
+        self
+    }
+
+    /// The cooperative grace of cancelled requests, by method (default
+    /// zero for every method: none, a cancel drops the handler future at
+    /// once; an entry of
+    /// [`method_unlimited`](MethodPolicy::method_unlimited) also means
+    /// none; a `subscriptions/listen` never gets one). A request's own
+    /// [`Cancellation::set_grace`](crate::Cancellation::set_grace)
+    /// overrides it.
+    ///
+    /// On a cancel — the client's `notifications/cancelled`, the end of
+    /// input, a `TimeoutLayer` or `ProgressResetLayer` expiry in the
+    /// stack, the shutdown — the request's token fires at once and the
+    /// wire sees what it sees without a grace, at the same moment; the
+    /// handler future is then polled for up to the grace, so that a
+    /// handler that waits on its token can finish its cleanup, and
+    /// dropped. Nothing it sends meanwhile is written, and its id can be
+    /// reused at once; it still counts toward
+    /// [`max_in_flight`](Self::max_in_flight), and [`serve`](Self::serve)
+    /// returns only once it ended. See the
+    /// [transport docs](crate::transport#cooperative-grace-then-drop).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_mcp_cancel::transport::stdio::StdioServer;
+    /// use tower_mcp_cancel::MethodPolicy;
+    ///
+    /// let server = StdioServer::new().grace(
+    ///     MethodPolicy::new(Duration::from_millis(500)).method("tools/call", Duration::from_secs(5)),
+    /// );
+    /// ```
+    #[must_use]
+    pub fn grace(mut self, policy: MethodPolicy<Duration>) -> Self {
+        self.grace = policy;
         self
     }
 
