@@ -1,0 +1,2 @@
+//! Grace over Streamable HTTP.
+#![cfg(feature = "http")]
