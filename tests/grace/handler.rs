@@ -12,13 +12,13 @@ use tower_mcp_cancel::test_util::Recorder;
 use tower_mcp_cancel::McpRequest;
 
 /// Far longer than any test needs, also under a paused clock.
-pub const BOUND: Duration = Duration::from_secs(3600);
+pub(crate) const BOUND: Duration = Duration::from_secs(3600);
 
-pub type Svc = BoxCloneService<McpRequest, Value, BoxError>;
+pub(crate) type Svc = BoxCloneService<McpRequest, Value, BoxError>;
 
 /// `cleanup {ms, graceMs?}` and `hang`, recording Started / Done (cleanup
 /// finished) / Dropped (dropped before) through `rec`.
-pub fn handler(rec: Recorder) -> Svc {
+pub(crate) fn handler(rec: Recorder) -> Svc {
     BoxCloneService::new(service_fn(move |req: McpRequest| {
         let rec = rec.clone();
         async move {
@@ -72,6 +72,6 @@ pub fn handler(rec: Recorder) -> Svc {
 }
 
 /// A `tools/call` of `cleanup` spending `ms` on its cleanup.
-pub fn cleanup_params(ms: u64) -> Value {
+pub(crate) fn cleanup_params(ms: u64) -> Value {
     json!({ "name": "cleanup", "arguments": { "ms": ms } })
 }
