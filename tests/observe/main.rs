@@ -7,6 +7,7 @@
 mod support;
 
 mod capture;
+mod grace;
 mod http;
 #[cfg(feature = "metrics")]
 mod metrics;
