@@ -360,6 +360,35 @@ impl Drop for Bridge {
     }
 }
 
+/// The router's future, which fires the handler's token
+/// (`ctx.cancellation_token()`) when it is dropped before its end, before
+/// it drops the handler's future: a layer's limit (or any cancel that
+/// drops the stack) reaches the handler's token at the cancel, not after
+/// the drop.
+struct TokenFirst<F> {
+    token: Option<CancellationToken>,
+    call: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for TokenFirst<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let out = std::task::ready!(self.call.as_mut().poll(cx));
+        self.token = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<F> Drop for TokenFirst<F> {
+    fn drop(&mut self) {
+        // Runs before the fields drop: the token fires first.
+        if let Some(token) = self.token.take() {
+            token.cancel();
+        }
+    }
+}
+
 /// The innermost service: registers the request in the progress registry
 /// (so that its progress goes out only while it runs) and calls the
 /// router.
@@ -388,7 +417,11 @@ impl Service<LayeredRequest> for Router {
         // the handler queued before it returned is passed on (or refused)
         // before the request leaves the registry.
         let flush = registration.as_ref().and(self.flush.clone());
-        let call = self.router.call(req.inner);
+        let token = req.inner.extensions.get::<CancellationToken>().cloned();
+        let call = TokenFirst {
+            token,
+            call: Box::pin(self.router.call(req.inner)),
+        };
         Box::pin(async move {
             let _registration = registration;
             let out = call.await;

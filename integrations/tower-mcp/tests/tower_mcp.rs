@@ -32,6 +32,21 @@ impl Drop for Probe {
     }
 }
 
+/// Sends `TOKEN_FIRED_BEFORE_DROP` or `TOKEN_LIVE_AT_DROP` when dropped.
+struct TokenAtDrop(Events, Value, tower_mcp::context::CancellationToken);
+
+impl Drop for TokenAtDrop {
+    fn drop(&mut self) {
+        let kind = if self.2.is_cancelled() {
+            "TOKEN_FIRED_BEFORE_DROP"
+        } else {
+            "TOKEN_LIVE_AT_DROP"
+        };
+        let _ = self.0.send((kind, self.1.clone()));
+    }
+}
+
+/// `watched` (never ends; says at its drop whether its token had fired),
 /// `slow {steps, interval_ms}` (never checks its token, reports progress
 /// when asked), `spawned` (a spawned task that stops on the token), `late`
 /// (answers at once, leaving a reporter task that sends 5 progress
@@ -39,6 +54,7 @@ impl Drop for Probe {
 /// notification as a sentinel, then `REPORTED`) and `unordered` (reports
 /// 5, 3, 3, 6, then the sentinel, then answers).
 fn router(events: Events, release: Arc<tokio::sync::Notify>) -> McpRouter {
+    let watched_events = events.clone();
     let late = ToolBuilder::new("late")
         .description("answers at once; its reporter outlives it")
         .extractor_handler(
@@ -120,8 +136,24 @@ fn router(events: Events, release: Arc<tokio::sync::Notify>) -> McpRouter {
             },
         )
         .build();
+    let watched = ToolBuilder::new("watched")
+        .description("never ends; says at its drop whether its token had fired")
+        .extractor_handler(
+            watched_events,
+            |tower_mcp::extract::State(events): tower_mcp::extract::State<Events>,
+             ctx: Context,
+             Json(_args): Json<Value>| async move {
+                let id = serde_json::to_value(ctx.request_id()).unwrap();
+                let _ = events.send(("STARTED", id.clone()));
+                let _at_drop = TokenAtDrop(events, id, ctx.cancellation_token());
+                std::future::pending::<()>().await;
+                Ok(CallToolResult::text("done"))
+            },
+        )
+        .build();
     McpRouter::new()
         .server_info("tower-mcp-test", "0")
+        .tool(watched)
         .tool(slow)
         .tool(spawned)
         .tool(late)
@@ -281,6 +313,30 @@ async fn a_server_deadline_drops_the_handler_and_answers_with_an_error() {
     assert_eq!(err.data.as_ref().unwrap()["limit"], "timeout", "{err:?}");
     h.event("DROPPED", 7).await;
     h.event("TOKEN", 7).await;
+}
+
+/// The handler's `ctx.cancellation_token()` fires at the cancel — here a
+/// server deadline inside the stack — and so before its future is
+/// dropped, not at the drop.
+#[tokio::test]
+async fn a_handlers_token_fires_at_the_cancel_before_its_drop() {
+    let layer = RouterLayer::new().timeout(TimeoutLayer::new(Duration::from_millis(200)));
+    let mut h = start(Some(layer)).await;
+    let err = h
+        .client
+        .clone()
+        .oneshot(call(7, "watched", json!({})))
+        .await
+        .unwrap_err();
+    assert!(err.downcast_ref::<ErrorObject>().is_some(), "{err:?}");
+    loop {
+        let (k, i) = h.events.recv().await.expect("server gone");
+        if i != json!(7) || k == "STARTED" {
+            continue;
+        }
+        assert_eq!(k, "TOKEN_FIRED_BEFORE_DROP");
+        break;
+    }
 }
 
 #[tokio::test]
