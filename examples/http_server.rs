@@ -1,7 +1,7 @@
 //! The example MCP server over Streamable HTTP — 2026-07-28, and the
 //! 2025 revisions with sessions for clients that `initialize` — with axum
 //! (served by `transport::http::serve`):
-//! the same tools as the stdio example server (`echo`, `slow`, `spawned`;
+//! the same tools as the stdio example server (`echo`, `slow`, `spawned`, `cleanup`, …;
 //! `server/discover`, `tools/list`, `initialize`, `ping`), behind the same
 //! server stack (`CancelOnDisconnectLayer`, `TimeoutLayer` 60 s /
 //! `tools/call` 600 s), mounted at `/mcp`.
@@ -25,6 +25,12 @@
 //! client sends in `_meta` (`mcp_call --budget`): a request then gets
 //! `min(--timeout, budget)`. The tool `deadline {}` returns
 //! `{"remainingMs": N}`, what its handler sees of that deadline.
+//!
+//! `--grace DURATION` gives a cancelled request a cooperative grace: its
+//! token fires at once (and the client sees what it sees without one), its
+//! handler future is dropped only after that long. The tool
+//! `cleanup {ms}` waits for its token, then spends `ms` on its cleanup;
+//! with `--events` it prints `CLEANED <id> <ns>` once that finished.
 //!
 //! # How it is stacked
 //!
@@ -123,7 +129,10 @@ async fn main() {
         // initialize opens a session whose notifications/cancelled cancel.
         .stateful_sessions(SessionLimits::new())
         .shutdown(shutdown.clone())
-        .drain_grace(common::drain_grace());
+        .drain_grace(common::drain_grace())
+        // `--grace DURATION`: a cancelled request's token fires at once,
+        // its handler is dropped only after this long (default: at once).
+        .grace(tower_mcp_cancel::MethodPolicy::new(common::grace()));
     if common::budget() {
         mcp = mcp
             .budget_key(common::BUDGET_KEY)

@@ -1,5 +1,5 @@
 //! The example MCP server over stdio: `server/discover`, `tools/list`,
-//! `tools/call` (`echo`, `slow`, `spawned`), `initialize`, `ping`, behind the
+//! `tools/call` (`echo`, `slow`, `spawned`, `cleanup`, …), `initialize`, `ping`, behind the
 //! full server stack (`CancelOnDisconnectLayer`, `TimeoutLayer`).
 //!
 //! ```sh
@@ -16,6 +16,12 @@
 //! sends in `_meta` (`mcp_call --budget`): a request then gets
 //! `min(--timeout, budget)`. The tool `deadline {}` returns
 //! `{"remainingMs": N}`, what its handler sees of that deadline.
+//!
+//! `--grace DURATION` gives a cancelled request a cooperative grace: its
+//! token fires at once (and the client sees what it sees without one), its
+//! handler future is dropped only after that long. The tool
+//! `cleanup {ms}` waits for its token, then spends `ms` on its cleanup;
+//! with `--events` it prints `CLEANED <id> <ns>` once that finished.
 
 mod common;
 
@@ -34,7 +40,10 @@ async fn main() {
     });
     let mut server = tower_mcp_cancel::transport::stdio::StdioServer::new()
         .shutdown(shutdown)
-        .drain_grace(common::drain_grace());
+        .drain_grace(common::drain_grace())
+        // `--grace DURATION`: a cancelled request's token fires at once,
+        // its handler is dropped only after this long (default: at once).
+        .grace(tower_mcp_cancel::MethodPolicy::new(common::grace()));
     if common::budget() {
         server = server
             .budget_key(common::BUDGET_KEY)

@@ -12,7 +12,10 @@
 //!   work in a `tokio::spawn`ed task that stops through the request's token;
 //!   `gated {steps = 3}` reports progress step by step, each step after a
 //!   `release` call (`release {}` lets one waiting step go), so a test can
-//!   tell whether each progress event reached it before the next was made.
+//!   tell whether each progress event reached it before the next was made;
+//!   `cleanup {ms = 100}` waits for its cancellation token, then spends
+//!   `ms` on its cleanup (an async sleep) and returns — with `--grace` the
+//!   server lets that cleanup finish before it drops the handler.
 //! * Logs: the crate's one `info` line per request (method, id, outcome,
 //!   duration; target `tower_mcp_cancel::request`), nothing per progress
 //!   notification above `debug`, no colour codes unless stderr is a
@@ -22,7 +25,9 @@
 //!   [`Options::events`] also a machine-readable stderr line each:
 //!   `DROPPED <id as JSON> <unix-epoch-ns>`, `DONE <id as JSON> <ns>`,
 //!   `STARTED <id as JSON> <ns>` when a handler begins, and
-//!   `TOKEN <id as JSON> <ns>` when a `spawned` task sees its token fire.
+//!   `TOKEN <id as JSON> <ns>` when a `spawned` task sees its token fire,
+//!   `CLEANED <id as JSON> <ns>` when a `cleanup` call finished its
+//!   cleanup.
 //!
 //! Nothing here is process-global: the options travel with the service.
 //!
@@ -77,7 +82,21 @@ pub fn budget() -> bool {
 /// deadline of every request (default: 60 s, `tools/call` 600 s). Exits
 /// with a message on a value that is not a duration.
 pub fn timeout() -> Option<Duration> {
-    let text = arg_value("--timeout")?;
+    duration_arg("--timeout")
+}
+
+/// `--grace DURATION` (as `--timeout`): the cooperative grace of a
+/// cancelled request — its token fires at once, its handler future is
+/// dropped only after this long (default: none, dropped at once). Exits
+/// with a message on a value that is not a duration.
+pub fn grace() -> Duration {
+    duration_arg("--grace").unwrap_or(Duration::ZERO)
+}
+
+/// The duration after `name` on the command line (`500ms`, `30s`, `5m`,
+/// `1h`, or seconds); exits with a message on anything else.
+fn duration_arg(name: &str) -> Option<Duration> {
+    let text = arg_value(name)?;
     let (num, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
         Some(i) => text.split_at(i),
         None => (text.as_str(), "s"),
@@ -95,7 +114,7 @@ pub fn timeout() -> Option<Duration> {
     {
         Ok(Ok(d)) => Some(d),
         _ => {
-            eprintln!("bad --timeout {text:?}: expected a duration such as 500ms, 30s, 5m");
+            eprintln!("bad {name} {text:?}: expected a duration such as 500ms, 30s, 5m");
             std::process::exit(2)
         }
     }
@@ -104,7 +123,7 @@ pub fn timeout() -> Option<Duration> {
 /// How the example server reports what happens to its handlers.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Also print `STARTED`/`DROPPED`/`DONE`/`TOKEN` lines to stderr.
+    /// Also print `STARTED`/`DROPPED`/`DONE`/`TOKEN`/`CLEANED` lines to stderr.
     pub events: bool,
     /// The steps of `gated` calls wait for permits that `release` adds.
     gate: Arc<tokio::sync::Semaphore>,
@@ -467,6 +486,14 @@ fn tools_list() -> Value {
                 "inputSchema": { "type": "object" },
             },
             {
+                "name": "cleanup",
+                "description": "Waits for the request's cancellation token, then spends `ms` milliseconds on its cleanup and returns (see the server's --grace).",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": { "ms": { "type": "number", "default": 100 } },
+                },
+            },
+            {
                 "name": "spawned",
                 "description": "Works `seconds` in a spawned task that stops when the request's cancellation token fires.",
                 "inputSchema": {
@@ -599,6 +626,21 @@ async fn tools_call(
                 }
             }
             Ok(text_result(format!("{steps} gated steps")))
+        }
+        Some("cleanup") => {
+            let ms = tree()["ms"]
+                .as_f64()
+                .unwrap_or(100.0)
+                .clamp(0.0, 3_600_000.0);
+            ctx.token().cancelled().await;
+            // The cleanup (a child to reap, a transaction to roll back):
+            // it finishes only within the server's grace.
+            tokio::time::sleep(Duration::from_secs_f64(ms / 1000.0)).await;
+            if let Some(id) = req.id() {
+                tracing::debug!(request_id = %id, "cleanup finished");
+                opts.emit("CLEANED", id);
+            }
+            Ok(text_result(format!("cleaned up in {ms} ms")))
         }
         Some("release") => {
             opts.gate.add_permits(1);

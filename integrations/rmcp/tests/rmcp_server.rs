@@ -44,6 +44,20 @@ impl Drop for Probe {
     }
 }
 
+/// Sends `TOKEN_FIRED_BEFORE_DROP` or `TOKEN_LIVE_AT_DROP` when dropped.
+struct TokenAtDrop(Events, Value, tokio_util::sync::CancellationToken);
+
+impl Drop for TokenAtDrop {
+    fn drop(&mut self) {
+        let kind = if self.2.is_cancelled() {
+            "TOKEN_FIRED_BEFORE_DROP"
+        } else {
+            "TOKEN_LIVE_AT_DROP"
+        };
+        let _ = self.0.send((kind, self.1.clone()));
+    }
+}
+
 fn schema() -> Arc<serde_json::Map<String, Value>> {
     Arc::new(json!({"type": "object"}).as_object().unwrap().clone())
 }
@@ -105,6 +119,10 @@ impl ServerHandler for Tools {
                         let _ = context.peer.notify_progress(p).await;
                     }
                 }
+            }
+            "watched" => {
+                let _at_drop = TokenAtDrop(self.0.clone(), id.clone(), context.ct.clone());
+                std::future::pending::<()>().await;
             }
             _ => {
                 let (ct, events) = (context.ct.clone(), self.0.clone());
@@ -276,6 +294,23 @@ async fn a_server_deadline_drops_the_handler_fires_its_token_and_answers_with_an
     assert_eq!(err.data.as_ref().unwrap()["limit"], "timeout", "{err:?}");
     h.event("DROPPED", 7).await;
     h.event("TOKEN", 7).await;
+}
+
+/// The handler's `context.ct` fires at the cancel — here a server
+/// deadline inside the stack — and so before its future is dropped.
+#[tokio::test]
+async fn a_handlers_token_fires_at_the_cancel_before_its_drop() {
+    let mut h =
+        start(|t| Some(Cancellable::new(t).timeout(TimeoutLayer::new(Duration::from_millis(200)))))
+            .await;
+    let err = h
+        .client
+        .clone()
+        .oneshot(call(7, "watched", json!({})))
+        .await
+        .unwrap_err();
+    assert!(err.downcast_ref::<ErrorObject>().is_some(), "{err:?}");
+    h.event("TOKEN_FIRED_BEFORE_DROP", 7).await;
 }
 
 #[tokio::test]
