@@ -1,4 +1,63 @@
 //! Transports: stdio and Streamable HTTP, on one request lifecycle.
+//!
+//! # Cooperative grace, then drop
+//!
+//! By default a cancel drops the handler's future at the moment its token
+//! fires, so a handler cannot `await` its own cleanup (kill and reap a
+//! child process, roll back a transaction, flush a file). A **grace** lets
+//! it: [`StdioServer::grace`](stdio::StdioServer::grace) and
+//! `StreamableHttpService::grace` take a
+//! [`MethodPolicy<Duration>`](crate::MethodPolicy) (a default and
+//! per-method entries, as the timers do; default zero: today's behaviour,
+//! and `subscriptions/listen` never gets one), and a request's own
+//! [`Cancellation::set_grace`](crate::Cancellation::set_grace) overrides
+//! it ([`Cancellation::grace`](crate::Cancellation::grace) reads it).
+//!
+//! On every cancel cause — the peer's `notifications/cancelled`, an HTTP
+//! disconnect, a 2025 session's cancel or `DELETE`, a `TimeoutLayer` or
+//! `ProgressResetLayer` expiry in the stack, the end of input, the
+//! shutdown (after the drain grace) — with a grace:
+//!
+//! 1. the request's token fires at once, with its reason;
+//! 2. the wire sees exactly what it sees without a grace, at the same
+//!    moment: nothing for a cancelled id; a server-side timeout's error
+//!    answer at the deadline, not after the grace; the request's id is
+//!    free again (a reused id is accepted) as soon as that went out;
+//! 3. the handler's future is polled on for up to the grace, so that
+//!    ```text
+//!    tokio::select! {
+//!        out = work() => out,
+//!        _ = token.cancelled() => { cleanup().await; Err(..) }
+//!    }
+//!    ```
+//!    finishes its cleanup; then it is dropped if it has not ended.
+//!    Nothing it sends meanwhile reaches the wire (progress,
+//!    notifications, its late result), and a
+//!    [`ProgressObserver`](crate::ProgressObserver) sees nothing of it.
+//!
+//! Work in its grace still counts toward the in-flight bounds (stdio's
+//! `max_in_flight`, HTTP's `max_in_flight`), and `serve` returns only once
+//! it ended. A shutdown does **not** cut a grace short: a request cancelled
+//! by the shutdown (after the drain grace) gets its grace like any other,
+//! and one already in its grace keeps it, so a shutdown lasts at most the
+//! drain grace plus the longest grace. Keep graces short (they are meant
+//! for cleanup, not for work) where the orchestrator's termination period
+//! is tight.
+//!
+//! One owner applies the rule: the transports' request lifecycle. The
+//! layers that drop a future on their own (`TimeoutLayer` and
+//! `ProgressResetLayer` at their expiry, `CancelOnDisconnectLayer` on a
+//! cancel) fire the token as always, and, when the request has a grace
+//! under a transport, leave the future to the lifecycle instead of
+//! dropping it; in a stack without a transport they behave exactly as
+//! without a grace. A server-side timeout is then answered by the
+//! lifecycle with the limit's error, from the request's cancel reason: a
+//! layer of yours that rewrites a `TimeoutLayer`'s error sees no error to
+//! rewrite while the request is in its grace.
+//!
+//! The request span's `mcp.grace` field (`finished` or `dropped`) and the
+//! `mcp.server.grace` counter (feature `metrics`) say how each grace ended
+//! (see [`observe`](crate::observe)).
 
 #[cfg(any(feature = "http", all(test, tower_mcp_cancel_loom)))]
 pub(crate) mod admission;
