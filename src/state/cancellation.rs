@@ -178,6 +178,7 @@ impl GraceSlot {
 
     /// Marks the drop owned by a transport's lifecycle, with the grace of
     /// its policy unless one was set already.
+    #[cfg(any(feature = "stdio", feature = "http"))]
     fn own(&self, policy: Duration) {
         let ms = Self::millis(policy);
         let _ = self
