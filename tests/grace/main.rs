@@ -10,4 +10,5 @@ mod support;
 
 mod handler;
 mod http;
+mod sessions;
 mod stdio;
