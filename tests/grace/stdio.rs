@@ -354,3 +354,41 @@ async fn a_reused_id_is_accepted_while_its_predecessor_is_in_its_grace() {
     assert!(h.peer.close().await.is_empty());
     h.served.await.unwrap().unwrap();
 }
+
+/// A `ProgressObserver` sees nothing of what a handler reports in its
+/// grace (nor does the wire).
+#[tokio::test(start_paused = true)]
+async fn an_observer_sees_no_progress_made_in_the_grace() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tower_mcp_cancel::{McpRequest, ProgressObserver};
+
+    let seen = Arc::new(AtomicUsize::new(0));
+    let observed = seen.clone();
+    let mut h = start(graced(500), move |s| {
+        BoxCloneService::new(
+            ServiceBuilder::new()
+                .map_request(move |mut req: McpRequest| {
+                    let observed = observed.clone();
+                    req.extensions_mut().insert(ProgressObserver::new(move |_| {
+                        observed.fetch_add(1, Ordering::SeqCst);
+                    }));
+                    req
+                })
+                .layer(ProgressResetLayer::new(Duration::from_secs(60)))
+                .service(s),
+        )
+    });
+    call_cleanup(&mut h.peer, 1, 100).await;
+    assert_eq!(h.ev.next().await, Event::Started(id(1)));
+    h.peer.cancel(json!(1), "stop").await;
+    assert_eq!(h.ev.next().await, Event::Done(id(1)));
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        0,
+        "progress of the grace observed"
+    );
+    nothing_written_for(&mut h.peer, 1).await;
+    assert!(h.peer.close().await.is_empty());
+    h.served.await.unwrap().unwrap();
+}
