@@ -219,3 +219,55 @@ async fn work_in_its_grace_keeps_its_place_under_the_in_flight_bound() {
         serde_json::from_slice(&ok.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(text["id"], json!(3));
 }
+
+/// Under `serve`, a shutdown's cancel is answered at once, and `serve`
+/// returns only once the handler's cleanup in its grace ended (real
+/// sockets: the cleanup waits for the test, not for a clock).
+#[tokio::test]
+async fn serve_returns_only_once_the_grace_ended() {
+    use std::sync::Arc;
+    use tokio::net::TcpListener;
+    use tower::service_fn;
+    use tower_mcp_cancel::notify::RequestContext;
+    use tower_mcp_cancel::transport::http::serve;
+    use tower_mcp_cancel::McpRequest;
+
+    use crate::support::http::{bounded, Conn, Proto};
+
+    let (rec, mut ev) = Recorder::new();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let cleanup_done = release.clone();
+    let svc: Svc = BoxCloneService::new(service_fn(move |req: McpRequest| {
+        let (rec, release) = (rec.clone(), cleanup_done.clone());
+        async move {
+            let guard = rec.start(&req);
+            RequestContext::of(&req).token().cancelled().await;
+            release.notified().await; // the cleanup
+            guard.finish();
+            Ok::<_, tower::BoxError>(json!({}))
+        }
+    }));
+    let shutdown = CancellationToken::new();
+    let ep = StreamableHttpService::new(svc)
+        .shutdown(shutdown.clone())
+        .grace(MethodPolicy::new(Duration::from_secs(3600)));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(serve(listener, ep, shutdown.clone()));
+    let mut conn = Conn::connect(addr, Proto::H1).await;
+    let call = tokio::spawn(conn.send(cleanup_call(1, 0)));
+    assert_eq!(bounded(ev.next()).await, Event::Started(id(1)));
+
+    shutdown.cancel();
+    let res = bounded(call).await.unwrap().expect("answered");
+    assert_eq!(res.status(), 503, "the shutdown's answer, at once");
+    tokio::task::yield_now().await;
+    assert!(
+        !server.is_finished(),
+        "returned with a handler in its grace"
+    );
+    assert!(ev.try_next().is_none(), "the cleanup still runs");
+    release.notify_one();
+    assert_eq!(bounded(ev.next()).await, Event::Done(id(1)));
+    bounded(server).await.unwrap();
+}
