@@ -10,5 +10,6 @@ mod support;
 
 mod handler;
 mod http;
+mod layers;
 mod sessions;
 mod stdio;
