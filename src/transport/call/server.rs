@@ -29,6 +29,7 @@ use pin_project_lite::pin_project;
 use serde::Serialize;
 use tokio::time::Sleep;
 use tower::{Service, ServiceExt};
+use tracing::Span;
 
 use crate::cancel::guard::DisconnectGuard;
 use crate::error::{BoxError, Cancelled};
@@ -151,17 +152,20 @@ where
         // cancelled future to this call instead of dropping it.
         cancellation.own_grace(grace);
     }
-    let guard = DisconnectGuard::new(cancellation);
+    let guard = DisconnectGuard::new(cancellation.clone());
     let call = AssertUnwindSafe(async move {
         service.ready().await.map_err(Into::into)?;
         service.call(req).await.map_err(Into::into)
     })
     .catch_unwind()
     .map(|out| out.unwrap_or_else(|_panic| Err(Box::new(Panicked) as BoxError)));
+    let span = record.span().clone();
     ServerCall {
         call: Some(call),
         guard: Some(guard),
         record,
+        span,
+        cancellation,
         id,
         is_listen,
         polled: false,
@@ -191,7 +195,6 @@ pin_project! {
     /// and dropped. The layers in the stack that would drop it on their
     /// own leave that to this call (they see
     /// [`Cancellation::grace_handed`]).
-    #[project = ServerCallProj]
     pub(crate) struct ServerCall<F, T> {
         // Fields drop in declaration order: on an early drop the handler
         // future goes first, then the guard fires the token.
@@ -199,6 +202,9 @@ pin_project! {
         call: Option<F>,
         guard: Option<DisconnectGuard>,
         record: Record,
+        // The request's span (the record's), entered at each poll.
+        span: Span,
+        cancellation: Cancellation,
         id: RequestId,
         is_listen: bool,
         // Whether the handler was polled: one never started gets no grace.
@@ -236,8 +242,7 @@ where
         let Some(sleep) = this.grace.as_mut() else {
             return Poll::Ready(());
         };
-        let span = this.record.span().clone();
-        let _span = span.enter();
+        let _span = this.span.enter();
         // The handler wins a tie with the end of the grace.
         let finished = match this.call.as_mut().as_pin_mut() {
             Some(call) => call.poll(cx).is_ready(),
@@ -267,7 +272,7 @@ where
             return false;
         };
         let cancellation = guard.cancellation().clone();
-        if *this.is_listen || this.call.is_none() || !cancellation.grace_handed() {
+        if *this.is_listen || !*this.polled || this.call.is_none() || !cancellation.grace_handed() {
             return false;
         }
         cancellation.cancel(CancelReason::ClientDisconnected);
@@ -295,16 +300,22 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ending> {
         let mut this = self.project();
-        let span = this.record.span().clone();
-        let _span = span.enter();
-        let Some(guard) = this.guard.as_ref() else {
-            panic!("ServerCall polled after its ending");
-        };
-        let cancellation = guard.cancellation().clone();
+        let _span = this.span.enter();
+        // A handler never polled gets no grace; nor does a listen.
+        let grace_allowed = *this.polled && !*this.is_listen;
+        assert!(this.guard.is_some(), "ServerCall polled after its ending");
+        let cancellation: &Cancellation = this.cancellation;
         // The cancel is checked first: once it is processed, the handler is
         // never polled again for an answer, so none can follow it.
         let out = if let Some(reason) = cancellation.reason().cloned() {
-            cancelled(&mut this, &cancellation, reason)
+            cancelled(
+                this.call.as_mut(),
+                this.guard,
+                this.grace,
+                grace_allowed,
+                cancellation,
+                reason,
+            )
         } else {
             let call = this
                 .call
@@ -312,6 +323,7 @@ where
                 .as_pin_mut()
                 .expect("the call is present until its ending");
             *this.polled = true;
+            let grace_allowed = !*this.is_listen;
             match call.poll(cx) {
                 Poll::Ready(out) => {
                     this.call.set(None);
@@ -323,12 +335,19 @@ where
                 // A cancel that landed while the handler was being polled
                 // is seen here.
                 Poll::Pending => match cancellation.poll_cancelled(cx) {
-                    Poll::Ready(reason) => cancelled(&mut this, &cancellation, reason),
+                    Poll::Ready(reason) => cancelled(
+                        this.call.as_mut(),
+                        this.guard,
+                        this.grace,
+                        grace_allowed,
+                        cancellation,
+                        reason,
+                    ),
                     Poll::Pending => return Poll::Pending,
                 },
             }
         };
-        let (ending, outcome) = ending(this.id, *this.is_listen, &cancellation, out);
+        let (ending, outcome) = ending(this.id, *this.is_listen, cancellation, out);
         this.record.end_keeping_span(&outcome);
         if let Some(on_end) = this.on_end.take() {
             on_end(&ending);
@@ -373,7 +392,10 @@ where
 /// [`Cancelled`]).
 #[cold]
 fn cancelled<F, T>(
-    this: &mut ServerCallProj<'_, F, T>,
+    call: Pin<&mut Option<F>>,
+    guard: &mut Option<DisconnectGuard>,
+    grace_end: &mut Option<Pin<Box<Sleep>>>,
+    grace_allowed: bool,
     cancellation: &Cancellation,
     reason: CancelReason,
 ) -> Result<T, BoxError>
@@ -381,10 +403,10 @@ where
     F: Future<Output = Result<T, BoxError>>,
 {
     let grace = match cancellation.grace() {
-        Some(g) if *this.polled && !*this.is_listen && cancellation.grace_handed() => Some(g),
+        Some(g) if grace_allowed && cancellation.grace_handed() => Some(g),
         _ => None,
     };
-    if let Some(mut guard) = this.guard.take() {
+    if let Some(mut guard) = guard.take() {
         let what = if grace.is_some() {
             "request cancelled; handler future in its grace"
         } else {
@@ -394,8 +416,11 @@ where
         guard.defuse();
     }
     match grace {
-        Some(grace) => *this.grace = Some(Box::pin(tokio::time::sleep(grace))),
-        None => this.call.set(None),
+        Some(grace) => *grace_end = Some(Box::pin(tokio::time::sleep(grace))),
+        None => {
+            let mut call = call;
+            call.set(None);
+        }
     }
     match reason {
         // What the expired layer would have answered, had it dropped the
