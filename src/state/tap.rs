@@ -339,9 +339,10 @@ impl ProgressTap {
     ///
     /// Returns `true` when it was accepted: the idle clock restarts and
     /// observers see it. Returns `false` when it is ignored: it does not
-    /// increase (a repeat, a decrease, or not a finite number), or the
+    /// increase (a repeat, a decrease, or not a finite number), the
     /// request already ended ([`is_closed`](Self::is_closed); progress stops
-    /// at completion).
+    /// at completion), or a server transport cancelled it (its handler, in
+    /// its [grace](crate::Cancellation::set_grace), reaches nobody).
     pub fn record(&self, progress: f64, total: Option<f64>, message: Option<String>) -> bool {
         let state = self.state();
         let mut st = state.lock();
