@@ -17,7 +17,7 @@ pub(crate) const MAX_CHARS: usize = 256;
 /// assert_eq!(for_log("bad\n\x1b[31mred"), "bad  [31mred");
 /// assert!(for_log(&"x".repeat(10_000)).chars().count() == 256 + 1);
 /// ```
-pub fn for_log(text: &str) -> String {
+pub(crate) fn for_log(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_CHARS + 3));
     for (n, c) in text.chars().enumerate() {
         if n == MAX_CHARS {
