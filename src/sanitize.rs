@@ -10,14 +10,8 @@ pub(crate) const MAX_CHARS: usize = 256;
 
 /// Truncates text from the wire to 256 characters (marking the cut with
 /// `…`) and replaces control characters (newlines, escapes, NUL, …)
-/// with spaces.
-///
-/// ```
-/// use tower_mcp_cancel::integration::for_log;
-/// assert_eq!(for_log("bad\n\x1b[31mred"), "bad  [31mred");
-/// assert!(for_log(&"x".repeat(10_000)).chars().count() == 256 + 1);
-/// ```
-pub fn for_log(text: &str) -> String {
+/// with spaces: `"bad\n\x1b[31mred"` is logged as `"bad  [31mred"`.
+pub(crate) fn for_log(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_CHARS + 3));
     for (n, c) in text.chars().enumerate() {
         if n == MAX_CHARS {
@@ -39,5 +33,6 @@ mod tests {
         let s = for_log(&big);
         assert_eq!(s.chars().count(), MAX_CHARS + 1);
         assert!(!s.chars().any(char::is_control));
+        assert_eq!(for_log("bad\n\x1b[31mred"), "bad  [31mred");
     }
 }

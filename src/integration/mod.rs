@@ -18,24 +18,6 @@
 mod progress;
 
 pub use self::progress::{ProgressRegistry, Registration};
-// Re-exported here so that an adapter finds in one place what its logging
-// needs; it stays where it is defined too.
-pub use crate::sanitize::for_log;
-
-use crate::jsonrpc::ErrorObject;
-
-/// The JSON-RPC error a server answers for a failed call: an
-/// [`ErrorObject`] as it is, an [`Elapsed`](crate::Elapsed) with its limit
-/// in `data`, a [`Cancelled`](crate::Cancelled) nobody asked for (the
-/// handler's own, or a layer inside the stack) as an internal error that
-/// says so, anything else as an internal error carrying its message.
-///
-/// Public so that an SDK adapter answers a failed call exactly as this
-/// crate's transports do: the one mapping for every transport and
-/// integration.
-pub fn error_object(error: &(dyn std::error::Error + 'static)) -> ErrorObject {
-    ErrorObject::of_error(error)
-}
 
 /// Runs an SDK's call under this crate's layers while `cause` waits for the
 /// SDK's own cancel signal (its token, a transport's): the reason `cause`
@@ -115,15 +97,5 @@ mod tests {
             !cancellation.is_cancelled(),
             "the cause was not even polled"
         );
-    }
-
-    #[test]
-    fn error_object_keeps_an_error_object_and_the_message_of_anything_else() {
-        let io = std::io::Error::other("disk on fire");
-        let e = error_object(&io);
-        assert_eq!(e.code, ErrorObject::INTERNAL_ERROR);
-        assert_eq!(e.message, "disk on fire");
-        let own = ErrorObject::new(-32001, "mine");
-        assert_eq!(error_object(&own), own);
     }
 }

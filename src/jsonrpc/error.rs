@@ -52,10 +52,12 @@ impl ErrorObject {
     /// it is, an [`Elapsed`](crate::Elapsed) with its limit, a
     /// [`Cancelled`](crate::Cancelled) nobody asked for (the handler's own,
     /// or a layer inside the stack) as an internal error that says so,
-    /// anything else as an internal error carrying its message. The one
-    /// mapping for every transport and SDK integration (the latter reach it
-    /// through [`integration::error_object`](crate::integration::error_object)).
-    pub(crate) fn of_error(error: &(dyn std::error::Error + 'static)) -> Self {
+    /// anything else as an internal error carrying its message.
+    ///
+    /// Public so that an SDK adapter answers a failed call exactly as this
+    /// crate's transports do: the one mapping for every transport and
+    /// integration.
+    pub fn of_error(error: &(dyn std::error::Error + 'static)) -> Self {
         if let Some(e) = error.downcast_ref::<ErrorObject>() {
             return e.clone();
         }
@@ -93,5 +95,21 @@ impl Elapsed {
         ErrorObject::new(ErrorObject::INTERNAL_ERROR, self.to_string()).with_data(
             serde_json::json!({ "limit": self.limit().to_string(), "afterMs": self.after().as_millis() as u64 }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorObject;
+
+    #[test]
+    fn a_failed_call_keeps_its_error_object_and_anything_else_is_an_internal_error_with_its_message(
+    ) {
+        let io = std::io::Error::other("disk on fire");
+        let e = ErrorObject::of_error(&io);
+        assert_eq!(e.code, ErrorObject::INTERNAL_ERROR);
+        assert_eq!(e.message, "disk on fire");
+        let own = ErrorObject::new(-32001, "mine");
+        assert_eq!(ErrorObject::of_error(&own), own);
     }
 }

@@ -39,8 +39,7 @@ macro_rules! string_or_integer {
 
         /// Formats the value as JSON: strings quoted, integers bare, so that
         /// `"1"` and `1` stay distinguishable in logs. A string goes through
-        /// [`sanitize::for_log`](crate::sanitize::for_log) like any text
-        /// from the wire: bounded (a longer one is cut, marked with `…`)
+        /// the crate's sanitizer like any text from the wire: bounded (a longer one is cut, marked with `…`)
         /// and without control characters, so a value from the wire can
         /// neither break nor flood a log line.
         impl fmt::Display for $name {

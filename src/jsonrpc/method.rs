@@ -101,8 +101,7 @@ impl fmt::Display for Method {
     }
 }
 
-/// Quoted, through [`sanitize::for_log`](crate::sanitize::for_log): a
-/// method name from the wire is bounded and free of control characters in
+/// Quoted, through the crate's sanitizer: a method name from the wire is bounded and free of control characters in
 /// the logs that show it.
 impl fmt::Debug for Method {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

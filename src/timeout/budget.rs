@@ -2,6 +2,9 @@
 //! transport into its `_meta` under a configured key and honoured by a
 //! server transport configured with that key (see the
 //! [module docs](super#on-the-wire-an-opt-in-budget-in-_meta)).
+// Only the transports read and write a budget; without one, all but the
+// public error type is unused.
+#![cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
 
 use std::sync::Arc;
 use std::time::Duration;

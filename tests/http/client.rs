@@ -315,7 +315,7 @@ async fn extra_headers_never_repeat_the_transport_headers() {
 }
 
 /// A server's text in an error the client returns is bounded and clean: a
-/// huge `Content-Type` on a 200 is quoted through `integration::for_log`.
+/// huge `Content-Type` on a 200 is quoted through the crate's sanitizer.
 #[tokio::test]
 async fn a_huge_server_content_type_is_bounded_in_the_error() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -199,7 +199,7 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
                 .request_id
                 .as_ref()
                 .map(super::request::convert::<tower_mcp_cancel::jsonrpc::RequestId>),
-            reason = ?notification.reason.as_deref().map(tower_mcp_cancel::integration::for_log),
+            reason = %tower_mcp_cancel::CancelReason::peer(notification.reason.as_deref()),
             "peer cancelled a request"
         );
         self.handler.on_cancelled(notification, context)

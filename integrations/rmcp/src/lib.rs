@@ -419,12 +419,12 @@ where
 }
 
 /// The rmcp error for a failed call: the handler's own as it is, a layer's
-/// as [`error_object`](tower_mcp_cancel::integration::error_object) has it.
+/// as [`ErrorObject::of_error`](tower_mcp_cancel::jsonrpc::ErrorObject::of_error) has it.
 fn error_data(error: &(dyn std::error::Error + 'static)) -> ErrorData {
     if let Some(e) = error.downcast_ref::<ErrorData>() {
         return e.clone();
     }
-    let e = tower_mcp_cancel::integration::error_object(error);
+    let e = tower_mcp_cancel::jsonrpc::ErrorObject::of_error(error);
     let code = i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0);
     ErrorData::new(ErrorCode(code), e.message, e.data)
 }

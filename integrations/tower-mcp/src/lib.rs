@@ -329,7 +329,7 @@ impl Service<RouterRequest> for RouterService {
             bridge.completed = out.is_ok() && !cancellation.is_cancelled();
             drop(bridge);
             Ok(out.unwrap_or_else(|e| {
-                let e = tower_mcp_cancel::integration::error_object(&*e);
+                let e = tower_mcp_cancel::jsonrpc::ErrorObject::of_error(&*e);
                 RouterResponse {
                     id,
                     inner: Err(JsonRpcError {
