@@ -3,7 +3,10 @@
 //!
 //! Dropping an [`Exchange`] before the call ended drops the handler future
 //! and fires its [`Cancellation`](crate::Cancellation) with
-//! [`CancelReason::ClientDisconnected`] — unless the request is a legacy one
+//! [`CancelReason::ClientDisconnected`] (with a
+//! [grace](crate::transport#cooperative-grace-then-drop): fires it at once,
+//! and drops the handler future after the grace, on a task of its own
+//! that holds what the request holds) — unless the request is a legacy one
 //! whose disconnect does not cancel, in which case the call is detached and
 //! runs on, answered to nobody: still cancelled by the shutdown (after the
 //! drain grace) as an attached one would be, and still holding what the
