@@ -360,7 +360,7 @@ impl<S> StreamableHttpService<S> {
     /// that a handler that waits on its token can finish its cleanup, and
     /// dropped. Nothing it sends meanwhile goes out; it keeps its place
     /// under [`max_in_flight`](Self::max_in_flight), and
-    /// [`serve`](super::serve) returns only once it ended. See the
+    /// [`serve`](super::serve()) returns only once it ended. See the
     /// [transport docs](crate::transport#cooperative-grace-then-drop).
     #[must_use]
     pub fn grace(mut self, policy: crate::MethodPolicy<Duration>) -> Self {
