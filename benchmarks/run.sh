@@ -2,7 +2,7 @@
 # Runs every figure of BENCHMARKS.md and rewrites its tables:
 #   1-2  criterion, `cargo bench --bench layers` (main crate)
 #   7    `cargo bench --bench timer_lateness` (main crate)
-#   3-6  the bench binary of this package, against rmcp and tower-mcp
+#   3-6  the bench binary of this package, against rmcp and tower-mcp (9: ours only)
 #   8    the same binary: Streamable HTTP under h2load (Debian's nghttp2-client,
 #        installed here with apt-get when missing), against rmcp, tower-mcp
 #        and a bare hyper server, with the crate's examples/http_server as a row

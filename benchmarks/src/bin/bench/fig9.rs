@@ -1,6 +1,7 @@
 //! Figure 9: the cost of a request with a wire budget. Pipelined `tools/call
 //! echo` over stdio against our server (figure 3's), with the budget key
-//! off, and on with requests without and with a budget in `_meta` (30 s,
+//! off, and on with requests without a budget, with the same `_meta` bytes
+//! under a key the server does not read, and with a budget (30 s,
 //! shorter than the server's `tools/call` policy: the budget is the deadline
 //! the server enforces); rounds interleaved, so that noise hits every row.
 
@@ -11,6 +12,8 @@ use crate::stdio;
 
 /// The `_meta` key of the budget (the examples' key).
 const KEY: &str = "io.github.tower-mcp-cancel/budgetMs";
+/// A key of the same length that the server does not read.
+const PADDING_KEY: &str = "io.github.tower-mcp-cancel/paddedMs";
 
 pub(crate) async fn figure9(smoke: bool, t: &mut Tables) {
     let (n, rounds, warm) = if smoke {
@@ -20,10 +23,14 @@ pub(crate) async fn figure9(smoke: bool, t: &mut Tables) {
     };
     let window = 64;
     let budget = format!(r#"{{"{KEY}":30000}}"#);
+    // The same bytes under a key the server does not read: what a request
+    // with that `_meta` costs without a budget (parsing, the handler's copy).
+    let padding = format!(r#"{{"{PADDING_KEY}":30000}}"#);
     // (row, server's key on, the requests' `_meta`)
-    let rows: [(&str, bool, Option<&str>); 3] = [
+    let rows: [(&str, bool, Option<&str>); 4] = [
         ("budget key off, no budget (figure 3)", false, None),
         ("budget key on, no budget", true, None),
+        ("budget key on, the same bytes under another key", true, Some(&padding)),
         ("budget key on, budget 30 s in each request", true, Some(&budget)),
     ];
     eprintln!("figure 9: {n} pipelined echo calls, window {window}, {rounds} rounds");
