@@ -515,3 +515,72 @@ async fn peer_text_in_log_lines_and_span_fields_is_bounded() {
         );
     }
 }
+
+/// A server's `tools/list` is peer text for `HttpClient`: a tool whose
+/// `x-mcp-header` annotation is invalid is logged and removed, and the
+/// warning quotes the tool's name, the schema's JSON pointer (property
+/// names), a `type`, a keyword and duplicate annotations — each bounded
+/// and free of control characters.
+#[tokio::test(start_paused = true)]
+async fn a_servers_tool_schemas_reach_the_client_logs_bounded_and_clean() {
+    use http_support::Proto;
+    use tower::Service;
+    use tower_mcp_cancel::transport::http::{HttpClient, StreamableHttpService};
+
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let huge = format!("evil\n\u{1b}[31mforged\u{0}{}\r\n", "x".repeat(1 << 20));
+    let token = "h".repeat(1 << 20);
+    let tools = json!({"tools": [
+        {"name": "bad_type", "inputSchema": {"type": "object", "properties": {
+            huge.clone(): {"type": huge, "x-mcp-header": "A"}}}},
+        {"name": "bad_keyword", "inputSchema": {"type": "object", "properties": {
+            "p": {huge.clone(): {"type": "string", "x-mcp-header": "B"}}}}},
+        {"name": "duplicate", "inputSchema": {"type": "object", "properties": {
+            "p": {"type": "string", "x-mcp-header": token.to_uppercase()},
+            "q": {"type": "string", "x-mcp-header": token}}}},
+        {"name": "fine", "inputSchema": {"type": "object"}}
+    ]});
+    let mcp = service_fn(move |_req: McpRequest| {
+        let tools = tools.clone();
+        async move { Ok::<_, BoxError>(tools) }
+    });
+    let (closed_tx, _closed) = tower_mcp_cancel::test_util::Recorder::new();
+    let addr = http_support::serve(StreamableHttpService::new(mcp), Proto::H1, closed_tx).await;
+    let mut c = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
+    let listed = c
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::without_id("tools/list"))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["tools"].as_array().unwrap().len(),
+        1,
+        "only `fine` kept"
+    );
+
+    let out = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    for tool in ["bad_type", "bad_keyword", "duplicate"] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains("tool definition rejected") && l.contains(tool)),
+            "{tool} was logged"
+        );
+    }
+    assert_clean_logs(&out);
+    for line in out.lines() {
+        assert!(
+            line.chars().count() < 4096,
+            "a line of {} characters: {}…",
+            line.len(),
+            line.chars().take(300).collect::<String>()
+        );
+    }
+}
