@@ -418,8 +418,9 @@ async fn method_names_and_ids_from_the_wire_carry_no_control_characters_into_log
 /// Every log line and every span field a peer's text reaches is bounded,
 /// not only free of control characters: 1 MB ids, methods, tool and prompt
 /// names on the stdio and HTTP servers (the request spans, recorded here at
-/// their close) and a 1 MB error message without an id sent to the stdio
-/// client give lines of a few kilobytes at most.
+/// their close), a 1 MB `_meta` budget value, a 1 MB disallowed `Origin`
+/// and a 1 MB error message without an id sent to the stdio client give
+/// lines of a few kilobytes at most.
 #[tokio::test(start_paused = true)]
 async fn peer_text_in_log_lines_and_span_fields_is_bounded() {
     use bytes::Bytes;
@@ -438,10 +439,13 @@ async fn peer_text_in_log_lines_and_span_fields_is_bounded() {
     let huge = format!("evil\n\u{1b}[31mforged\u{0}{}\r\n", "x".repeat(1 << 20));
     let answer = || service_fn(|_req: McpRequest| async { Ok::<_, BoxError>(json!({})) });
 
-    // stdio server: a huge id, method, tool name and prompt name.
-    let mut conn = connect(answer(), StdioServer::new(), 64 * 1024);
+    // stdio server: a huge id, method, tool name, prompt name and budget.
+    let server = StdioServer::new().budget_key("com.example/budget").unwrap();
+    let mut conn = connect(answer(), server, 64 * 1024);
     let requests = [
         json!({"jsonrpc": "2.0", "id": huge, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping",
+            "params": {"_meta": {"com.example/budget": huge}}}),
         json!({"jsonrpc": "2.0", "id": 2, "method": huge}),
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
             "params": {"name": huge, "arguments": {}}}),
@@ -476,6 +480,17 @@ async fn peer_text_in_log_lines_and_span_fields_is_bounded() {
         let res = ep.clone().oneshot(http_req).await.unwrap();
         let _ = res.into_body().collect().await;
     }
+    // A disallowed Origin of 1 MB is logged too.
+    let http_req = http::Request::post("http://127.0.0.1/mcp")
+        .header("origin", format!("http://{}", "o".repeat(1 << 20)))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(Full::new(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        )))
+        .unwrap();
+    assert_eq!(ep.clone().oneshot(http_req).await.unwrap().status(), 403);
 
     // stdio client: a server error without an id, then an answered call
     // (read after it, so the error has been logged by then).
@@ -498,6 +513,8 @@ async fn peer_text_in_log_lines_and_span_fields_is_bounded() {
         "gen_ai.tool.name=\"evil",
         "gen_ai.prompt.name=\"evil",
         "could not read",
+        "disallowed Origin",
+        "request budget ignored",
     ] {
         assert!(
             out.contains(what),
