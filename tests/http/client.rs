@@ -345,3 +345,44 @@ async fn a_huge_server_content_type_is_bounded_in_the_error() {
     assert!(text.len() < 1024, "an error of {} bytes", text.len());
     server.await.unwrap();
 }
+
+/// A server's body quoted in `HttpClientError::Status` goes through the
+/// crate's sanitizer: at most 256 characters and a `…`, no control
+/// characters — whether the body was read by the first (probing) request
+/// (at most 64 KiB of it) or by a later one (1 MB here).
+#[tokio::test]
+async fn a_hostile_status_body_is_bounded_and_clean_in_the_error() {
+    for (size, fallback) in [(60_000, true), (1 << 20, false)] {
+        let mut body = b"bad\n\x1b[31mred\0\r\n".to_vec();
+        body.resize(size, b'\n');
+        body.extend_from_slice(b"\x1b]0;title\x07end");
+        let (addr, seen) = raw_server(Some(raw_response(500, &body))).await;
+        let mut c = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
+            .stateful_fallback(fallback)
+            .build();
+        let err = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call("echo", json!({"text": "hi"}))),
+        )
+        .await
+        .unwrap_err();
+        let Some(HttpClientError::Status { status, body }) = err.downcast_ref::<HttpClientError>()
+        else {
+            panic!("{size}: not a status error: {err}");
+        };
+        assert_eq!(status.as_u16(), 500);
+        assert!(body.starts_with("bad  [31mred"), "{size}: {body:?}");
+        assert!(body.chars().count() <= 257, "{size}: {} chars", body.len());
+        assert!(!body.chars().any(char::is_control), "{size}: {body:?}");
+        let text = err.to_string();
+        assert!(
+            text.len() < 1024,
+            "{size}: an error of {} bytes",
+            text.len()
+        );
+        assert!(!text.chars().any(char::is_control), "{size}: {text:?}");
+        assert_eq!(seen.lock().unwrap().len(), 1, "{size}: one request");
+    }
+}

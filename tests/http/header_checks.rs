@@ -1,7 +1,9 @@
 //! The request metadata headers compared with the body, called directly (no
 //! sockets): a repeated header is refused like a different one (a proxy
-//! may route on another copy than the one compared), and the body's text
-//! quoted in an error comes back sanitized and bounded.
+//! may route on another copy than the one compared), for every method with
+//! an `Mcp-Name` (`tools/call`, `prompts/get`, `resources/read`), and the
+//! peer's text quoted in an error (body, header, HTTP method) comes back
+//! sanitized and bounded.
 #![cfg(feature = "http")]
 
 use std::convert::Infallible;
@@ -185,4 +187,196 @@ async fn repeated_session_content_type_and_origin_headers_are_refused() {
         "params": {"name": "echo", "arguments": {"text": "hi"}}});
     let (status, v) = send(&ep, post(&call, &headers)).await;
     assert_eq!(status, 400, "{v}");
+}
+
+/// A 2026 request of `method` whose `params` mirror `field` = `value`.
+fn named_request(id: i64, method: &str, field: &str, value: &str) -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": id, "method": method,
+        "params": {
+            field: value,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }
+        }
+    })
+}
+
+/// `Mcp-Name` mirrors `params.name` of `prompts/get` and `params.uri` of
+/// `resources/read` as it does a tool's name: a different value (plain or
+/// Base64), a missing one on a 2026 request, and a repeated one (even with
+/// equal copies) are refused with `HeaderMismatch` before the handler; in
+/// the 2025 era a header that is sent is held to the same rules.
+#[tokio::test]
+async fn mcp_name_of_prompts_and_resources_refuses_repeats_and_mismatches() {
+    let ep = endpoint();
+    for (method, field, value, other) in [
+        ("prompts/get", "name", "greet", "delete_everything"),
+        (
+            "resources/read",
+            "uri",
+            "file:///notes.txt",
+            "file:///etc/shadow",
+        ),
+    ] {
+        let body = named_request(1, method, field, value);
+        let headers = |names: &[&str]| {
+            let mut h = modern_headers("unused");
+            h.retain(|(k, _)| *k != "Mcp-Name" && *k != "Mcp-Method");
+            h.push(("Mcp-Method", method.into()));
+            for n in names {
+                h.push(("Mcp-Name", (*n).to_owned()));
+            }
+            h
+        };
+        // Matching: past the checks (the test tools answer -32601).
+        let (status, v) = send(&ep, post(&body, &headers(&[value]))).await;
+        assert_ne!(status, 400, "{method}: {v}");
+        assert_ne!(v["error"]["code"], -32020, "{method}: {v}");
+        // So is the Base64 form of the same value.
+        let (_, v) = send(&ep, post(&body, &headers(&[&b64(value)]))).await;
+        assert_ne!(v["error"]["code"], -32020, "{method} base64: {v}");
+
+        let b64_other = b64(other);
+        for names in [
+            vec![other],
+            vec![b64_other.as_str()],
+            vec![],
+            vec![value, other],
+            vec![value, value],
+        ] {
+            let (status, v) = send(&ep, post(&body, &headers(&names))).await;
+            assert_eq!(status, 400, "{method} {names:?}: {v}");
+            assert_eq!(v["error"]["code"], -32020, "{method} {names:?}: {v}");
+            assert_eq!(v["id"], 1, "{v}");
+        }
+
+        // 2025 era: no Mcp-Name is fine; a mismatched or repeated one is not.
+        let legacy = json!({"jsonrpc": "2.0", "id": 2, "method": method,
+            "params": {field: value}});
+        let base: Vec<(&str, String)> = vec![
+            ("Content-Type", "application/json".into()),
+            ("Accept", "application/json, text/event-stream".into()),
+            ("MCP-Protocol-Version", "2025-11-25".into()),
+        ];
+        let (status, v) = send(&ep, post(&legacy, &base)).await;
+        assert_ne!(status, 400, "{method} legacy: {v}");
+        for names in [vec![other], vec![value, other], vec![value, value]] {
+            let mut h = base.clone();
+            for n in &names {
+                h.push(("Mcp-Name", (*n).to_owned()));
+            }
+            let (status, v) = send(&ep, post(&legacy, &h)).await;
+            assert_eq!(status, 400, "{method} legacy {names:?}: {v}");
+            assert_eq!(v["error"]["code"], -32020, "{method} legacy {names:?}: {v}");
+        }
+    }
+}
+
+/// `=?base64?…?=` of `text`: how a client sends any text in `Mcp-Name` or
+/// `Mcp-Param-*`.
+fn b64(text: &str) -> String {
+    format!(
+        "=?base64?{}?=",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, text)
+    )
+}
+
+/// Peer text of 1 MB with a newline, an escape and a NUL.
+fn hostile() -> String {
+    format!(
+        "evil\n\u{1b}[31mforged\u{0}{}\r\n\u{1b}]0;t\u{7}",
+        "x".repeat(1 << 20)
+    )
+}
+
+/// The peer's text quoted by the `Mcp-Method`, `Mcp-Name` and
+/// `Mcp-Param-*` mismatch messages, from the header (Base64 carries any
+/// text) or from the body, is bounded and free of control characters, and
+/// so is the HTTP method quoted by a `405`.
+#[tokio::test]
+async fn peer_text_quoted_by_mismatch_and_405_errors_is_bounded_and_clean() {
+    let evil = hostile();
+    let with = |name: &'static str, value: String| {
+        let mut h = modern_headers("echo");
+        h.retain(|(k, _)| *k != name);
+        h.push((name, value));
+        h
+    };
+    let echo = tool_call(1, "echo", json!({"text": "hi"}));
+    let mut evil_method = echo.clone();
+    evil_method["method"] = json!(evil);
+    let mut evil_name = echo.clone();
+    evil_name["params"]["name"] = json!(evil);
+    let long_token = "tools/".to_owned() + &"x".repeat(100_000);
+    let cases = [
+        (
+            "Mcp-Method from the body",
+            modern_headers("echo"),
+            &evil_method,
+        ),
+        (
+            "Mcp-Method from the header",
+            with("Mcp-Method", long_token),
+            &echo,
+        ),
+        (
+            "Mcp-Name from the header",
+            with("Mcp-Name", b64(&evil)),
+            &echo,
+        ),
+        ("Mcp-Name from the body", modern_headers("echo"), &evil_name),
+    ];
+    let ep = endpoint();
+    for (what, headers, body) in &cases {
+        let (status, v) = send(&ep, post(body, headers)).await;
+        assert_eq!(status, 400, "{what}: {v}");
+        assert_eq!(v["error"]["code"], -32020, "{what}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("does not match"), "{what}: {message}");
+        assert_clean(what, message);
+    }
+
+    // Mcp-Param-*: a tool whose `region` argument is mirrored.
+    let (tools, _events) = Tools::new();
+    let ep: Endpoint = BoxCloneService::new(StreamableHttpService::new(tools.service()).tools(
+        &json!({"tools": [{"name": "echo", "inputSchema": {"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}}}}]}),
+    ));
+    let fine = tool_call(1, "echo", json!({"region": "us-west1"}));
+    let (status, v) = send(
+        &ep,
+        post(&fine, &with("Mcp-Param-Region", "us-west1".into())),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let evil_region = tool_call(1, "echo", json!({ "region": evil }));
+    for (what, body, header) in [
+        ("Mcp-Param from the header", &fine, b64(&evil)),
+        (
+            "Mcp-Param from the body",
+            &evil_region,
+            "us-west1".to_owned(),
+        ),
+    ] {
+        let (status, v) = send(&ep, post(body, &with("Mcp-Param-Region", header))).await;
+        assert_eq!(status, 400, "{what}: {v}");
+        assert_eq!(v["error"]["code"], -32020, "{what}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("does not match"), "{what}: {message}");
+        assert_clean(what, message);
+    }
+
+    // 405: an extension method of 100 000 characters.
+    let req = Request::builder()
+        .method(http::Method::from_bytes("X".repeat(100_000).as_bytes()).unwrap())
+        .uri("http://127.0.0.1/mcp")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (status, v) = send(&ep, req).await;
+    assert_eq!(status, 405, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("XXXX"), "the method is quoted: {message}");
+    assert_clean("405", message);
 }

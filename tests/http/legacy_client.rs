@@ -3,8 +3,10 @@
 //! `server-everything` does: `400`, an error without an id): the modern
 //! request first, the fallback to `initialize`, the session kept; `close`
 //! DELETEs the session; a session the server ended is initialized again.
-//! And a modern server is never taken for a legacy one. Cancelling in a
-//! session is [`crate::legacy_client_cancel`]'s.
+//! And a modern server is never taken for a legacy one: only a `400`
+//! without a modern error is the signal, never another status or a
+//! transport error, and not at all with `stateful_fallback(false)`.
+//! Cancelling in a session is [`crate::legacy_client_cancel`]'s.
 #![cfg(feature = "http")]
 
 use std::convert::Infallible;
@@ -427,4 +429,202 @@ async fn a_413_from_a_modern_server_is_the_calls_error() {
     .unwrap();
     assert_eq!(r["content"][0]["text"], "small");
     assert_eq!(c.server_era(), ServerEra::Stateless);
+}
+
+/// A front on loopback that refuses modern requests like a 2025 server
+/// (`400`, an id-less error) and answers `initialize` with `version` as its
+/// protocol version; every JSON-RPC method that reaches it is recorded.
+async fn legacy_server_answering_version(
+    version: Value,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let methods = seen.clone();
+    let front = service_fn(move |req: Request<Incoming>| {
+        let methods = methods.clone();
+        let version = version.clone();
+        async move {
+            let modern = req.headers().contains_key("mcp-method");
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let json: Value = serde_json::from_slice(&body).unwrap_or_default();
+            if let Some(m) = json["method"].as_str() {
+                methods.lock().unwrap().push(m.to_owned());
+            }
+            let (status, body) = if modern {
+                (
+                    400,
+                    json!({"jsonrpc": "2.0", "id": null,
+                        "error": {"code": -32000, "message": "Bad Request: Server not initialized"}}),
+                )
+            } else if json["method"] == "initialize" {
+                (
+                    200,
+                    json!({"jsonrpc": "2.0", "id": json["id"], "result": {
+                        "protocolVersion": version,
+                        "capabilities": {},
+                        "serverInfo": {"name": "hostile", "version": "0"}}}),
+                )
+            } else {
+                (202, Value::Null)
+            };
+            let bytes = if body.is_null() {
+                Bytes::new()
+            } else {
+                Bytes::from(serde_json::to_vec(&body).unwrap())
+            };
+            let res = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(bytes))
+                .unwrap();
+            Ok::<_, Infallible>(res)
+        }
+    });
+    let (recorder, _events) = tower_mcp_cancel::test_util::Recorder::new();
+    let addr = serve(front, Proto::H1, recorder).await;
+    (addr, seen)
+}
+
+/// The protocol version a server's `initialize` answers is quoted in
+/// `InvalidResponse` when the client does not speak it: sanitized and
+/// bounded (1 MB with a newline, an escape and a NUL here), and the client
+/// does not take the session.
+#[tokio::test]
+async fn an_initialize_version_quoted_in_an_error_is_bounded_and_clean() {
+    let version = format!("2025\n\u{1b}[31mforged\u{0}{}\r\n", "9".repeat(1 << 20));
+    let (addr, seen) = legacy_server_answering_version(json!(version)).await;
+    let mut c = client(addr);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap_err();
+    let Some(tower_mcp_cancel::transport::http::HttpClientError::InvalidResponse(text)) =
+        err.downcast_ref::<tower_mcp_cancel::transport::http::HttpClientError>()
+    else {
+        panic!("not an invalid response: {err}");
+    };
+    assert!(text.contains("2025  [31mforged"), "{text:?}");
+    assert!(text.chars().count() < 512, "{} chars", text.len());
+    assert!(!text.chars().any(char::is_control), "{text:?}");
+    let shown = err.to_string();
+    assert!(shown.len() < 1024, "an error of {} bytes", shown.len());
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    assert!(!matches!(c.server_era(), ServerEra::Stateful { .. }));
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        ["tools/call", "initialize"],
+        "the modern call, then initialize"
+    );
+}
+
+/// A transport error is no era signal: the call fails with it, no
+/// `initialize` follows, and the client stays in the era it was in. Nobody
+/// listening (connection refused), and a server that reads the request and
+/// closes the connection without an answer.
+#[tokio::test]
+async fn a_transport_error_does_not_fall_back_to_initialize() {
+    use tower_mcp_cancel::transport::http::HttpClientError;
+
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut c = client(closed);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<HttpClientError>(),
+            Some(HttpClientError::ConnectionRefused { .. })
+        ),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("initialize"), "{err}");
+    assert_eq!(c.server_era(), ServerEra::Unknown);
+
+    let (addr, seen) = crate::support::http::raw_server(None).await;
+    let mut c = client(addr);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        !matches!(
+            err.downcast_ref::<HttpClientError>(),
+            Some(HttpClientError::Status { .. })
+        ),
+        "a transport error, not an answer: {err}"
+    );
+    assert_eq!(c.server_era(), ServerEra::Unknown);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "only the call itself: {seen:?}");
+    assert!(seen[0].contains("\"tools/call\""), "{seen:?}");
+    assert!(
+        !seen.iter().any(|r| r.contains("\"initialize\"")),
+        "{seen:?}"
+    );
+}
+
+/// `stateful_fallback(false)`: a `400` without a modern error is the call's
+/// own error (the server's JSON-RPC error), no `initialize` is sent, and
+/// the client never takes a 2025 session.
+#[tokio::test]
+async fn without_stateful_fallback_a_400_is_the_calls_error() {
+    let (addr, seen) = legacy_server_answering_version(json!("2025-06-18")).await;
+    let mut c = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
+        .stateful_fallback(false)
+        .build();
+    for _ in 0..2 {
+        let err = bounded(
+            c.ready()
+                .await
+                .unwrap()
+                .call(call("echo", json!({"text": "x"}))),
+        )
+        .await
+        .unwrap_err();
+        let e = err
+            .downcast_ref::<tower_mcp_cancel::jsonrpc::ErrorObject>()
+            .unwrap_or_else(|| panic!("the server's error: {err}"));
+        assert_eq!(e.message, "Bad Request: Server not initialized");
+        assert!(!matches!(c.server_era(), ServerEra::Stateful { .. }));
+    }
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        ["tools/call", "tools/call"],
+        "no initialize"
+    );
+
+    // The default (on) falls back on the same answer: the test can tell.
+    let (addr, seen) = legacy_server_answering_version(json!("2025-06-18")).await;
+    let mut c = client(addr);
+    let _ = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await;
+    assert!(seen.lock().unwrap().iter().any(|m| m == "initialize"));
 }

@@ -27,6 +27,15 @@ fn self_signed() -> (Vec<u8>, Vec<u8>) {
 
 /// Serves the test tools over HTTPS on a loopback port.
 async fn https_server(cert: Vec<u8>, key: Vec<u8>) -> SocketAddr {
+    https_server_counting(cert, key).await.0
+}
+
+/// [`https_server`], and the count of TCP connections it accepted (counted
+/// before their TLS handshake, in the order they were accepted).
+async fn https_server_counting(
+    cert: Vec<u8>,
+    key: Vec<u8>,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio_rustls::rustls;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -43,12 +52,15 @@ async fn https_server(cert: Vec<u8>, key: Vec<u8>) -> SocketAddr {
     let svc = StreamableHttpService::new(tools.service());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
     tokio::spawn(async move {
         let _keep = _events;
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let acceptor = acceptor.clone();
             let svc = svc.clone();
             tokio::spawn(async move {
@@ -63,7 +75,7 @@ async fn https_server(cert: Vec<u8>, key: Vec<u8>) -> SocketAddr {
             });
         }
     });
-    addr
+    (addr, accepted)
 }
 
 fn echo() -> McpRequest {
@@ -205,4 +217,39 @@ async fn a_ca_certificate_served_as_the_servers_own_is_explained() {
         "{err}"
     );
     assert!(detail.contains("CA:FALSE"), "what to do: {err}");
+}
+
+/// A failed TLS handshake is no era signal: the call fails with the TLS
+/// error, no `initialize` is tried on another connection, and the client
+/// stays in the era it was in. A trusting client then connects once; the
+/// server has accepted exactly two connections by then (the failed one
+/// was accepted first), three had the first client tried `initialize`.
+#[tokio::test]
+async fn a_tls_failure_does_not_fall_back_to_initialize() {
+    use tower_mcp_cancel::transport::http::ServerEra;
+
+    let (cert, key) = self_signed();
+    let (addr, accepted) = https_server_counting(cert.clone(), key).await;
+    let url = format!("https://localhost:{}/mcp", addr.port());
+    let mut untrusting = HttpClient::new(url.parse().unwrap());
+    let err = bounded(untrusting.ready().await.unwrap().call(echo()))
+        .await
+        .unwrap_err();
+    assert!(tls_detail(&err).contains("UnknownIssuer"), "{err}");
+    assert!(!err.to_string().contains("initialize"), "{err}");
+    assert_eq!(untrusting.server_era(), ServerEra::Unknown);
+
+    let mut trusting = HttpClient::builder(url.parse().unwrap())
+        .tls_root_certificate(cert)
+        .build();
+    let r = bounded(trusting.ready().await.unwrap().call(echo()))
+        .await
+        .unwrap();
+    assert_eq!(r["content"][0]["text"], "over tls");
+    assert_eq!(trusting.server_era(), ServerEra::Stateless);
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one connection per client"
+    );
 }

@@ -3,8 +3,8 @@
 //!
 //! * a 1 MiB `notifications/cancelled` reason full of control characters
 //!   reaches the logs truncated and sanitized, and so do method names and ids
-//!   from the wire (here, with the allocator and the test service that the
-//!   other files share);
+//!   from the wire, in log lines and span fields, bounded in length (here,
+//!   with the allocator and the test service that the other files share);
 //! * a cancel for another connection's id affects nothing on the other
 //!   ([`crate::hostile_cancels`]);
 //! * an oversize message is refused with bounded memory
@@ -413,4 +413,191 @@ async fn method_names_and_ids_from_the_wire_carry_no_control_characters_into_log
         "the strings were logged:\n{out}"
     );
     assert_clean_logs(&out);
+}
+
+/// Every log line and every span field a peer's text reaches is bounded,
+/// not only free of control characters: 1 MB ids, methods, tool and prompt
+/// names on the stdio and HTTP servers (the request spans, recorded here at
+/// their close), a 1 MB `_meta` budget value, a 1 MB disallowed `Origin`
+/// and a 1 MB error message without an id sent to the stdio client give
+/// lines of a few kilobytes at most.
+#[tokio::test(start_paused = true)]
+async fn peer_text_in_log_lines_and_span_fields_is_bounded() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use tower_mcp_cancel::transport::http::StreamableHttpService;
+    use tracing_subscriber::fmt::format::FmtSpan;
+
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let huge = format!("evil\n\u{1b}[31mforged\u{0}{}\r\n", "x".repeat(1 << 20));
+    let answer = || service_fn(|_req: McpRequest| async { Ok::<_, BoxError>(json!({})) });
+
+    // stdio server: a huge id, method, tool name, prompt name and budget.
+    let server = StdioServer::new().budget_key("com.example/budget").unwrap();
+    let mut conn = connect(answer(), server, 64 * 1024);
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": huge, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping",
+            "params": {"_meta": {"com.example/budget": huge}}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": huge}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": huge, "arguments": {}}}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get",
+            "params": {"name": huge}}),
+    ];
+    for (n, req) in requests.iter().enumerate() {
+        conn.peer.send(req.clone()).await;
+        let v = conn.peer.recv().await.unwrap();
+        assert!(
+            v.get("result").is_some() || v.get("error").is_some(),
+            "{n}: {v}"
+        );
+    }
+    assert!(conn.peer.close().await.is_empty());
+    conn.served.await.unwrap().unwrap();
+
+    // HTTP server (2025 requests: no Mcp-Name to match): the same fields.
+    let ep = StreamableHttpService::new(answer());
+    for mut req in requests {
+        req["id"] = if req["id"] == json!(huge) {
+            json!(huge)
+        } else {
+            json!(7)
+        };
+        let http_req = http::Request::post("http://127.0.0.1/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(Full::new(Bytes::from(serde_json::to_vec(&req).unwrap())))
+            .unwrap();
+        let res = ep.clone().oneshot(http_req).await.unwrap();
+        let _ = res.into_body().collect().await;
+    }
+    // A disallowed Origin of 1 MB is logged too.
+    let http_req = http::Request::post("http://127.0.0.1/mcp")
+        .header("origin", format!("http://{}", "o".repeat(1 << 20)))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(Full::new(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        )))
+        .unwrap();
+    assert_eq!(ep.clone().oneshot(http_req).await.unwrap().status(), 403);
+
+    // stdio client: a server error without an id, then an answered call
+    // (read after it, so the error has been logged by then).
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let client = StdioClient::new(r, w);
+    peer.send(json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": -32700, "message": huge}}))
+        .await;
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "ping")));
+    let v = peer.recv().await.unwrap();
+    peer.send(json!({"jsonrpc": "2.0", "id": v["id"], "result": {}}))
+        .await;
+    call.await.unwrap().unwrap();
+
+    let out = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    for what in [
+        "mcp.server.request",
+        "jsonrpc.request.id=\"evil",
+        "mcp.method.name=\"evil",
+        "gen_ai.tool.name=\"evil",
+        "gen_ai.prompt.name=\"evil",
+        "could not read",
+        "disallowed Origin",
+        "request budget ignored",
+    ] {
+        assert!(
+            out.contains(what),
+            "{what} was logged:\n{}",
+            &out[..out.len().min(4096)]
+        );
+    }
+    assert_clean_logs(&out);
+    for line in out.lines() {
+        assert!(
+            line.chars().count() < 4096,
+            "a line of {} characters: {}…",
+            line.len(),
+            line.chars().take(300).collect::<String>()
+        );
+    }
+}
+
+/// A server's `tools/list` is peer text for `HttpClient`: a tool whose
+/// `x-mcp-header` annotation is invalid is logged and removed, and the
+/// warning quotes the tool's name, the schema's JSON pointer (property
+/// names), a `type`, a keyword and duplicate annotations — each bounded
+/// and free of control characters.
+#[tokio::test(start_paused = true)]
+async fn a_servers_tool_schemas_reach_the_client_logs_bounded_and_clean() {
+    use http_support::Proto;
+    use tower::Service;
+    use tower_mcp_cancel::transport::http::{HttpClient, StreamableHttpService};
+
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let huge = format!("evil\n\u{1b}[31mforged\u{0}{}\r\n", "x".repeat(1 << 20));
+    let token = "h".repeat(1 << 20);
+    let tools = json!({"tools": [
+        {"name": "bad_type", "inputSchema": {"type": "object", "properties": {
+            huge.clone(): {"type": huge, "x-mcp-header": "A"}}}},
+        {"name": "bad_keyword", "inputSchema": {"type": "object", "properties": {
+            "p": {huge.clone(): {"type": "string", "x-mcp-header": "B"}}}}},
+        {"name": "duplicate", "inputSchema": {"type": "object", "properties": {
+            "p": {"type": "string", "x-mcp-header": token.to_uppercase()},
+            "q": {"type": "string", "x-mcp-header": token}}}},
+        {"name": "fine", "inputSchema": {"type": "object"}}
+    ]});
+    let mcp = service_fn(move |_req: McpRequest| {
+        let tools = tools.clone();
+        async move { Ok::<_, BoxError>(tools) }
+    });
+    let (closed_tx, _closed) = tower_mcp_cancel::test_util::Recorder::new();
+    let addr = http_support::serve(StreamableHttpService::new(mcp), Proto::H1, closed_tx).await;
+    let mut c = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
+    let listed = c
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::without_id("tools/list"))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["tools"].as_array().unwrap().len(),
+        1,
+        "only `fine` kept"
+    );
+
+    let out = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    for tool in ["bad_type", "bad_keyword", "duplicate"] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains("tool definition rejected") && l.contains(tool)),
+            "{tool} was logged"
+        );
+    }
+    assert_clean_logs(&out);
+    for line in out.lines() {
+        assert!(
+            line.chars().count() < 4096,
+            "a line of {} characters: {}…",
+            line.len(),
+            line.chars().take(300).collect::<String>()
+        );
+    }
 }

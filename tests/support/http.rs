@@ -394,3 +394,69 @@ pub async fn text(res: Response<Incoming>) -> String {
 pub async fn bounded<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(WAIT, f).await.expect("timed out")
 }
+
+/// A raw HTTP/1.1 server on loopback: it reads each request whole (head
+/// and `Content-Length` body) from every connection, records its text, then
+/// writes `response` (when given) and closes the connection. Without a
+/// response, each request ends in a closed connection: a transport error
+/// for the client. A request is recorded before its connection closes, so
+/// once the client has seen the close every request it sent is recorded.
+pub async fn raw_server(
+    response: Option<Vec<u8>>,
+) -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let record = record.clone();
+            let response = response.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            record.lock().unwrap().push(text);
+                            break;
+                        }
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                if let Some(response) = response {
+                    let _ = s.write_all(&response).await;
+                }
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// A raw HTTP/1.1 response with `status`, a JSON content type and `body`.
+pub fn raw_response(status: u16, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status} Whatever\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}

@@ -283,7 +283,7 @@ fn start_call<S: McpService>(
 
     let cancel_on_disconnect =
         !era.legacy || config.legacy == StatefulRequests::ServeCancelOnDisconnect;
-    tracing::debug!(request_id = %id, method = ?mcp.method(), legacy = era.legacy, assumed_version = era.assumed, session = joined.is_some(), "MCP request over HTTP");
+    tracing::debug!(request_id = %id, method = %crate::sanitize::for_log(mcp.method()), legacy = era.legacy, assumed_version = era.assumed, session = joined.is_some(), "MCP request over HTTP");
     let grace = if is_listen {
         std::time::Duration::ZERO
     } else {

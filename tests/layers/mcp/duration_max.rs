@@ -1,4 +1,6 @@
-//! Configuration values: `Duration::MAX` means no deadline and no limit.
+//! Configuration values: `Duration::MAX` means no deadline and no limit (per
+//! request, per method, and as an inherited cap); `Duration::ZERO` ends a
+//! call at once.
 
 use std::time::Duration;
 
@@ -95,4 +97,85 @@ async fn progress_duration_max_means_no_limit() {
         .call(McpRequest::new(4, "tools/call"))
         .await
         .expect("no limit after progress either");
+}
+
+/// Per-method progress limits and an inherited `DeadlineCap` at their
+/// extremes: `Duration::MAX` is "never" (an hour-long call completes),
+/// `Duration::ZERO` ends the call at once with the limit that was set; no
+/// value panics, in any of the layers of a stack.
+#[tokio::test(start_paused = true)]
+async fn per_method_limits_and_deadline_caps_at_their_extremes() {
+    use tower_mcp_cancel::timeout::DeadlineCap;
+    use tower_mcp_cancel::Cancellation;
+
+    let slow = || {
+        service_fn(|_r: McpRequest| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            ok()
+        })
+    };
+    let stack = |limits: ProgressLimits| {
+        ServiceBuilder::new()
+            .layer(TimeoutLayer::new(Duration::from_secs(7200)))
+            .layer(ProgressResetLayer::new(Duration::from_secs(1)).method("tools/call", limits))
+            .service(slow())
+    };
+    // ProgressResetLayer::method at MAX: no limit for that method.
+    for max in [Some(Duration::MAX), None] {
+        let mut svc = stack(ProgressLimits {
+            idle: Duration::MAX,
+            max,
+        });
+        svc.ready()
+            .await
+            .unwrap()
+            .call(McpRequest::new(1, "tools/call"))
+            .await
+            .expect("no limit for the method");
+        // Other methods keep the default idle limit.
+        let e = call_err(&mut svc, McpRequest::new(2, "other")).await;
+        assert_eq!(elapsed(&e).limit(), Limit::Idle);
+    }
+    // At ZERO: the call ends at once, idle or at its maximum.
+    let t0 = tokio::time::Instant::now();
+    let mut svc = stack(ProgressLimits {
+        idle: Duration::ZERO,
+        max: Some(Duration::MAX),
+    });
+    let e = call_err(&mut svc, McpRequest::new(3, "tools/call")).await;
+    assert_eq!(elapsed(&e), Elapsed::new(Limit::Idle, Duration::ZERO));
+    let mut svc = stack(ProgressLimits {
+        idle: Duration::MAX,
+        max: Some(Duration::ZERO),
+    });
+    let e = call_err(&mut svc, McpRequest::new(4, "tools/call")).await;
+    assert_eq!(elapsed(&e).limit(), Limit::Max);
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+
+    // DeadlineCap::after(MAX) is no cap; ZERO is a cap that has passed.
+    for with_cancellation in [false, true] {
+        let req = |id: i64, cap: Duration| {
+            let req = McpRequest::new(id, "tools/call").with_extension(DeadlineCap::after(cap));
+            if with_cancellation {
+                req.with_extension(Cancellation::new())
+            } else {
+                req
+            }
+        };
+        assert_eq!(DeadlineCap::after(Duration::MAX).deadline(), None);
+        let mut svc = ServiceBuilder::new()
+            .layer(TimeoutLayer::new(Duration::MAX))
+            .layer(ProgressResetLayer::new(Duration::MAX).without_max())
+            .service(slow());
+        svc.ready()
+            .await
+            .unwrap()
+            .call(req(5, Duration::MAX))
+            .await
+            .expect("no cap");
+        let t0 = tokio::time::Instant::now();
+        let e = call_err(&mut svc, req(6, Duration::ZERO)).await;
+        assert_eq!(elapsed(&e).limit(), Limit::Inherited, "{with_cancellation}");
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+    }
 }

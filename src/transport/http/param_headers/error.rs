@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::sanitize::for_log;
+
 /// Why an `x-mcp-header` annotation (and so its tool) is invalid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -51,21 +53,25 @@ impl fmt::Display for InvalidReason {
             ),
             InvalidReason::Duplicate { first, second } => write!(
                 f,
-                "x-mcp-header {second:?} is not case-insensitively unique (also declared as {first:?})"
+                "x-mcp-header {:?} is not case-insensitively unique (also declared as {:?})",
+                for_log(second),
+                for_log(first)
             ),
             InvalidReason::NumberType => {
                 f.write_str("x-mcp-header is not permitted on a parameter of type number")
             }
             InvalidReason::UnsupportedType(t) => write!(
                 f,
-                "x-mcp-header is only permitted on integer, string or boolean parameters (type is {t})"
+                "x-mcp-header is only permitted on integer, string or boolean parameters (type is {})",
+                for_log(t)
             ),
             InvalidReason::NotStaticallyReachable { keyword } if keyword == "<root>" => {
                 f.write_str("x-mcp-header on the schema root (it must be on a property)")
             }
             InvalidReason::NotStaticallyReachable { keyword } => write!(
                 f,
-                "x-mcp-header is only permitted on properties reachable through `properties` keys; this one is under `{keyword}`"
+                "x-mcp-header is only permitted on properties reachable through `properties` keys; this one is under `{}`",
+                for_log(keyword)
             ),
         }
     }
@@ -91,12 +97,16 @@ impl InvalidParamHeader {
     }
 }
 
+/// Schemas may come from a peer (a server's `tools/list`): the texts they
+/// give (property names in the pointer, a type, a keyword, annotations)
+/// are quoted through the sanitizer, bounded and without control
+/// characters.
 impl fmt::Display for InvalidParamHeader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = if self.pointer.is_empty() {
-            "/"
+            "/".to_owned()
         } else {
-            &self.pointer
+            for_log(&self.pointer)
         };
         write!(f, "{} (at inputSchema {at})", self.reason)
     }
