@@ -343,11 +343,14 @@ impl Server {
                     tracing::debug!(error = %e, "cannot set TCP_NODELAY");
                 }
             }
+            let timers = Timers {
+                head: self.header_read_timeout,
+                write: self.write_timeout,
+                idle: self.idle_timeout,
+            };
             tokio::spawn(connection(
                 builder.clone(),
-                self.header_read_timeout,
-                self.write_timeout,
-                self.idle_timeout,
+                timers,
                 stream,
                 service.clone(),
                 shutdown.clone(),
@@ -369,12 +372,21 @@ pub(crate) struct Running {
     _open: mpsc::Sender<()>,
 }
 
+/// The timers `serve` runs itself on each connection.
+#[derive(Clone, Copy, Debug)]
+struct Timers {
+    /// Until the first bytes (then hyper's header read timeout).
+    head: Option<Duration>,
+    /// A write the peer leaves pending.
+    write: Option<Duration>,
+    /// No request in flight.
+    idle: Option<Duration>,
+}
+
 /// Serves one connection; on shutdown asks it to end gracefully and waits.
 async fn connection<S, B>(
     builder: Arc<auto::Builder<TokioExecutor>>,
-    head_timeout: Option<Duration>,
-    write_timeout: Option<Duration>,
-    idle_timeout: Option<Duration>,
+    timers: Timers,
     mut stream: TcpStream,
     service: S,
     shutdown: CancellationToken,
@@ -390,7 +402,7 @@ async fn connection<S, B>(
     // The first bytes, with the head timer hyper-util's auto builder does
     // not run; the shutdown ends the wait too.
     let first = tokio::select! {
-        first = first_bytes(&mut stream, head_timeout) => first,
+        first = first_bytes(&mut stream, timers.head) => first,
         _ = shutdown.cancelled() => return,
     };
     let prefix = match first {
@@ -404,7 +416,7 @@ async fn connection<S, B>(
     let stream = Io {
         prefix,
         stream,
-        write_timeout,
+        write_timeout: timers.write,
         stall: None,
     };
     let running = Running { _open: open };
@@ -423,7 +435,7 @@ async fn connection<S, B>(
     let conn = builder.serve_connection(TokioIo::new(stream), hyper_service);
     tokio::pin!(conn);
     let quiet = async {
-        match idle_timeout {
+        match timers.idle {
             Some(idle) => activity.quiet_for(idle).await,
             None => std::future::pending().await,
         }

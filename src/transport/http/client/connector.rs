@@ -51,6 +51,9 @@ impl Timed {
     }
 }
 
+// `Into::into` converts the plain connector's error and is the identity
+// under feature `tls`, whose connector's error is a `BoxError` already.
+#[allow(clippy::useless_conversion)]
 impl tower_service::Service<Uri> for Timed {
     type Response = <Connector as tower_service::Service<Uri>>::Response;
     type Error = crate::error::BoxError;
