@@ -146,7 +146,9 @@ impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
 /// (it is logged). Those tasks are bounded as `HttpClient`'s
 /// cancel posts are: at most 64 under way per client (its clones share
 /// them; past that a cancel is logged and not sent) and 10 s each (a
-/// transport that takes nothing does not keep one).
+/// transport that takes nothing does not keep one; rmcp's own task that
+/// writes the notification waits on its transport until it takes the
+/// bytes or closes).
 #[derive(Clone)]
 pub struct RmcpClient {
     peer: Peer<RoleClient>,
