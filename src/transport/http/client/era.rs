@@ -415,21 +415,36 @@ mod tests {
     /// A server that takes connections and never answers: each request head
     /// it reads is reported on the channel; it holds every connection.
     async fn silent_server() -> (std::net::SocketAddr, mpsc::UnboundedReceiver<()>) {
+        let (addr, heads, _closed) = silent_server_closes().await;
+        (addr, heads)
+    }
+
+    /// [`silent_server`], which also reports each connection the client
+    /// closed.
+    async fn silent_server_closes() -> (
+        std::net::SocketAddr,
+        mpsc::UnboundedReceiver<()>,
+        mpsc::UnboundedReceiver<()>,
+    ) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (heads, rx) = mpsc::unbounded_channel();
+        let (closed, closed_rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             loop {
                 let Ok((mut stream, _)) = listener.accept().await else {
                     return;
                 };
-                let heads = heads.clone();
+                let (heads, closed) = (heads.clone(), closed.clone());
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 1024];
                     loop {
                         match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
+                            Ok(0) | Err(_) => {
+                                let _ = closed.send(());
+                                return;
+                            }
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
                         if buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -440,7 +455,7 @@ mod tests {
                 });
             }
         });
-        (addr, rx)
+        (addr, rx, closed_rx)
     }
 
     fn session() -> Arc<Legacy> {
@@ -484,6 +499,31 @@ mod tests {
             "{took:?}"
         );
         assert_eq!(lock(&inner.in_flight).len(), 0, "its id was given back");
+    }
+
+    /// The `DELETE` a dropped client sends in the background gives up
+    /// after its timer (10 s) on a server that never answers: its
+    /// connection is closed then.
+    #[tokio::test]
+    async fn a_background_delete_the_server_never_answers_ends_after_its_timer() {
+        let (addr, mut heads, mut closed) = silent_server_closes().await;
+        let client = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
+        *client.inner.era.lock() = State::Legacy(session());
+        let start = tokio::time::Instant::now();
+        drop(client);
+        tokio::time::timeout(Duration::from_secs(5), heads.recv())
+            .await
+            .expect("the DELETE reached the server");
+        tokio::time::pause();
+        tokio::time::timeout(2 * BACKGROUND_POST_TIMEOUT, closed.recv())
+            .await
+            .expect("the DELETE gave up after its timer");
+        let took = start.elapsed();
+        assert!(
+            took >= BACKGROUND_POST_TIMEOUT
+                && took < BACKGROUND_POST_TIMEOUT + Duration::from_secs(5),
+            "{took:?}"
+        );
     }
 
     /// At most `MAX_PENDING_CANCELS` posts are under way: past that a
