@@ -259,3 +259,147 @@ async fn shutdown_answers_a_request_whose_body_is_still_coming_with_503() {
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(t0.elapsed(), Duration::ZERO);
 }
+
+// ---------------------------------------------------------------------------
+// a connection with no request in flight
+
+/// The documented default of `Server::idle_timeout`.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An HTTP/2 client connection (hyper's, which answers the server's pings)
+/// on `addr`; the sender, and a receiver that yields when the connection
+/// has ended.
+async fn h2_client(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Full<Bytes>>,
+    tokio::sync::oneshot::Receiver<String>,
+) {
+    let io = hyper_util::rt::TokioIo::new(TcpStream::connect(addr).await.unwrap());
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    let (ended, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let end = conn.await;
+        let _ = ended.send(format!("{end:?}"));
+    });
+    (sender, rx)
+}
+
+/// A server whose handler answers when `release` is notified, reporting
+/// each start on `started`.
+async fn serve_holding(
+    server: Server,
+    shutdown: &CancellationToken,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+    std::sync::Arc<tokio::sync::Notify>,
+) {
+    let (started_tx, started) = tokio::sync::mpsc::unbounded_channel();
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let held = release.clone();
+    let svc = service_fn(move |_req: Request<hyper::body::Incoming>| {
+        let (started_tx, held) = (started_tx.clone(), held.clone());
+        async move {
+            let _ = started_tx.send(());
+            held.notified().await;
+            Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(
+                Bytes::from_static(b"done"),
+            )))
+        }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server.serve(listener, svc, shutdown.clone()));
+    (addr, started, release)
+}
+
+fn get(addr: std::net::SocketAddr) -> Request<http_body_util::Full<Bytes>> {
+    Request::builder()
+        .uri(format!("http://{addr}/"))
+        .body(http_body_util::Full::new(Bytes::new()))
+        .unwrap()
+}
+
+/// An HTTP/2 peer that completes the handshake, answers every ping and
+/// opens no stream is asked to leave (`GOAWAY`) after the idle timeout.
+#[tokio::test(start_paused = true)]
+async fn an_http2_connection_with_no_stream_is_closed_after_the_idle_timeout() {
+    let shutdown = CancellationToken::new();
+    let addr = serve_with(Server::new(), &shutdown).await;
+    let start = Instant::now();
+    let (_sender, ended) = h2_client(addr).await;
+    tokio::time::timeout(Duration::from_secs(3600), ended)
+        .await
+        .expect("an idle HTTP/2 connection holds its socket")
+        .unwrap();
+    let took = start.elapsed();
+    assert!(
+        took >= DEFAULT_IDLE_TIMEOUT && took < DEFAULT_IDLE_TIMEOUT + Duration::from_secs(1),
+        "{took:?}"
+    );
+}
+
+/// A request in flight keeps its connection however long it runs; the
+/// idle time starts again at its end.
+#[tokio::test(start_paused = true)]
+async fn a_long_request_keeps_its_connection_and_the_idle_time_starts_at_its_end() {
+    let shutdown = CancellationToken::new();
+    let idle = Duration::from_secs(5);
+    let (addr, mut started, release) = serve_holding(
+        Server::new()
+            .idle_timeout(Some(idle))
+            .http2_keep_alive(None),
+        &shutdown,
+    )
+    .await;
+    let (mut sender, mut ended) = h2_client(addr).await;
+    let response = tokio::spawn(sender.send_request(get(addr)));
+    started.recv().await.unwrap();
+    let t0 = Instant::now();
+    if let Ok(end) = tokio::time::timeout(20 * idle, &mut ended).await {
+        panic!(
+            "a connection with a request in flight was closed after {:?}: {end:?}",
+            t0.elapsed()
+        );
+    }
+    release.notify_one();
+    let res = response.await.unwrap().unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    drop(res);
+    let end = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3600), ended)
+        .await
+        .expect("closed once idle")
+        .unwrap();
+    let took = end.elapsed();
+    assert!(
+        took >= idle && took < idle + Duration::from_secs(1),
+        "{took:?}"
+    );
+}
+
+/// `None` and `Duration::MAX` are "never", without a panic; a request on
+/// such a connection is served.
+#[tokio::test(start_paused = true)]
+async fn an_idle_timeout_of_duration_max_is_never_and_does_not_panic() {
+    for never in [None, Some(Duration::MAX)] {
+        let shutdown = CancellationToken::new();
+        let (addr, mut started, release) =
+            serve_holding(Server::new().idle_timeout(never), &shutdown).await;
+        let (mut sender, mut ended) = h2_client(addr).await;
+        let response = tokio::spawn(sender.send_request(get(addr)));
+        started.recv().await.unwrap();
+        release.notify_one();
+        assert_eq!(response.await.unwrap().unwrap().status(), StatusCode::OK);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(3600), &mut ended)
+                .await
+                .is_err(),
+            "{never:?}: closed"
+        );
+    }
+}

@@ -253,3 +253,78 @@ async fn a_tls_failure_does_not_fall_back_to_initialize() {
         "one connection per client"
     );
 }
+
+/// A server that accepts the TCP connection and never speaks: the TLS
+/// handshake stalls. Returns its address; it holds the connections.
+async fn silent_tls_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+/// A TLS handshake that stalls fails the call after the connect timeout
+/// (default 10 s), as a connect error; it does not hold the call forever.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_tls_handshake_fails_after_the_connect_timeout() {
+    let addr = silent_tls_port().await;
+    let mut c = HttpClient::new(format!("https://{addr}/mcp").parse().unwrap());
+    let start = tokio::time::Instant::now();
+    let call = c
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/list"));
+    let err = tokio::time::timeout(std::time::Duration::from_secs(3600), call)
+        .await
+        .expect("the handshake is bounded")
+        .unwrap_err();
+    assert_eq!(start.elapsed(), std::time::Duration::from_secs(10));
+    let e = err.downcast_ref::<HttpClientError>().expect("{err}");
+    assert!(e.is_connect(), "{e}");
+    assert!(e.to_string().contains("connect timeout"), "{e}");
+}
+
+/// The setter moves that bound; `None` and `Duration::MAX` are "never",
+/// without a panic.
+#[tokio::test(start_paused = true)]
+async fn the_connect_timeout_takes_any_value() {
+    use std::time::Duration;
+    let addr = silent_tls_port().await;
+    let uri: http::Uri = format!("https://{addr}/mcp").parse().unwrap();
+    let mut c = HttpClient::builder(uri.clone())
+        .connect_timeout(Some(Duration::from_secs(2)))
+        .build();
+    let start = tokio::time::Instant::now();
+    let call = c
+        .ready()
+        .await
+        .unwrap()
+        .call(McpRequest::new(1, "tools/list"));
+    let err = tokio::time::timeout(Duration::from_secs(3600), call)
+        .await
+        .expect("the handshake is bounded")
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(2), "{err}");
+    for never in [None, Some(Duration::MAX)] {
+        let mut c = HttpClient::builder(uri.clone())
+            .connect_timeout(never)
+            .build();
+        let call = c
+            .ready()
+            .await
+            .unwrap()
+            .call(McpRequest::new(1, "tools/list"));
+        assert!(
+            tokio::time::timeout(Duration::from_secs(3600), call)
+                .await
+                .is_err(),
+            "{never:?}: still connecting after an hour"
+        );
+    }
+}

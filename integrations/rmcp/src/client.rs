@@ -143,11 +143,58 @@ impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
 /// discarded). Not covered: a future dropped while rmcp is still queueing
 /// the request (before its id is known) sends no cancel. The cancel is
 /// sent from a spawned task, so a drop outside a tokio runtime sends none
-/// (it is logged).
+/// (it is logged). Those tasks are bounded as `HttpClient`'s
+/// cancel posts are: at most 64 under way per client (its clones share
+/// them; past that a cancel is logged and not sent) and 10 s each (a
+/// transport that takes nothing does not keep one; rmcp's own task that
+/// writes the notification waits on its transport until it takes the
+/// bytes or closes).
 #[derive(Clone)]
 pub struct RmcpClient {
     peer: Peer<RoleClient>,
     routes: Option<Routes>,
+    cancels: PendingCancels,
+}
+
+/// How long a spawned `notifications/cancelled` may take: the timer of
+/// `HttpClient`'s cancel posts.
+const CANCEL_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How many `notifications/cancelled` sends may be under way at once (per
+/// client and its clones): `HttpClient`'s bound.
+const MAX_PENDING_CANCELS: usize = 64;
+
+/// The cancel sends under way, bounded in number and in time.
+#[derive(Clone)]
+struct PendingCancels(Arc<tokio::sync::Semaphore>);
+
+impl Default for PendingCancels {
+    fn default() -> Self {
+        Self(Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_CANCELS)))
+    }
+}
+
+impl PendingCancels {
+    /// Runs `send` in a task on `runtime` for at most
+    /// [`CANCEL_SEND_TIMEOUT`], if fewer than [`MAX_PENDING_CANCELS`] are
+    /// under way; otherwise drops it unpolled and returns `false`.
+    fn spawn<F>(&self, runtime: &tokio::runtime::Handle, send: F) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let Ok(permit) = self.0.clone().try_acquire_owned() else {
+            return false;
+        };
+        runtime.spawn(async move {
+            let _permit = permit;
+            if tokio::time::timeout(CANCEL_SEND_TIMEOUT, send)
+                .await
+                .is_err()
+            {
+                tracing::debug!("notifications/cancelled timed out");
+            }
+        });
+        true
+    }
 }
 
 impl std::fmt::Debug for RmcpClient {
@@ -167,13 +214,18 @@ impl RmcpClient {
         Self {
             peer: running.peer().clone(),
             routes: Some(running.service().routes.clone()),
+            cancels: PendingCancels::default(),
         }
     }
 
     /// Calls through `peer`, a client not served with [`RouteProgress`]:
     /// progress does not reach the calls' taps (an idle limit is not reset).
     pub fn from_peer(peer: Peer<RoleClient>) -> Self {
-        Self { peer, routes: None }
+        Self {
+            peer,
+            routes: None,
+            cancels: PendingCancels::default(),
+        }
     }
 
     /// The rmcp peer.
@@ -194,6 +246,7 @@ impl TowerService<McpRequest> for RmcpClient {
     fn call(&mut self, req: McpRequest) -> Self::Future {
         let peer = self.peer.clone();
         let routes = self.routes.clone();
+        let cancels = self.cancels.clone();
         let request = client_request(&req);
         let cancellation = req.cancellation().cloned();
         // The tap a layer set, else one of our own for the caller's
@@ -211,6 +264,7 @@ impl TowerService<McpRequest> for RmcpClient {
                 peer: Some(handle.peer.clone()),
                 id: handle.id.clone(),
                 cancellation,
+                cancels,
                 route: routes.zip(tap).map(|(routes, tap)| {
                     let token = handle.progress_token.0.clone();
                     let tap = tap.unwrap_or_else(|observer| {
@@ -247,6 +301,7 @@ struct CancelOnDrop {
     /// The request's cancellation, whose reason (once cancelled) is the
     /// notification's.
     cancellation: Option<Cancellation>,
+    cancels: PendingCancels,
     route: Option<(Routes, NumberOrString)>,
 }
 
@@ -271,9 +326,73 @@ impl Drop for CancelOnDrop {
         let notification = ClientNotification::CancelledNotification(CancelledNotification::new(
             CancelledNotificationParam::new(Some(self.id.clone()), reason),
         ));
-        runtime.spawn(async move {
+        let sent = self.cancels.spawn(&runtime, async move {
             // A closed transport has nothing left to cancel.
             let _ = peer.send_notification(notification).await;
         });
+        if !sent {
+            tracing::warn!(request_id = ?self.id, max = MAX_PENDING_CANCELS, "too many cancellations under way; notifications/cancelled not sent");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reports its drop on a channel.
+    struct DropProbe(tokio::sync::mpsc::UnboundedSender<()>);
+
+    impl Drop for DropProbe {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+
+    /// A send that never completes (a transport that takes nothing),
+    /// reporting when it is dropped.
+    fn hanging_send(
+        dropped: &tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let probe = DropProbe(dropped.clone());
+        async move {
+            let _probe = probe;
+            std::future::pending::<()>().await
+        }
+    }
+
+    /// A cancel send that hangs ends after its timer (10 s).
+    #[tokio::test(start_paused = true)]
+    async fn a_cancel_send_that_hangs_ends_after_its_timer() {
+        let cancels = PendingCancels::default();
+        let (tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+        let start = tokio::time::Instant::now();
+        assert!(cancels.spawn(&tokio::runtime::Handle::current(), hanging_send(&tx)));
+        dropped.recv().await.unwrap();
+        assert_eq!(start.elapsed(), CANCEL_SEND_TIMEOUT);
+        assert_eq!(cancels.0.available_permits(), MAX_PENDING_CANCELS);
+    }
+
+    /// At most [`MAX_PENDING_CANCELS`] sends are under way: past that a
+    /// cancel is dropped unsent, and no task is spawned for it.
+    #[tokio::test(start_paused = true)]
+    async fn past_the_bound_a_cancel_is_not_sent_and_nothing_grows() {
+        let runtime = tokio::runtime::Handle::current();
+        let cancels = PendingCancels::default();
+        let (tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+        for _ in 0..MAX_PENDING_CANCELS {
+            assert!(cancels.spawn(&runtime, hanging_send(&tx)));
+        }
+        let tasks = runtime.metrics().num_alive_tasks();
+        let start = tokio::time::Instant::now();
+        assert!(!cancels.spawn(&runtime, hanging_send(&tx)));
+        assert_eq!(runtime.metrics().num_alive_tasks(), tasks);
+        // The one past the bound was dropped at once, unsent.
+        dropped.try_recv().expect("dropped at once");
+        for _ in 0..MAX_PENDING_CANCELS {
+            dropped.recv().await.unwrap();
+        }
+        assert_eq!(start.elapsed(), CANCEL_SEND_TIMEOUT);
+        assert_eq!(cancels.0.available_permits(), MAX_PENDING_CANCELS);
     }
 }

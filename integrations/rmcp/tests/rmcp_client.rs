@@ -197,3 +197,98 @@ async fn ids_and_tokens_are_unique_among_calls_in_flight() {
     first.abort();
     running.cancel().await.unwrap();
 }
+
+/// An initialized rmcp client whose server (by hand, on a pipe of one
+/// byte) answers `initialize`, reads `calls` requests and then reads
+/// nothing more: a transport on which a cancel never gets written. The
+/// receiver yields once the server has read the `calls` requests.
+async fn start_stuck(
+    calls: usize,
+) -> (
+    RunningService<RoleClient, RouteProgress<()>>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let (client_io, server_io) = tokio::io::duplex(1);
+    let (read_all, all_read) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (r, mut w) = tokio::io::split(server_io);
+        let mut lines = BufReader::new(r).lines();
+        let init: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        let answer = json!({"jsonrpc": "2.0", "id": init["id"], "result": {
+            "protocolVersion": init["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "stuck", "version": "0"},
+        }});
+        w.write_all(format!("{answer}\n").as_bytes()).await.unwrap();
+        let mut seen = 0;
+        while seen < calls {
+            let line = lines.next_line().await.unwrap().unwrap();
+            if line.contains("tools/call") {
+                seen += 1;
+            }
+        }
+        let _ = read_all.send(());
+        // Holds the pipe and reads nothing more.
+        std::future::pending::<()>().await;
+        drop((lines, w));
+    });
+    let (cr, cw) = tokio::io::split(client_io);
+    let running = rmcp::serve_client(RouteProgress::new(()), (cr, cw))
+        .await
+        .expect("initialized");
+    (running, all_read)
+}
+
+/// The `notifications/cancelled` sends of dropped calls are bounded: at
+/// most 64 under way per client (past that none is sent, nothing is
+/// spawned), and each ends after 10 s on a transport that takes nothing.
+#[tokio::test(start_paused = true)]
+async fn cancel_sends_of_dropped_calls_are_bounded_in_number_and_time() {
+    const CALLS: usize = 65;
+    let (running, all_read) = start_stuck(CALLS).await;
+    let client = RmcpClient::new(&running);
+    let mut calls: Vec<_> = (0..CALLS)
+        .map(|_| Box::pin(client.clone().oneshot(call("hang"))))
+        .collect();
+    let poll_all = futures_util::future::select_all(calls.iter_mut());
+    tokio::select! {
+        _ = poll_all => panic!("a call answered"),
+        _ = all_read => {}
+    }
+    // Let every call reach its wait for the answer (the paused clock moves
+    // only once nothing else can run).
+    let poll_all = futures_util::future::select_all(calls.iter_mut());
+    assert!(tokio::time::timeout(Duration::from_millis(1), poll_all)
+        .await
+        .is_err());
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    drop(calls);
+    assert_eq!(
+        metrics.num_alive_tasks(),
+        before + 64,
+        "one send per dropped call, up to 64"
+    );
+    // rmcp then runs each notification's write in a task of its own (its
+    // service loop's), which waits on the transport as long as it takes
+    // nothing: those are rmcp's, and outlive our sends' timer.
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    let peak = metrics.num_alive_tasks();
+    tokio::time::advance(Duration::from_secs(10) - Duration::from_millis(1)).await;
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(metrics.num_alive_tasks(), peak, "a send ended early");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        metrics.num_alive_tasks(),
+        peak - 64,
+        "our sends ended after their 10 s"
+    );
+}

@@ -256,7 +256,7 @@ impl<T> Pending<T> {
         self.tokens.get(token).cloned().flatten()
     }
 
-    #[cfg(feature = "stdio")]
+    #[cfg(any(feature = "stdio", test))]
     pub(crate) fn len(&self) -> usize {
         self.calls.len()
     }

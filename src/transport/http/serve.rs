@@ -103,6 +103,13 @@ where
 ///   (every 30 s, answered within 20 s,
 ///   [`http2_keep_alive`](Server::http2_keep_alive)): an HTTP/2 connection whose peer stops
 ///   answering — gone without a FIN, or holding the socket — is closed.
+/// * **Idle timeout**
+///   (60 s, [`idle_timeout`](Server::idle_timeout)): a connection with no
+///   request in flight for that long is asked to end gracefully — an
+///   HTTP/2 peer that answers pings but opens no stream gets `GOAWAY` and
+///   is closed. A request counts until the end of its response, so a long
+///   call, an SSE stream or an open `subscriptions/listen` keeps its
+///   connection.
 /// * **Graceful shutdown through a `CancellationToken`**, the one the
 ///   crate's shutdown takes: when it fires the listener is closed, every
 ///   connection is asked to end gracefully (HTTP/1: after the response in
@@ -162,6 +169,7 @@ pub struct Server {
     header_read_timeout: Option<Duration>,
     http2_keep_alive: Option<Duration>,
     write_timeout: Option<Duration>,
+    idle_timeout: Option<Duration>,
     max_pending_accept_reset_streams: usize,
 }
 
@@ -205,15 +213,19 @@ impl Server {
     /// The default write timeout: 60 s without the peer taking a byte.
     pub(crate) const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 
+    /// The default idle timeout: 60 s without a request in flight.
+    pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
     /// The defaults: `TCP_NODELAY`, a 30 s header read timeout, a 60 s
-    /// write timeout, HTTP/2 keep-alive pings every 30 s, 1024 pending
-    /// reset streams.
+    /// write timeout, a 60 s idle timeout, HTTP/2 keep-alive pings every
+    /// 30 s, 1024 pending reset streams.
     pub fn new() -> Self {
         Server {
             nodelay: true,
             header_read_timeout: Some(Self::DEFAULT_HEADER_READ_TIMEOUT),
             http2_keep_alive: Some(Self::DEFAULT_HTTP2_KEEP_ALIVE),
             write_timeout: Some(Self::DEFAULT_WRITE_TIMEOUT),
+            idle_timeout: Some(Self::DEFAULT_IDLE_TIMEOUT),
             max_pending_accept_reset_streams: Self::DEFAULT_MAX_PENDING_ACCEPT_RESET_STREAMS,
         }
     }
@@ -244,6 +256,19 @@ impl Server {
     #[must_use]
     pub fn write_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.write_timeout = timeout;
+        self
+    }
+
+    /// How long a connection may have no request in flight before it is
+    /// asked to end gracefully (HTTP/2: `GOAWAY`, then closed; HTTP/1:
+    /// closed); `None` keeps it (default 60 s). A request counts from its
+    /// head to the end of its response (an SSE stream, an open
+    /// `subscriptions/listen` keep it), so this closes an HTTP/2
+    /// connection whose peer answers pings but opens no stream, which no
+    /// other timer does. Any value is accepted (a huge one is "never").
+    #[must_use]
+    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout.map(|t| t.min(MAX_TIMER));
         self
     }
 
@@ -318,10 +343,14 @@ impl Server {
                     tracing::debug!(error = %e, "cannot set TCP_NODELAY");
                 }
             }
+            let timers = Timers {
+                head: self.header_read_timeout,
+                write: self.write_timeout,
+                idle: self.idle_timeout,
+            };
             tokio::spawn(connection(
                 builder.clone(),
-                self.header_read_timeout,
-                self.write_timeout,
+                timers,
                 stream,
                 service.clone(),
                 shutdown.clone(),
@@ -343,11 +372,21 @@ pub(crate) struct Running {
     _open: mpsc::Sender<()>,
 }
 
+/// The timers `serve` runs itself on each connection.
+#[derive(Clone, Copy, Debug)]
+struct Timers {
+    /// Until the first bytes (then hyper's header read timeout).
+    head: Option<Duration>,
+    /// A write the peer leaves pending.
+    write: Option<Duration>,
+    /// No request in flight.
+    idle: Option<Duration>,
+}
+
 /// Serves one connection; on shutdown asks it to end gracefully and waits.
 async fn connection<S, B>(
     builder: Arc<auto::Builder<TokioExecutor>>,
-    head_timeout: Option<Duration>,
-    write_timeout: Option<Duration>,
+    timers: Timers,
     mut stream: TcpStream,
     service: S,
     shutdown: CancellationToken,
@@ -363,7 +402,7 @@ async fn connection<S, B>(
     // The first bytes, with the head timer hyper-util's auto builder does
     // not run; the shutdown ends the wait too.
     let first = tokio::select! {
-        first = first_bytes(&mut stream, head_timeout) => first,
+        first = first_bytes(&mut stream, timers.head) => first,
         _ = shutdown.cancelled() => return,
     };
     let prefix = match first {
@@ -377,19 +416,38 @@ async fn connection<S, B>(
     let stream = Io {
         prefix,
         stream,
-        write_timeout,
+        write_timeout: timers.write,
         stall: None,
     };
     let running = Running { _open: open };
+    let activity = Arc::new(Activity::default());
+    let requests = activity.clone();
     let hyper_service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(running.clone());
-        service.clone().oneshot(req)
+        // In flight from here to the end (or drop) of its response body.
+        let busy = Busy::new(&requests);
+        let call = service.clone().oneshot(req);
+        async move {
+            let res = call.await?;
+            Ok::<_, S::Error>(res.map(|body| Tracked { body, _busy: busy }))
+        }
     });
     let conn = builder.serve_connection(TokioIo::new(stream), hyper_service);
     tokio::pin!(conn);
+    let quiet = async {
+        match timers.idle {
+            Some(idle) => activity.quiet_for(idle).await,
+            None => std::future::pending().await,
+        }
+    };
     let ended = tokio::select! {
         ended = conn.as_mut() => ended,
         _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+        _ = quiet => {
+            tracing::debug!("no request in flight for the idle timeout; closing the connection");
             conn.as_mut().graceful_shutdown();
             conn.await
         }
@@ -397,6 +455,85 @@ async fn connection<S, B>(
     // A client going away mid-request is the normal way to cancel.
     if let Err(e) = ended {
         tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// The requests in flight on one connection, for its idle timer.
+#[derive(Debug, Default)]
+struct Activity {
+    open: std::sync::atomic::AtomicUsize,
+    changed: tokio::sync::Notify,
+}
+
+impl Activity {
+    /// Returns once no request has been in flight for `idle` in a row.
+    async fn quiet_for(&self, idle: Duration) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.open.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(idle) => return,
+                    _ = changed => {}
+                }
+            } else {
+                changed.await;
+            }
+        }
+    }
+}
+
+/// One request in flight on its connection, until dropped.
+#[derive(Debug)]
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn new(activity: &Arc<Activity>) -> Self {
+        activity
+            .open
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        activity.changed.notify_waiters();
+        Busy(activity.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.changed.notify_waiters();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request counted in flight until it
+    /// is dropped.
+    struct Tracked<B> {
+        #[pin]
+        body: B,
+        _busy: Busy,
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

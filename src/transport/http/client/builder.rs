@@ -8,7 +8,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
-use super::connector::{connector, TlsSettings};
+use super::connector::{connector, Timed, TlsSettings};
 use super::era::{EraCell, MAX_PENDING_CANCELS};
 use super::{HttpClient, Inner};
 use crate::timeout::BudgetKey;
@@ -28,6 +28,7 @@ pub struct HttpClientBuilder {
     pub(super) stateful_fallback: bool,
     pub(super) tls: TlsSettings,
     pub(super) budget_key: Option<BudgetKey>,
+    pub(super) connect_timeout: Option<std::time::Duration>,
 }
 
 impl HttpClientBuilder {
@@ -63,6 +64,20 @@ impl HttpClientBuilder {
         self.tls
             .roots
             .push(rustls::pki_types::CertificateDer::from(der.into()));
+        self
+    }
+
+    /// How long making a connection may take — name resolution, TCP and,
+    /// for `https://`, the TLS handshake — before the call fails with
+    /// [`HttpClientError::ConnectionFailed`](super::HttpClientError::ConnectionFailed)
+    /// (`is_connect`); `None` waits as long as the system does (default
+    /// 10 s). A server that accepts and never completes the handshake does
+    /// not hold a call. The request itself is not bounded by it: that is
+    /// the caller's layers' job. Any value is accepted (a huge one is
+    /// "never").
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -164,7 +179,7 @@ impl HttpClientBuilder {
         if self.http2 {
             builder.http2_only(true);
         }
-        let connector = connector(&self.uri, self.tls);
+        let connector = Timed::new(connector(&self.uri, self.tls), self.connect_timeout);
         HttpClient {
             inner: Arc::new(Inner {
                 client: builder.build(connector),

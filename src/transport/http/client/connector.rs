@@ -3,6 +3,10 @@
 //! `https://` without the feature.
 
 use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Uri;
@@ -12,15 +16,71 @@ use hyper_util::client::legacy::Client;
 
 use super::HttpClientError;
 
-/// The connector under the pooled client.
+/// The connector that makes the connection.
 #[cfg(feature = "tls")]
 pub(super) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
-/// The connector under the pooled client.
+/// The connector that makes the connection.
 #[cfg(not(feature = "tls"))]
 pub(super) type Connector = HttpConnector;
 
 /// The pooled hyper client.
-pub(super) type PooledClient = Client<Connector, Full<Bytes>>;
+pub(super) type PooledClient = Client<Timed, Full<Bytes>>;
+
+/// The default bound on making a connection (TCP, and the TLS handshake).
+pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest timer armed (ten years: "never" in practice; a larger one
+/// could overflow an `Instant`).
+const MAX_TIMER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// [`Connector`] with a bound on the whole connect: name resolution, TCP
+/// and, for `https://`, the TLS handshake. A connect that takes longer
+/// fails with an `io::Error` of kind `TimedOut`.
+#[derive(Clone, Debug)]
+pub(super) struct Timed {
+    connector: Connector,
+    timeout: Option<Duration>,
+}
+
+impl Timed {
+    pub(super) fn new(connector: Connector, timeout: Option<Duration>) -> Self {
+        Self {
+            connector,
+            timeout: timeout.map(|t| t.min(MAX_TIMER)),
+        }
+    }
+}
+
+// `Into::into` converts the plain connector's error and is the identity
+// under feature `tls`, whose connector's error is a `BoxError` already.
+#[allow(clippy::useless_conversion)]
+impl tower_service::Service<Uri> for Timed {
+    type Response = <Connector as tower_service::Service<Uri>>::Response;
+    type Error = crate::error::BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.connector.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connect = self.connector.call(uri);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let Some(t) = timeout else {
+                return connect.await.map_err(Into::into);
+            };
+            match tokio::time::timeout(t, connect).await {
+                Ok(connected) => connected.map_err(Into::into),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within the connect timeout ({t:?})"),
+                )
+                .into()),
+            }
+        })
+    }
+}
 
 /// The TLS settings of a builder.
 #[derive(Debug, Default)]

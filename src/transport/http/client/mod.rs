@@ -229,6 +229,7 @@ impl HttpClient {
             stateful_fallback: true,
             tls: Default::default(),
             budget_key: None,
+            connect_timeout: Some(connector::DEFAULT_CONNECT_TIMEOUT),
         }
     }
 
