@@ -39,25 +39,9 @@ fn nginx() -> Option<PathBuf> {
     candidates.into_iter().find(|p| p.is_file())
 }
 
-/// The example binary `name`, built by `cargo test` next to this test
-/// (`target/<profile>/examples/`), or built now.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let bin = profile_dir.join("examples").join(name);
-    if !bin.exists() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build --example");
-        assert!(status.success(), "building the example {name} failed");
-    }
-    bin
-}
+#[path = "support/example.rs"]
+mod example_bin;
+use example_bin::example;
 
 /// A free loopback port (the kernel's pick, released for nginx to bind).
 fn free_port() -> u16 {

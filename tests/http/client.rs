@@ -193,27 +193,7 @@ async fn ids_and_tokens_are_unique_among_calls_in_flight() {
     ids_and_tokens_stay_unique(client(addr, Proto::H1), &tools, &mut events).await;
 }
 
-/// The example binary `name` (`target/<profile>/examples/`), built if it is
-/// not there yet.
-fn example(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    if !bin.exists() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
-        assert!(status.success(), "building the example {name} failed");
-    }
-    bin
-}
+use crate::support::example::example;
 
 /// `mcp_call --url` against an endpoint it cannot reach fails once, saying
 /// why: a transport error is not the spec's signal of a 2025 server, so it

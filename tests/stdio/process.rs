@@ -29,31 +29,7 @@ fn example_server() -> PathBuf {
     example("stdio_server")
 }
 
-/// The example binary `name`, built if it is not there yet.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    if !bin.exists() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
-        assert!(status.success(), "building the example {name} failed");
-    }
-    assert!(
-        bin.exists(),
-        "example {name} not found at {}",
-        bin.display()
-    );
-    bin
-}
+use crate::support::example::example;
 
 struct Events(Lines<BufReader<ChildStderr>>);
 

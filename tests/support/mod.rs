@@ -18,3 +18,5 @@ pub mod drain;
 pub mod http;
 #[cfg(feature = "stdio")]
 pub mod stdio;
+
+pub mod example;

@@ -1,0 +1,34 @@
+//! The crate's example binaries, for the tests that run them as processes.
+//! Included by path (`#[path = "…/support/example.rs"]`) by every test
+//! binary that needs one, so there is one way to find or build them.
+
+use std::path::PathBuf;
+
+/// The example binary `name`, built by `cargo test` next to the running
+/// test (`target/<profile>/examples/`), or built now with the features
+/// every example needs (a plain `cargo build --example` would refuse the
+/// examples that require `stdio` or `http`).
+pub(crate) fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--features", "stdio,http", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+        assert!(status.success(), "building the example {name} failed");
+    }
+    assert!(
+        bin.exists(),
+        "example {name} not found at {}",
+        bin.display()
+    );
+    bin
+}
