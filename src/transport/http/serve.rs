@@ -6,26 +6,23 @@
 //!
 //! The settings and why they are the defaults are on [`Server`].
 
-use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
-
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
+mod stream;
+
+use self::stream::{first_bytes, is_connection_error, Io};
 use crate::error::BoxError;
 
 /// Serves `service` on `listener` with [`Server`]'s defaults until
@@ -191,9 +188,6 @@ const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// `Duration::MAX` would overflow and panic): ten years, "never" in
 /// practice.
 const MAX_TIMER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-
-/// The HTTP/2 client preface (RFC 9113, 3.4).
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl Server {
     /// The default HTTP/1 header read timeout: 30 s (hyper's own default,
@@ -413,12 +407,7 @@ async fn connection<S, B>(
             return;
         }
     };
-    let stream = Io {
-        prefix,
-        stream,
-        write_timeout: timers.write,
-        stall: None,
-    };
+    let stream = Io::new(prefix, stream, timers.write);
     let running = Running { _open: open };
     let activity = Arc::new(Activity::default());
     let requests = activity.clone();
@@ -535,144 +524,4 @@ impl<B: http_body::Body> http_body::Body for Tracked<B> {
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
     }
-}
-
-/// Reads a new connection's first bytes, up to what tells HTTP/2 (its
-/// whole 24-byte preface) from HTTP/1 (anything else), within `timeout`.
-/// `None`: the peer closed it first; an error of kind `TimedOut`: it was
-/// too slow.
-async fn first_bytes(
-    stream: &mut TcpStream,
-    timeout: Option<Duration>,
-) -> io::Result<Option<Bytes>> {
-    let read = async {
-        let mut buf = Vec::with_capacity(H2_PREFACE.len());
-        while buf.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(&buf) {
-            let n = (&mut *stream)
-                .take((H2_PREFACE.len() - buf.len()) as u64)
-                .read_buf(&mut buf)
-                .await?;
-            if n == 0 {
-                return Ok(None);
-            }
-        }
-        Ok(Some(Bytes::from(buf)))
-    };
-    match timeout {
-        None => read.await,
-        Some(t) => tokio::time::timeout(t, read).await.unwrap_or_else(|_| {
-            Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no request head within the header read timeout",
-            ))
-        }),
-    }
-}
-
-/// An accepted stream as hyper sees it: its first bytes, read already, are
-/// read again first; a write the peer leaves pending for the write timeout
-/// fails.
-struct Io {
-    prefix: Bytes,
-    stream: TcpStream,
-    write_timeout: Option<Duration>,
-    /// Running while a write is pending (kept to be reset, not reallocated).
-    stall: Option<(Pin<Box<Sleep>>, bool)>,
-}
-
-impl Io {
-    /// After a write returned `Pending`: `Pending` too, until the write
-    /// timeout since the first such write, then an error.
-    fn poll_stalled<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
-        let Some(timeout) = self.write_timeout else {
-            return Poll::Pending;
-        };
-        let (sleep, running) = self
-            .stall
-            .get_or_insert_with(|| (Box::pin(tokio::time::sleep(timeout)), true));
-        if !*running {
-            // `checked_add`: a huge timeout is "never", not a panic.
-            if let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) {
-                sleep.as_mut().reset(deadline);
-            } else {
-                return Poll::Pending;
-            }
-            *running = true;
-        }
-        std::task::ready!(sleep.as_mut().poll(cx));
-        Poll::Ready(Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "the peer took nothing within the write timeout",
-        )))
-    }
-
-    /// A write made progress (or failed): the stall is over.
-    fn wrote<T>(&mut self, out: io::Result<T>) -> Poll<io::Result<T>> {
-        if let Some((_, running)) = self.stall.as_mut() {
-            *running = false;
-        }
-        Poll::Ready(out)
-    }
-}
-
-impl AsyncRead for Io {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.prefix.has_remaining() {
-            let n = self.prefix.len().min(buf.remaining());
-            buf.put_slice(&self.prefix[..n]);
-            self.prefix.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Io {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.stream).poll_write(cx, buf) {
-            Poll::Ready(out) => self.wrote(out),
-            Poll::Pending => self.poll_stalled(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.stream).poll_write_vectored(cx, bufs) {
-            Poll::Ready(out) => self.wrote(out),
-            Poll::Pending => self.poll_stalled(cx),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-/// Errors of one incoming connection, not of the listener.
-fn is_connection_error(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    )
 }
