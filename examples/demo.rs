@@ -353,6 +353,70 @@ async fn stdio_part() {
     // Closing the client closes the server's input; `serve` returns.
     let _ = client.shutdown().await;
     let _ = served.await;
+
+    grace_part().await;
+}
+
+/// Step 6e: a server that gives a cancelled handler a grace to clean up.
+#[cfg(feature = "stdio")]
+async fn grace_part() {
+    use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
+    use tower_mcp_cancel::MethodPolicy;
+
+    println!("6e. A grace: StdioServer::grace(500 ms); the handler cleans up for 200 ms after the cancel");
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<String>();
+    // A handler that waits for its token, then spends 200 ms on its cleanup
+    // (closing a file, reaping a child): the grace lets that finish.
+    let handler = service_fn(move |req: McpRequest| {
+        let token = req.cancellation().map(Cancellation::token);
+        let events = events_tx.clone();
+        async move {
+            if let Some(token) = token {
+                token.cancelled().await;
+                let t = Instant::now();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = events.send(format!(
+                    "   server: the token fired at the cancel; cleanup finished {} ms later, within the grace (its late result is not written)",
+                    t.elapsed().as_millis()
+                ));
+            }
+            Ok::<_, BoxError>(serde_json::json!({ "resultType": "complete" }))
+        }
+    });
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (server_read, server_write) = tokio::io::split(server_io);
+    let (client_read, client_write) = tokio::io::split(client_io);
+    let server = StdioServer::new().grace(MethodPolicy::new(Duration::from_millis(500)));
+    let served = tokio::spawn(server.serve(handler, server_read, server_write));
+    let client = StdioClient::new(client_read, client_write);
+    let cancellation = Cancellation::new();
+    // As in 6d: the reason in the request's Cancellation, then the drop.
+    let mut call = Box::pin(
+        client.clone().oneshot(
+            McpRequest::without_id("tools/call")
+                .with_params(serde_json::json!({
+                    "name": "cleanup",
+                    "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28" }
+                }))
+                .with_cancellation(cancellation.clone()),
+        ),
+    );
+    let t = Instant::now();
+    let finished = tokio::select! {
+        _ = &mut call => true,
+        () = tokio::time::sleep(Duration::from_millis(100)) => false,
+    };
+    if !finished {
+        cancellation.cancel(CancelReason::Other("user pressed stop".into()));
+        drop(call);
+        println!(
+            "   client: dropped the call after {} ms -> sent notifications/cancelled",
+            t.elapsed().as_millis()
+        );
+    }
+    report(&mut events).await;
+    let _ = client.shutdown().await;
+    let _ = served.await;
 }
 
 /// Prints the server's drop report (waiting for it, bounded).
