@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::convert::Infallible;
 use tokio::time::Instant;
 use tower::util::BoxCloneService;
@@ -20,6 +20,7 @@ use tower_mcp_cancel::transport::http::{ResponseBody, SessionLimits, StreamableH
 use tower_mcp_cancel::{McpRequest, MethodPolicy};
 
 use crate::handler::{cleanup_params, handler};
+use crate::support::http::session_request as request;
 
 type Endpoint = BoxCloneService<Request<Full<Bytes>>, Response<ResponseBody>, Infallible>;
 
@@ -44,27 +45,6 @@ fn endpoint(grace_ms: Option<u64>) -> (Endpoint, Events) {
         ep = ep.grace(MethodPolicy::new(Duration::from_millis(ms)));
     }
     (BoxCloneService::new(ep), ev)
-}
-
-fn request(
-    method: http::Method,
-    body: Option<&Value>,
-    session: Option<&str>,
-) -> Request<Full<Bytes>> {
-    let mut b = Request::builder()
-        .method(method)
-        .uri("http://127.0.0.1/mcp")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream");
-    if let Some(s) = session {
-        b = b
-            .header("mcp-session-id", s)
-            .header("mcp-protocol-version", "2025-11-25");
-    }
-    let body = body
-        .map(|b| serde_json::to_vec(b).unwrap())
-        .unwrap_or_default();
-    b.body(Full::new(Bytes::from(body))).unwrap()
 }
 
 async fn open(ep: &Endpoint) -> String {

@@ -46,26 +46,7 @@ pub(crate) fn endpoint(limits: SessionLimits) -> (Endpoint, Tools, Events) {
     (BoxCloneService::new(svc), tools, events)
 }
 
-pub(crate) fn request(
-    method: http::Method,
-    body: Option<&Value>,
-    session: Option<&str>,
-) -> Request<Full<Bytes>> {
-    let mut b = Request::builder()
-        .method(method)
-        .uri("http://127.0.0.1/mcp")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream");
-    if let Some(s) = session {
-        b = b
-            .header("mcp-session-id", s)
-            .header("mcp-protocol-version", "2025-11-25");
-    }
-    let body = body
-        .map(|b| serde_json::to_vec(b).unwrap())
-        .unwrap_or_default();
-    b.body(Full::new(Bytes::from(body))).unwrap()
-}
+pub(crate) use crate::support::http::session_request as request;
 
 pub(crate) fn post(body: &Value, session: Option<&str>) -> Request<Full<Bytes>> {
     request(http::Method::POST, Some(body), session)

@@ -242,17 +242,29 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_huge_reason_with_control_characters_is_truncated_and_sanitized_in_logs() {
+/// Everything this thread logs, at every level, as text (no colours), with
+/// each span's close event when `span_closes`; logging stops with the guard.
+fn capture_logs(span_closes: bool) -> (Captured, tracing::subscriber::DefaultGuard) {
+    use tracing_subscriber::fmt::format::FmtSpan;
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(logs.clone())
         .with_ansi(false)
+        .with_span_events(if span_closes {
+            FmtSpan::CLOSE
+        } else {
+            FmtSpan::NONE
+        })
         .with_max_level(tracing::Level::TRACE)
         .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_reason_with_control_characters_is_truncated_and_sanitized_in_logs() {
     // This thread only; the runtime is current-thread, so every task of the
     // server logs here.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs(false);
 
     // 1 MiB of text with C0 and C1 controls, escapes, NUL, DEL, CR/LF.
     let unit = "ok\u{0}\n\r\u{1b}[31mRED\u{7}\u{8}\u{7f}\u{85}\u{9b}\t é";
@@ -336,13 +348,7 @@ async fn method_names_and_ids_from_the_wire_carry_no_control_characters_into_log
     use http_support::{raw_post, read_until, Proto};
     use tower_mcp_cancel::transport::http::StreamableHttpService;
 
-    let logs = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs(false);
     let evil = "evil\n2026-01-01T00:00:00Z  INFO forged line\r\u{1b}[31m\u{0}\u{85}";
 
     // stdio server: a notification, a request and a cancel, all with
@@ -426,16 +432,8 @@ async fn peer_text_in_log_lines_and_span_fields_is_bounded() {
     use bytes::Bytes;
     use http_body_util::{BodyExt, Full};
     use tower_mcp_cancel::transport::http::StreamableHttpService;
-    use tracing_subscriber::fmt::format::FmtSpan;
 
-    let logs = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .with_span_events(FmtSpan::CLOSE)
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs(true);
     let huge = format!("evil\n\u{1b}[31mforged\u{0}{}\r\n", "x".repeat(1 << 20));
     let answer = || service_fn(|_req: McpRequest| async { Ok::<_, BoxError>(json!({})) });
 
@@ -544,13 +542,7 @@ async fn a_servers_tool_schemas_reach_the_client_logs_bounded_and_clean() {
     use tower::Service;
     use tower_mcp_cancel::transport::http::{HttpClient, StreamableHttpService};
 
-    let logs = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs(false);
     let huge = format!("evil\n\u{1b}[31mforged\u{0}{}\r\n", "x".repeat(1 << 20));
     let token = "h".repeat(1 << 20);
     let tools = json!({"tools": [

@@ -460,3 +460,28 @@ pub fn raw_response(status: u16, body: &[u8]) -> Vec<u8> {
     out.extend_from_slice(body);
     out
 }
+
+/// A request to an in-process endpoint at `/mcp`, as a 2025-era client
+/// sends it within `session` (its id and its protocol version), or
+/// outside one.
+pub fn session_request(
+    method: http::Method,
+    body: Option<&Value>,
+    session: Option<&str>,
+) -> Request<http_body_util::Full<bytes::Bytes>> {
+    let mut b = Request::builder()
+        .method(method)
+        .uri("http://127.0.0.1/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = session {
+        b = b
+            .header("mcp-session-id", s)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    let body = body
+        .map(|b| serde_json::to_vec(b).unwrap())
+        .unwrap_or_default();
+    b.body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap()
+}
