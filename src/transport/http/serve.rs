@@ -7,6 +7,7 @@
 //! The settings and why they are the defaults are on [`Server`].
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
@@ -361,9 +363,13 @@ impl Server {
 /// return while one lives. The adapter keeps it for as long as the
 /// request's call runs — also detached, after its client hung up — so that
 /// `serve` returns only once every request it ran has ended.
+///
+/// It points to its connection's [`Activity`], not to anything the whole
+/// server shares: cloning it per request touches one connection's memory,
+/// which the worker threads do not contend for.
 #[derive(Clone, Debug)]
 pub(crate) struct Running {
-    _open: mpsc::Sender<()>,
+    _connection: Arc<Activity>,
 }
 
 /// The timers `serve` runs itself on each connection.
@@ -408,11 +414,12 @@ async fn connection<S, B>(
         }
     };
     let stream = Io::new(prefix, stream, timers.write);
-    let running = Running { _open: open };
-    let activity = Arc::new(Activity::default());
+    let activity = Arc::new(Activity::new(open));
     let requests = activity.clone();
     let hyper_service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        req.extensions_mut().insert(running.clone());
+        req.extensions_mut().insert(Running {
+            _connection: requests.clone(),
+        });
         // In flight from here to the end (or drop) of its response body.
         let busy = Busy::new(&requests);
         let call = service.clone().oneshot(req);
@@ -447,28 +454,58 @@ async fn connection<S, B>(
     }
 }
 
-/// The requests in flight on one connection, for its idle timer.
-#[derive(Debug, Default)]
+/// One connection's requests: how many are in flight and since when none
+/// is, for its idle timer. While it lives `serve` does not return (it holds
+/// one of the senders `serve` waits on), and every request of the
+/// connection, and what it leaves running, holds it.
+///
+/// Nothing here wakes the connection: a request that starts or ends
+/// updates two atomics, and the idle timer reads them when it fires (a
+/// `Notify` woke the connection's task twice per request, and re-armed a
+/// timer each time the connection went quiet).
+#[derive(Debug)]
 struct Activity {
-    open: std::sync::atomic::AtomicUsize,
-    changed: tokio::sync::Notify,
+    /// Requests in flight.
+    open: AtomicUsize,
+    /// When a request last ended, in nanoseconds since `base`.
+    last_end: AtomicU64,
+    base: Instant,
+    _serving: mpsc::Sender<()>,
 }
 
 impl Activity {
-    /// Returns once no request has been in flight for `idle` in a row.
+    fn new(serving: mpsc::Sender<()>) -> Self {
+        Self {
+            open: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+            base: Instant::now(),
+            _serving: serving,
+        }
+    }
+
+    /// Returns once no request has been in flight for `idle` in a row:
+    /// the timer is due `idle` after the later of its start and the last
+    /// request's end, and is re-armed (not woken early) when a request came
+    /// meanwhile.
     async fn quiet_for(&self, idle: Duration) {
+        let mut since = Instant::now();
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if self.open.load(std::sync::atomic::Ordering::Acquire) == 0 {
-                tokio::select! {
-                    _ = tokio::time::sleep(idle) => return,
-                    _ = changed => {}
-                }
-            } else {
-                changed.await;
+            let Some(due) = since.checked_add(idle) else {
+                return std::future::pending().await;
+            };
+            tokio::time::sleep_until(due).await;
+            let now = Instant::now();
+            if self.open.load(Ordering::Acquire) > 0 {
+                since = now;
+                continue;
             }
+            // The end stamp is stored before the count drops, so a count
+            // of 0 read above comes with the stamp of the last end.
+            let last_end = self.base + Duration::from_nanos(self.last_end.load(Ordering::Acquire));
+            if last_end.checked_add(idle).is_some_and(|quiet| quiet <= now) {
+                return;
+            }
+            since = since.max(last_end);
         }
     }
 }
@@ -479,20 +516,20 @@ struct Busy(Arc<Activity>);
 
 impl Busy {
     fn new(activity: &Arc<Activity>) -> Self {
-        activity
-            .open
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        activity.changed.notify_waiters();
+        activity.open.fetch_add(1, Ordering::AcqRel);
         Busy(activity.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0
-            .open
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        self.0.changed.notify_waiters();
+        let activity = &self.0;
+        // Nanoseconds since the connection's start: u64 lasts 584 years.
+        let since_base = Instant::now().saturating_duration_since(activity.base);
+        let stamp = u64::try_from(since_base.as_nanos()).unwrap_or(u64::MAX);
+        // `fetch_max`: of two requests ending together, the later stamp stays.
+        activity.last_end.fetch_max(stamp, Ordering::AcqRel);
+        activity.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
