@@ -37,7 +37,9 @@ use outbox::{Outgoing, Scope};
 /// messages still queued for a cancelled request are dropped unsent.
 #[derive(Clone)]
 pub(crate) struct Notifier {
-    tx: mpsc::Sender<Outgoing>,
+    /// The transport's queue; `None`: the scope's own, made when the
+    /// first message is sent (HTTP).
+    tx: Option<mpsc::Sender<Outgoing>>,
     progress_token: Option<ProgressToken>,
     scope: Scope,
 }
@@ -52,11 +54,13 @@ impl fmt::Debug for Notifier {
 
 impl Notifier {
     /// A notifier for one request. `progress_token` is the token the peer sent
-    /// (progress is only sent for a token the peer provided).
+    /// (progress is only sent for a token the peer provided); `tx` the
+    /// transport's queue, or `None` for the scope's own
+    /// ([`Scope::with_own_queue`]).
     // Only the transports build one.
     #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
     pub(crate) fn new(
-        tx: mpsc::Sender<Outgoing>,
+        tx: Option<mpsc::Sender<Outgoing>>,
         progress_token: Option<ProgressToken>,
         scope: Scope,
     ) -> Self {
@@ -119,7 +123,18 @@ impl Notifier {
                 return false;
             }
         };
-        let Ok(permit) = self.tx.reserve().await else {
+        let own;
+        let tx = match &self.tx {
+            Some(tx) => tx,
+            None => match self.scope.own_sender() {
+                Some(tx) => {
+                    own = tx;
+                    &own
+                }
+                None => return false,
+            },
+        };
+        let Ok(permit) = tx.reserve().await else {
             return false;
         };
         match progress {

@@ -11,8 +11,9 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
-use tokio::sync::mpsc::Permit;
+use tokio::sync::mpsc::{self, Permit};
 
 use crate::Cancellation;
 
@@ -77,11 +78,26 @@ struct Inner {
     cancellation: Cancellation,
 }
 
-/// What the lock guards: whether the request is still open, and the last
-/// progress value queued for it (progress MUST increase, whoever sends it).
+/// What the lock guards: whether the request is still open, the last
+/// progress value queued for it (progress MUST increase, whoever sends it),
+/// and its own queue when it has one.
 struct State {
     open: bool,
     last_progress: Option<f64>,
+    own: Option<Own>,
+}
+
+/// A request's own queue (HTTP: the request's SSE stream), made when its
+/// first message is sent: most requests send none, and a tokio channel
+/// costs an allocation of its block, and locks on its close, that a
+/// request answered at its first poll has no use for.
+struct Own {
+    capacity: usize,
+    tx: Option<mpsc::Sender<Outgoing>>,
+    /// Made, not yet taken by the [`OwnQueue`].
+    rx: Option<mpsc::Receiver<Outgoing>>,
+    /// The [`OwnQueue`] waiting for the queue to be made.
+    waker: Option<Waker>,
 }
 
 impl fmt::Debug for Scope {
@@ -100,10 +116,50 @@ impl Scope {
                 state: Mutex::new(State {
                     open: true,
                     last_progress: None,
+                    own: None,
                 }),
                 cancellation,
             }),
         }
+    }
+
+    /// An open scope whose messages go to a queue of its own of
+    /// `capacity`, made when the first is sent; [`OwnQueue`] receives them.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn with_own_queue(cancellation: Cancellation, capacity: usize) -> (Self, OwnQueue) {
+        let scope = Self::new(cancellation);
+        scope.lock().own = Some(Own {
+            capacity,
+            tx: None,
+            rx: None,
+            waker: None,
+        });
+        let queue = OwnQueue {
+            scope: scope.clone(),
+            rx: None,
+        };
+        (scope, queue)
+    }
+
+    /// The sender of this scope's own queue, made now if it is the first
+    /// message; `None` once the request ended (or without a queue of its
+    /// own).
+    pub(crate) fn own_sender(&self) -> Option<mpsc::Sender<Outgoing>> {
+        let mut state = self.lock();
+        if !state.open {
+            return None;
+        }
+        let own = state.own.as_mut()?;
+        if let Some(tx) = &own.tx {
+            return Some(tx.clone());
+        }
+        let (tx, rx) = mpsc::channel(own.capacity.max(1));
+        own.tx = Some(tx.clone());
+        own.rx = Some(rx);
+        if let Some(waker) = own.waker.take() {
+            waker.wake();
+        }
+        Some(tx)
     }
 
     /// The request's cancellation.
@@ -184,6 +240,73 @@ impl Scope {
     }
 }
 
+/// The receiving end of a scope's own queue (see
+/// [`Scope::with_own_queue`]): nothing until the first message is sent.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) struct OwnQueue {
+    scope: Scope,
+    rx: Option<mpsc::Receiver<Outgoing>>,
+}
+
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+impl OwnQueue {
+    /// Takes the queue from the scope once it is made; while it is not,
+    /// leaves `cx`'s waker (when given) to be woken when it is, and says
+    /// whether the request is still open.
+    fn take_made(&mut self, cx: Option<&Context<'_>>) -> bool {
+        if self.rx.is_some() {
+            return true;
+        }
+        let mut state = self.scope.lock();
+        let open = state.open;
+        let Some(own) = state.own.as_mut() else {
+            return false;
+        };
+        if let Some(rx) = own.rx.take() {
+            self.rx = Some(rx);
+            return true;
+        }
+        if let Some(cx) = cx {
+            match &own.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => own.waker = Some(cx.waker().clone()),
+            }
+        }
+        open
+    }
+
+    /// The next message; `Ready(None)` once the queue is closed and empty.
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Outgoing>> {
+        let open = self.take_made(Some(cx));
+        match self.rx.as_mut() {
+            Some(rx) => rx.poll_recv(cx),
+            // Not made yet: nothing was sent; nothing will be once the
+            // request ended.
+            None if open => Poll::Pending,
+            None => Poll::Ready(None),
+        }
+    }
+
+    /// A message queued already, without waiting.
+    pub(crate) fn try_recv(&mut self) -> Option<Outgoing> {
+        self.take_made(None);
+        self.rx.as_mut()?.try_recv().ok()
+    }
+
+    /// Closes the queue after the request's end (the scope is closed
+    /// first): a sender waiting for space is refused; what is queued stays
+    /// to be received.
+    pub(crate) fn close(&mut self) {
+        self.take_made(None);
+        if let Some(rx) = self.rx.as_mut() {
+            rx.close();
+        }
+        if let Some(own) = self.scope.lock().own.as_mut() {
+            own.waker = None;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +357,69 @@ mod tests {
         assert!(!scope.send(tx.reserve().await.unwrap(), b"b".to_vec()));
         assert!(rx.try_recv().unwrap().into_live_bytes().is_none());
         assert!(rx.try_recv().is_err());
+    }
+
+    /// A waker that counts its wakes.
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_own_queue_is_made_by_the_first_message_and_wakes_its_receiver() {
+        let (scope, mut queue) = Scope::with_own_queue(Cancellation::new(), 4);
+        let count = Arc::new(Count(Default::default()));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        // Nothing sent: no queue, the receiver waits.
+        assert!(queue.poll_recv(&mut cx).is_pending());
+        assert!(queue.try_recv().is_none());
+        assert!(
+            scope.lock().own.as_ref().unwrap().tx.is_none(),
+            "made before a message"
+        );
+        let tx = scope.own_sender().expect("an open scope makes its queue");
+        assert_eq!(
+            count.0.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the receiver is woken"
+        );
+        assert!(scope.send(tx.reserve().await.unwrap(), b"a".to_vec()));
+        let Poll::Ready(Some(msg)) = queue.poll_recv(&mut cx) else {
+            panic!("the message is received");
+        };
+        assert_eq!(msg.into_live_bytes().unwrap(), b"a");
+        // One queue: a second sender gets the same one.
+        assert!(scope.send(
+            scope.own_sender().unwrap().reserve().await.unwrap(),
+            b"b".to_vec()
+        ));
+        assert_eq!(queue.try_recv().unwrap().into_live_bytes().unwrap(), b"b");
+    }
+
+    #[tokio::test]
+    async fn after_the_end_no_queue_is_made_and_a_waiting_sender_is_refused() {
+        // Ended before any message: nothing is made, the receiver is done.
+        let (scope, mut queue) = Scope::with_own_queue(Cancellation::new(), 1);
+        scope.end();
+        queue.close();
+        assert!(scope.own_sender().is_none());
+        let waker = Waker::from(Arc::new(Count(Default::default())));
+        let mut cx = Context::from_waker(&waker);
+        assert!(matches!(queue.poll_recv(&mut cx), Poll::Ready(None)));
+
+        // A sender waiting for space when the request ends is refused.
+        let (scope, mut queue) = Scope::with_own_queue(Cancellation::new(), 1);
+        let tx = scope.own_sender().unwrap();
+        assert!(scope.send(tx.reserve().await.unwrap(), b"a".to_vec()));
+        let waiting = tokio::spawn(async move { tx.reserve().await.is_ok() });
+        tokio::task::yield_now().await;
+        scope.end();
+        queue.close();
+        assert!(!waiting.await.unwrap(), "no space after the end");
+        // What was queued before the end is still received.
+        assert_eq!(queue.try_recv().unwrap().into_live_bytes().unwrap(), b"a");
     }
 }

@@ -99,7 +99,7 @@ pub(crate) enum Ending {
 pub(crate) fn prepare(
     raw: RawRequest,
     scope: &Scope,
-    tx: tokio::sync::mpsc::Sender<Outgoing>,
+    tx: Option<tokio::sync::mpsc::Sender<Outgoing>>,
 ) -> McpRequest {
     let notifier = Notifier::new(tx, raw.progress_token.clone(), scope.clone());
     let mut req = McpRequest::from(raw);

@@ -19,12 +19,11 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use sse_stream::Sse;
-use tokio::sync::mpsc;
 
 use super::drain::ShutdownSignal;
 use super::serve::Running;
 use crate::jsonrpc::RequestId;
-use crate::notify::outbox::{Outgoing, Scope};
+use crate::notify::outbox::{OwnQueue, Scope};
 use crate::transport::admission::Place;
 use crate::transport::call::server::{Ending, GracefulCall};
 use crate::CancelReason;
@@ -54,7 +53,7 @@ pub(crate) struct Hold {
 /// One request's call, its notification queue, and its outgoing gate.
 pub(crate) struct Exchange {
     call: Option<CallFuture>,
-    rx: mpsc::Receiver<Outgoing>,
+    queue: OwnQueue,
     scope: Scope,
     id: RequestId,
     is_listen: bool,
@@ -77,7 +76,7 @@ pub(crate) struct Exchange {
 impl Exchange {
     pub(crate) fn new(
         call: CallFuture,
-        rx: mpsc::Receiver<Outgoing>,
+        queue: OwnQueue,
         scope: Scope,
         id: RequestId,
         is_listen: bool,
@@ -86,7 +85,7 @@ impl Exchange {
     ) -> Self {
         Self {
             call: Some(call),
-            rx,
+            queue,
             scope,
             id,
             is_listen,
@@ -141,13 +140,13 @@ impl Exchange {
         }
         self.scope.end();
         // Senders waiting for queue space learn that the request is over.
-        self.rx.close();
+        self.queue.close();
         Poll::Ready(ending)
     }
 
     fn next_notification(&mut self, cx: &mut Context<'_>) -> Poll<Option<Vec<u8>>> {
         loop {
-            match std::task::ready!(self.rx.poll_recv(cx)) {
+            match std::task::ready!(self.queue.poll_recv(cx)) {
                 Some(msg) => match msg.into_live_bytes() {
                     Some(bytes) => return Poll::Ready(Some(bytes)),
                     None => continue,
@@ -159,7 +158,7 @@ impl Exchange {
 
     /// A notification queued before the call ended, without waiting.
     fn queued_notification(&mut self) -> Option<Vec<u8>> {
-        while let Ok(msg) = self.rx.try_recv() {
+        while let Some(msg) = self.queue.try_recv() {
             if let Some(bytes) = msg.into_live_bytes() {
                 return Some(bytes);
             }

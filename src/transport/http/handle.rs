@@ -8,7 +8,6 @@ use std::sync::Arc;
 use http::request::Parts;
 use http::{HeaderMap, Method as HttpMethod, Request, Response, StatusCode};
 use http_body::Body;
-use tokio::sync::mpsc;
 
 use super::body::ResponseBody;
 use super::config::{Config, StatefulRequests, ASSUMED_LEGACY_VERSION};
@@ -272,9 +271,8 @@ fn start_call<S: McpService>(
                 })?,
         ),
     };
-    let scope = Scope::new(cancellation);
-    let (tx, rx) = mpsc::channel(config.queue);
-    let mut mcp = call::prepare(raw, &scope, tx);
+    let (scope, queue) = Scope::with_own_queue(cancellation, config.queue);
+    let mut mcp = call::prepare(raw, &scope, None);
     crate::timeout::inherit_budget(&mut mcp, view.budget);
     let mut extensions = parts.extensions;
     extensions.extend(std::mem::take(mcp.extensions_mut()));
@@ -325,7 +323,7 @@ fn start_call<S: McpService>(
     };
     Ok(Exchange::new(
         call,
-        rx,
+        queue,
         scope,
         id,
         is_listen,

@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
@@ -430,20 +430,16 @@ async fn connection<S, B>(
     });
     let conn = builder.serve_connection(TokioIo::new(stream), hyper_service);
     tokio::pin!(conn);
-    let quiet = async {
-        match timers.idle {
-            Some(idle) => activity.quiet_for(idle).await,
-            None => std::future::pending().await,
-        }
-    };
+    // The shutdown and the idle timer are waited for on a task of their
+    // own, which tells this one: in a `select!` here they were polled at
+    // every wake of the connection — the shutdown token's wait locks the
+    // token's node, which every connection of the server shares.
+    let (ask_end, mut end_asked) = oneshot::channel();
+    tokio::spawn(watch(shutdown, activity, timers.idle, ask_end));
     let ended = tokio::select! {
+        biased;
         ended = conn.as_mut() => ended,
-        _ = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-        _ = quiet => {
-            tracing::debug!("no request in flight for the idle timeout; closing the connection");
+        Ok(()) = &mut end_asked => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }
@@ -452,6 +448,31 @@ async fn connection<S, B>(
     if let Err(e) = ended {
         tracing::debug!(error = %e, "connection ended with an error");
     }
+}
+
+/// Asks the connection to end gracefully (through `ask_end`) when the
+/// shutdown fires or it had no request in flight for `idle`; returns when
+/// the connection ended first.
+async fn watch(
+    shutdown: CancellationToken,
+    activity: Arc<Activity>,
+    idle: Option<Duration>,
+    mut ask_end: oneshot::Sender<()>,
+) {
+    let quiet = async {
+        match idle {
+            Some(idle) => activity.quiet_for(idle).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = ask_end.closed() => return,
+        _ = shutdown.cancelled() => {}
+        _ = quiet => {
+            tracing::debug!("no request in flight for the idle timeout; closing the connection");
+        }
+    }
+    let _ = ask_end.send(());
 }
 
 /// One connection's requests: how many are in flight and since when none

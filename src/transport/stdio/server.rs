@@ -367,7 +367,7 @@ impl Connection {
             .limit_for(Some(raw.method.as_str()))
             .unwrap_or_default();
         let scope = Scope::new(guard.cancellation().clone());
-        let mut req = call::prepare(raw, &scope, self.tx.clone());
+        let mut req = call::prepare(raw, &scope, Some(self.tx.clone()));
         crate::timeout::inherit_budget(&mut req, view.budget);
         let call = call::run(
             service.clone(),
