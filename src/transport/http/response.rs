@@ -28,13 +28,22 @@ pub(crate) async fn shape(mut exchange: Exchange, config: &Config) -> Response<R
     let first = match config.sse_after {
         None => Some(std::future::poll_fn(|cx| exchange.poll_first(cx)).await),
         Some(delay) => {
-            let switch = tokio::time::sleep(delay);
-            tokio::pin!(switch);
+            // Made at the first `Pending` only: a call answered at its
+            // first poll (most) makes no timer — making one reads the
+            // clock and clones the runtime's handle, which every worker
+            // thread shares.
+            let mut switch = std::pin::pin!(None::<tokio::time::Sleep>);
             std::future::poll_fn(|cx| {
                 if let Poll::Ready(first) = exchange.poll_first(cx) {
                     return Poll::Ready(Some(first));
                 }
-                switch.as_mut().poll(cx).map(|()| None)
+                if switch.is_none() {
+                    switch.set(Some(tokio::time::sleep(delay)));
+                }
+                match switch.as_mut().as_pin_mut() {
+                    Some(sleep) => sleep.poll(cx).map(|()| None),
+                    None => Poll::Pending,
+                }
             })
             .await
         }

@@ -413,8 +413,10 @@ async fn connection<S, B>(
             return;
         }
     };
-    let stream = Io::new(prefix, stream, timers.write);
     let activity = Arc::new(Activity::new(open));
+    // HTTP/2 (the whole preface read): its writes are coalesced.
+    let coalesce = (prefix.len() == stream::H2_PREFACE.len()).then(|| activity.clone());
+    let stream = Io::new(prefix, stream, timers.write, coalesce);
     let requests = activity.clone();
     let hyper_service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(Running {
