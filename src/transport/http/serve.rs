@@ -89,8 +89,12 @@ where
 ///   accept on: a connection that sends nothing, or stops inside the
 ///   HTTP/2 preface, is closed by it too (hyper-util's auto builder reads
 ///   the preface without a timer, so `serve` reads it first), and so is an
-///   idle HTTP/1 keep-alive connection. hyper only applies it with a
-///   timer, which `axum::serve` does not set.
+///   idle HTTP/1 keep-alive connection. On HTTP/1 it bounds the time from
+///   the end of the last response (its last byte handed to the
+///   connection) to the next complete head; `serve` runs it on one timer
+///   per connection, read when it fires, rather than hyper's, which makes
+///   and registers a timer for every request. hyper only applies its own
+///   with a timer, which `axum::serve` does not set.
 /// * **Write timeout**
 ///   (60 s, [`write_timeout`](Server::write_timeout)): a
 ///   connection whose peer takes none of the bytes the server has to send
@@ -291,8 +295,10 @@ impl Server {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.header_read_timeout);
+            // The header read timeout is `serve`'s own per-connection timer
+            // (see `connection`): hyper's makes and registers a timer for
+            // every request head.
+            .header_read_timeout(None);
         builder
             .http2()
             .timer(TokioTimer::new())
@@ -415,7 +421,8 @@ async fn connection<S, B>(
     };
     let activity = Arc::new(Activity::new(open));
     // HTTP/2 (the whole preface read): its writes are coalesced.
-    let coalesce = (prefix.len() == stream::H2_PREFACE.len()).then(|| activity.clone());
+    let http2 = prefix[..] == stream::H2_PREFACE[..];
+    let coalesce = http2.then(|| activity.clone());
     let stream = Io::new(prefix, stream, timers.write, coalesce);
     let requests = activity.clone();
     let hyper_service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
@@ -437,11 +444,30 @@ async fn connection<S, B>(
     // every wake of the connection — the shutdown token's wait locks the
     // token's node, which every connection of the server shares.
     let (ask_end, mut end_asked) = oneshot::channel();
-    tokio::spawn(watch(shutdown, activity, timers.idle, ask_end));
+    // HTTP/1: between requests the connection waits for a head, which the
+    // header read timeout bounds — the time no request is in flight, from
+    // the end of the last response (or from the first bytes) to the next
+    // head, read by the same lazy timer as the idle timeout.
+    let quiet = if http2 {
+        timers.idle
+    } else {
+        match (timers.idle, timers.head) {
+            (Some(idle), Some(head)) => Some(idle.min(head)),
+            (idle, head) => idle.or(head),
+        }
+    };
+    tokio::spawn(watch(shutdown, activity.clone(), quiet, ask_end));
     let ended = tokio::select! {
         biased;
         ended = conn.as_mut() => ended,
-        Ok(()) = &mut end_asked => {
+        Ok(end) = &mut end_asked => {
+            // HTTP/1 with no request in flight (this task starts them, so
+            // none starts meanwhile): closed at once — a partial head is
+            // not a request, and hyper would wait for its end.
+            if end == End::Quiet && !http2 && activity.open.load(Ordering::Acquire) == 0 {
+                tracing::debug!("no request head within the header read (or idle) timeout; closing the connection");
+                return;
+            }
             conn.as_mut().graceful_shutdown();
             conn.await
         }
@@ -452,14 +478,22 @@ async fn connection<S, B>(
     }
 }
 
-/// Asks the connection to end gracefully (through `ask_end`) when the
-/// shutdown fires or it had no request in flight for `idle`; returns when
-/// the connection ended first.
+/// Why [`watch`] asks a connection to end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    Shutdown,
+    /// No request in flight for the idle (HTTP/1: or header read) timeout.
+    Quiet,
+}
+
+/// Asks the connection to end (through `ask_end`) when the shutdown fires
+/// or it had no request in flight for `idle`; returns when the connection
+/// ended first.
 async fn watch(
     shutdown: CancellationToken,
     activity: Arc<Activity>,
     idle: Option<Duration>,
-    mut ask_end: oneshot::Sender<()>,
+    mut ask_end: oneshot::Sender<End>,
 ) {
     let quiet = async {
         match idle {
@@ -467,14 +501,15 @@ async fn watch(
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
+    let end = tokio::select! {
         _ = ask_end.closed() => return,
-        _ = shutdown.cancelled() => {}
+        _ = shutdown.cancelled() => End::Shutdown,
         _ = quiet => {
-            tracing::debug!("no request in flight for the idle timeout; closing the connection");
+            tracing::debug!("no request in flight for the idle timeout; ending the connection");
+            End::Quiet
         }
-    }
-    let _ = ask_end.send(());
+    };
+    let _ = ask_end.send(end);
 }
 
 /// One connection's requests: how many are in flight and since when none
