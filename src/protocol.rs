@@ -16,4 +16,4 @@ pub(crate) const LEGACY_VERSIONS: &[&str] =
 /// `http::Request` read it (see
 /// [`RequestView::mcp_method_checked`](crate::RequestView::mcp_method_checked)
 /// for how far they trust it).
-pub(crate) const MCP_METHOD_HEADER: &str = "mcp-method";
+pub(crate) const MCP_METHOD_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-method");

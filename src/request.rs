@@ -361,7 +361,7 @@ impl<B> RequestView for http::Request<B> {
             return Some(m.clone());
         }
         self.headers()
-            .get(crate::protocol::MCP_METHOD_HEADER)
+            .get(&crate::protocol::MCP_METHOD_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(Method::new)
     }

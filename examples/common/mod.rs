@@ -31,10 +31,11 @@
 //!
 //! Nothing here is process-global: the options travel with the service.
 //!
-//! Each request's `params` are read once, into [`Params`], a view that
-//! borrows from the request (no `serde_json::Value` tree, no copy); a
-//! tool's arguments are read from it by the tool. The common answer, a
-//! text result, is a struct serialized as it is written ([`Reply`]).
+//! Each request's `params` are read once, into [`Params`], by the methods
+//! that look at them: a view that borrows from the request (no
+//! `serde_json::Value` tree, no copy); a tool's arguments are read from it
+//! by the tool. The common answer, a text result, is a struct serialized as
+//! it is written ([`Reply`]).
 // Shared by the example binaries; `pub` for them, not an API.
 #![allow(dead_code, unreachable_pub, missing_debug_implementations)]
 
@@ -367,25 +368,32 @@ impl<'a> Params<'a> {
     }
 }
 
-/// A JSON string as text; `None` for any other value.
+/// A JSON string as text; `None` for any other value. A string without
+/// escapes is the text between its quotes (a `RawValue` is valid JSON), so
+/// the common case is borrowed without a second parse.
 fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+    let text = raw.get();
+    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Some(inner) if !inner.contains('\\') => Some(Cow::Borrowed(inner)),
+        _ => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
+    }
 }
 
+/// The params are read only by the methods that look at them.
 async fn dispatch(req: &McpRequest, opts: &Options) -> Result<Reply, ErrorObject> {
-    let params = Params::of(req);
     match req.method() {
-        "initialize" => Ok(Reply::Json(initialize(&params))),
+        "initialize" => Ok(Reply::Json(initialize(&Params::of(req)))),
         "ping" => Ok(Reply::Json(json!({}))),
         "server/discover" => {
-            check_version(&params)?;
+            check_version(&Params::of(req))?;
             Ok(Reply::Json(discover()))
         }
         "tools/list" => {
-            check_version(&params)?;
+            check_version(&Params::of(req))?;
             Ok(Reply::Json(tools_list()))
         }
         "tools/call" => {
+            let params = Params::of(req);
             check_version(&params)?;
             tools_call(req, &params, opts).await
         }
@@ -551,7 +559,10 @@ async fn tools_call(
             .and_then(|a| serde_json::from_str::<Value>(a.get()).ok())
             .unwrap_or(Value::Null)
     };
-    let ctx = RequestContext::of(req);
+    // The request's context (its notifier, progress tap and cancellation:
+    // reference counts to take and drop), for the tools that use it; `echo`
+    // and `release` do not.
+    let ctx = || RequestContext::of(req);
     let name = params.name.and_then(as_str);
     match name.as_deref() {
         Some("echo") => match params
@@ -568,6 +579,7 @@ async fn tools_call(
         Some("slow") => {
             let args = &tree();
             let (steps, interval) = steps_of(args);
+            let ctx = ctx();
             for i in 1..=steps {
                 tokio::time::sleep(interval).await;
                 ctx.progress(
@@ -581,7 +593,7 @@ async fn tools_call(
         }
         Some("spawned") => {
             let (steps, interval) = steps_of(&tree());
-            let token = ctx.token();
+            let token = ctx().token();
             let id = req.id().cloned();
             let opts = opts.clone();
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -612,6 +624,7 @@ async fn tools_call(
         }
         Some("gated") => {
             let steps = tree()["steps"].as_u64().unwrap_or(3).clamp(1, 1000);
+            let ctx = ctx();
             for i in 1..=steps {
                 ctx.progress(
                     i as f64,
@@ -632,7 +645,7 @@ async fn tools_call(
                 .as_f64()
                 .unwrap_or(100.0)
                 .clamp(0.0, 3_600_000.0);
-            ctx.token().cancelled().await;
+            ctx().token().cancelled().await;
             // The cleanup (a child to reap, a transaction to roll back):
             // it finishes only within the server's grace.
             tokio::time::sleep(Duration::from_secs_f64(ms / 1000.0)).await;
@@ -647,7 +660,7 @@ async fn tools_call(
             Ok(text_result("released one step".to_owned()))
         }
         Some("deadline") => {
-            let remaining = ctx.remaining().map(|d| d.as_millis() as u64);
+            let remaining = ctx().remaining().map(|d| d.as_millis() as u64);
             let body = json!({ "remainingMs": remaining });
             Ok(Reply::Json(json!({
                 "resultType": "complete",

@@ -129,13 +129,18 @@ pub(crate) struct ParamsView<'a> {
 }
 
 /// A JSON string value as text (borrowed unless it has escapes); `None` for
-/// any other JSON value.
+/// any other JSON value. A string without escapes is the text between its
+/// quotes (a `RawValue` is valid JSON): no second parse.
 pub(crate) fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    match serde_json::from_str::<&str>(raw.get()) {
+    let text = raw.get();
+    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        if !inner.contains('\\') {
+            return Some(Cow::Borrowed(inner));
+        }
+    }
+    match serde_json::from_str::<&str>(text) {
         Ok(s) => Some(Cow::Borrowed(s)),
-        Err(_) => serde_json::from_str::<String>(raw.get())
-            .ok()
-            .map(Cow::Owned),
+        Err(_) => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
     }
 }
 

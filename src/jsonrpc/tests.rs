@@ -277,3 +277,20 @@ fn the_params_peek_reads_ambiguous_params_as_absent() {
     );
     assert_eq!(peek("{}"), (None, [None, None, None]));
 }
+
+#[test]
+fn json_str_borrows_plain_strings_and_decodes_escaped_ones() {
+    let raw = |s: &str| RawValue::from_string(s.to_owned()).unwrap();
+    let plain = raw(r#""tools/call""#);
+    assert!(matches!(
+        json_str(&plain),
+        Some(std::borrow::Cow::Borrowed("tools/call"))
+    ));
+    assert_eq!(json_str(&raw(r#""""#)).as_deref(), Some(""));
+    assert_eq!(json_str(&raw(r#""e\u0063ho""#)).as_deref(), Some("echo"));
+    assert_eq!(json_str(&raw(r#""a\"b\\""#)).as_deref(), Some("a\"b\\"));
+    assert_eq!(json_str(&raw(r#""é 世界""#)).as_deref(), Some("é 世界"));
+    for other in ["7", "null", "true", r#"["a"]"#, r#"{"a":"b"}"#] {
+        assert_eq!(json_str(&raw(other)), None, "{other}");
+    }
+}

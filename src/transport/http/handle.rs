@@ -193,9 +193,9 @@ fn check_metadata(
     // With legacy sessions on, an `initialize` or a request of a session
     // without the header is from a 2025-03-26 client (later ones send it).
     let session_era = config.sessions.is_some()
-        && (raw.method == "initialize" || headers.contains_key(MCP_SESSION_ID_HEADER));
+        && (raw.method == "initialize" || headers.contains_key(&MCP_SESSION_ID_HEADER));
     let assumed = (config.missing_version_legacy || session_era)
-        && !headers.contains_key(MCP_PROTOCOL_VERSION_HEADER)
+        && !headers.contains_key(&MCP_PROTOCOL_VERSION_HEADER)
         && !modern_body;
     let version = if assumed {
         Some(ASSUMED_LEGACY_VERSION)

@@ -3,21 +3,23 @@
 //! not plain visible ASCII travel Base64-encoded.
 
 use base64::Engine as _;
+use http::HeaderName;
 
 /// The `MCP-Protocol-Version` request header.
-pub(crate) const MCP_PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+pub(crate) const MCP_PROTOCOL_VERSION_HEADER: HeaderName =
+    HeaderName::from_static("mcp-protocol-version");
 /// The `Mcp-Session-Id` header of the 2025-era transport: minted by the
 /// server on `initialize`, sent back by the client on every later request
 /// (see [`SessionLimits`](super::SessionLimits)).
-pub(crate) const MCP_SESSION_ID_HEADER: &str = "mcp-session-id";
+pub(crate) const MCP_SESSION_ID_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 /// The `Mcp-Name` request header (`tools/call`, `resources/read`, `prompts/get`).
-pub(crate) const MCP_NAME_HEADER: &str = "mcp-name";
+pub(crate) const MCP_NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 /// The prefix of the `Mcp-Param-{Name}` headers, as the spec writes it.
 pub(crate) const MCP_PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
 pub(crate) use crate::protocol::MCP_METHOD_HEADER;
 
 /// Asks nginx-style proxies not to buffer an SSE response.
-pub(crate) const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
+pub(crate) const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
 const SENTINEL_PREFIX: &str = "=?base64?";
 const SENTINEL_SUFFIX: &str = "?=";

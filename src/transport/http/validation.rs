@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -174,7 +174,7 @@ impl<'a> MirroredParams<'a> {
 /// joined.
 fn header_str<'a>(
     headers: &'a HeaderMap,
-    name: &str,
+    name: &HeaderName,
     id: &RequestId,
 ) -> Result<Option<&'a str>, Rejection> {
     let mut values = headers.get_all(name).iter();
@@ -198,7 +198,7 @@ fn header_str<'a>(
 /// The `MCP-Protocol-Version` header, if present and readable.
 pub(crate) fn protocol_version_header(headers: &HeaderMap) -> Option<&str> {
     headers
-        .get(MCP_PROTOCOL_VERSION_HEADER)
+        .get(&MCP_PROTOCOL_VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
 }
@@ -215,7 +215,7 @@ pub(crate) fn check_request_headers(
     params: &MirroredParams,
     supported: &[String],
 ) -> Result<(), Rejection> {
-    let Some(version) = header_str(headers, MCP_PROTOCOL_VERSION_HEADER, id)? else {
+    let Some(version) = header_str(headers, &MCP_PROTOCOL_VERSION_HEADER, id)? else {
         return Err(Rejection::header_mismatch(
             id,
             "Header mismatch: the required MCP-Protocol-Version header is missing".into(),
@@ -256,7 +256,7 @@ pub(crate) fn check_request_headers(
             .with_data(serde_json::json!({ "supported": supported, "requested": requested })),
         ));
     }
-    let Some(h) = header_str(headers, MCP_METHOD_HEADER, id)? else {
+    let Some(h) = header_str(headers, &MCP_METHOD_HEADER, id)? else {
         return Err(Rejection::header_mismatch(
             id,
             "Header mismatch: the required Mcp-Method header is missing".into(),
@@ -264,7 +264,7 @@ pub(crate) fn check_request_headers(
     };
     check_method_header(h, id, method)?;
     if let Some(field) = name_field(method) {
-        let Some(raw) = header_str(headers, MCP_NAME_HEADER, id)? else {
+        let Some(raw) = header_str(headers, &MCP_NAME_HEADER, id)? else {
             return Err(Rejection::header_mismatch(
                 id,
                 format!("Header mismatch: the Mcp-Name header is required for {method}"),
@@ -287,12 +287,12 @@ pub(crate) fn check_legacy_headers(
     params: &MirroredParams,
 ) -> Result<(), Rejection> {
     // The era was read from it: one copy only.
-    header_str(headers, MCP_PROTOCOL_VERSION_HEADER, id)?;
-    if let Some(h) = header_str(headers, MCP_METHOD_HEADER, id)? {
+    header_str(headers, &MCP_PROTOCOL_VERSION_HEADER, id)?;
+    if let Some(h) = header_str(headers, &MCP_METHOD_HEADER, id)? {
         check_method_header(h, id, method)?;
     }
     if let Some(field) = name_field(method) {
-        if let Some(raw) = header_str(headers, MCP_NAME_HEADER, id)? {
+        if let Some(raw) = header_str(headers, &MCP_NAME_HEADER, id)? {
             check_name_header(raw, id, params.field(field).as_deref())?;
         }
     }

@@ -204,16 +204,12 @@ fn transport_owned(name: &HeaderName) -> bool {
     use crate::transport::http::headers::{
         MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER,
     };
-    let name = name.as_str();
-    name == http::header::CONTENT_TYPE
-        || name == http::header::ACCEPT
-        || [
-            MCP_PROTOCOL_VERSION_HEADER,
-            MCP_METHOD_HEADER,
-            MCP_NAME_HEADER,
-            MCP_SESSION_ID_HEADER,
-        ]
-        .iter()
-        .any(|h| name.eq_ignore_ascii_case(h))
-        || name.starts_with("mcp-param-")
+    // Header names are lower case: compared as they are.
+    *name == http::header::CONTENT_TYPE
+        || *name == http::header::ACCEPT
+        || *name == MCP_PROTOCOL_VERSION_HEADER
+        || *name == MCP_METHOD_HEADER
+        || *name == MCP_NAME_HEADER
+        || *name == MCP_SESSION_ID_HEADER
+        || name.as_str().starts_with("mcp-param-")
 }

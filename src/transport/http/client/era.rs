@@ -241,7 +241,7 @@ async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
         .body(Full::new(Bytes::from(body)))?;
     add_extra_headers(inner, &mut req);
     let res = send(&inner.client, req).await?;
-    let session = res.headers().get(MCP_SESSION_ID_HEADER).cloned();
+    let session = res.headers().get(&MCP_SESSION_ID_HEADER).cloned();
     let result = read_response(res, id, Route::default()).await?;
     let version = result["protocolVersion"].as_str().unwrap_or_default();
     if !LEGACY_VERSIONS.contains(&version) {

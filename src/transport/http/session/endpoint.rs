@@ -21,7 +21,7 @@ use crate::CancelReason;
 /// `400`: which session the request belongs to must not depend on which
 /// copy a reader takes.
 fn session_id(headers: &HeaderMap) -> Option<Result<&str, Rejection>> {
-    let mut values = headers.get_all(MCP_SESSION_ID_HEADER).iter();
+    let mut values = headers.get_all(&MCP_SESSION_ID_HEADER).iter();
     let value = values.next()?;
     if values.next().is_some() {
         return Some(Err(Rejection::new(
