@@ -156,7 +156,10 @@ impl Scope {
         let (tx, rx) = mpsc::channel(own.capacity.max(1));
         own.tx = Some(tx.clone());
         own.rx = Some(rx);
-        if let Some(waker) = own.waker.take() {
+        let waiting = own.waker.take();
+        // Woken after the lock is let go: it takes the lock to receive.
+        drop(state);
+        if let Some(waker) = waiting {
             waker.wake();
         }
         Some(tx)
