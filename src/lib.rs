@@ -108,6 +108,8 @@ pub(crate) mod sanitize;
 mod state;
 pub mod timeout;
 pub mod transport;
+#[cfg(test)]
+mod wake_count;
 
 #[cfg(feature = "test-util")]
 pub mod test_util;

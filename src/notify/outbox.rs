@@ -313,6 +313,7 @@ impl OwnQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wake_count::WakeCount;
     use crate::CancelReason;
     use tokio::sync::mpsc;
 
@@ -362,19 +363,10 @@ mod tests {
         assert!(rx.try_recv().is_err());
     }
 
-    /// A waker that counts its wakes.
-    struct Count(std::sync::atomic::AtomicUsize);
-    impl std::task::Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-
     #[tokio::test]
     async fn an_own_queue_is_made_by_the_first_message_and_wakes_its_receiver() {
         let (scope, mut queue) = Scope::with_own_queue(Cancellation::new(), 4);
-        let count = Arc::new(Count(Default::default()));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = WakeCount::new();
         let mut cx = Context::from_waker(&waker);
         // Nothing sent: no queue, the receiver waits.
         assert!(queue.poll_recv(&mut cx).is_pending());
@@ -384,11 +376,7 @@ mod tests {
             "made before a message"
         );
         let tx = scope.own_sender().expect("an open scope makes its queue");
-        assert_eq!(
-            count.0.load(std::sync::atomic::Ordering::SeqCst),
-            1,
-            "the receiver is woken"
-        );
+        assert_eq!(count.get(), 1, "the receiver is woken");
         assert!(scope.send(tx.reserve().await.unwrap(), b"a".to_vec()));
         let Poll::Ready(Some(msg)) = queue.poll_recv(&mut cx) else {
             panic!("the message is received");
@@ -409,7 +397,7 @@ mod tests {
         scope.end();
         queue.close();
         assert!(scope.own_sender().is_none());
-        let waker = Waker::from(Arc::new(Count(Default::default())));
+        let (_, waker) = WakeCount::new();
         let mut cx = Context::from_waker(&waker);
         assert!(matches!(queue.poll_recv(&mut cx), Poll::Ready(None)));
 

@@ -213,21 +213,13 @@ pub(super) fn is_connection_error(e: &io::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Wake, Waker};
+    use std::sync::atomic::Ordering;
 
     use tokio::net::TcpListener;
     use tokio::sync::mpsc;
 
     use super::*;
-
-    /// A waker that counts its wakes.
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use crate::wake_count::WakeCount;
 
     /// A server-side stream of a loopback connection, as `Io` with
     /// `in_flight` requests on its connection (`coalesce`: HTTP/2).
@@ -247,14 +239,13 @@ mod tests {
     #[tokio::test]
     async fn http2_writes_yield_once_per_flush_while_other_requests_are_in_flight() {
         let (mut io, _client) = io(true, 3).await;
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = WakeCount::new();
         let mut cx = Context::from_waker(&waker);
         let mut io = Pin::new(&mut io);
         // The first write after a flush is put off, and the task woken to
         // come back at once: the bound is this one yield.
         assert!(io.as_mut().poll_write(&mut cx, b"a").is_pending());
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.get(), 1);
         assert!(matches!(
             io.as_mut().poll_write(&mut cx, b"a"),
             Poll::Ready(Ok(1))
@@ -272,13 +263,12 @@ mod tests {
             io.as_mut().poll_write_vectored(&mut cx, &bufs),
             Poll::Ready(Ok(1))
         ));
-        assert_eq!(count.0.load(Ordering::SeqCst), 2);
+        assert_eq!(count.get(), 2);
     }
 
     #[tokio::test]
     async fn a_lone_request_and_http1_are_written_at_once() {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = WakeCount::new();
         let mut cx = Context::from_waker(&waker);
         // HTTP/2, no other request in flight: nothing to wait for.
         let (mut h2, _c) = io(true, 0).await;
@@ -292,6 +282,6 @@ mod tests {
             Pin::new(&mut h1).poll_write(&mut cx, b"a"),
             Poll::Ready(Ok(1))
         ));
-        assert_eq!(count.0.load(Ordering::SeqCst), 0, "no yield");
+        assert_eq!(count.get(), 0, "no yield");
     }
 }
