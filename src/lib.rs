@@ -106,6 +106,8 @@ pub mod protocol;
 pub mod request;
 pub(crate) mod sanitize;
 mod state;
+#[cfg(feature = "tasks")]
+pub mod tasks;
 pub mod timeout;
 pub mod transport;
 #[cfg(test)]

@@ -118,6 +118,8 @@ pub(crate) struct ParamsView<'a> {
     pub(crate) name: Option<&'a RawValue>,
     /// `uri`: a resource's.
     pub(crate) uri: Option<&'a RawValue>,
+    /// `taskId`: the task of a `tasks/get`, `tasks/update`, `tasks/cancel`.
+    pub(crate) task_id: Option<&'a RawValue>,
     /// `_meta["io.modelcontextprotocol/protocolVersion"]`, which only a
     /// 2026 client sends.
     pub(crate) protocol_version: Option<&'a RawValue>,
@@ -186,6 +188,7 @@ impl<'de> DeserializeSeed<'de> for PeekSeed<'_> {
                 let mut token = true;
                 let (mut budget, mut meta_twice) = (None, false);
                 let (mut name, mut uri, mut meta) = (false, false, false);
+                let mut task_id = false;
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     match &*key {
                         "name" => {
@@ -195,6 +198,10 @@ impl<'de> DeserializeSeed<'de> for PeekSeed<'_> {
                         "uri" => {
                             mirrored &= !std::mem::replace(&mut uri, true);
                             out.view.uri = map.next_value()?;
+                        }
+                        "taskId" => {
+                            mirrored &= !std::mem::replace(&mut task_id, true);
+                            out.view.task_id = map.next_value()?;
                         }
                         "_meta" => {
                             let repeated = std::mem::replace(&mut meta, true);

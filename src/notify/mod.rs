@@ -10,7 +10,10 @@
 //! that is then cancelled is dropped unsent.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::future::BoxFuture;
 
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -187,6 +190,28 @@ impl Notifier {
     }
 }
 
+/// Where the progress of a request that may run as a task goes once it
+/// does: a task has no progress channel (nothing is written on its
+/// creating request's stream after the `CreateTaskResult`); its progress
+/// becomes its status message. Put in the request's extensions by the
+/// tasks layer.
+pub(crate) trait TaskStatusSink: Send + Sync {
+    /// `None` while the request is not a task: its progress goes to the
+    /// request's stream as usual. Otherwise, records `message` as the
+    /// task's status and resolves to whether it was.
+    fn status(&self, message: String) -> Option<BoxFuture<'_, bool>>;
+}
+
+/// A request's [`TaskStatusSink`], in its extensions.
+#[derive(Clone)]
+pub(crate) struct TaskSink(pub(crate) Arc<dyn TaskStatusSink>);
+
+impl fmt::Debug for TaskSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TaskSink")
+    }
+}
+
 /// What a handler needs of its request's context: the cancellation token,
 /// progress reporting, request-scoped notifications. Taken from the
 /// request (through [`RequestView`]); every part is optional, so it works
@@ -206,6 +231,7 @@ pub struct RequestContext {
     notifier: Option<Notifier>,
     tap: Option<ProgressTap>,
     cancellation: Option<Cancellation>,
+    task: Option<TaskSink>,
 }
 
 impl RequestContext {
@@ -216,6 +242,7 @@ impl RequestContext {
             notifier: ext.get::<Notifier>().cloned(),
             tap: req.progress_tap().cloned(),
             cancellation: req.cancellation().cloned(),
+            task: ext.get::<TaskSink>().cloned(),
         }
     }
 
@@ -288,6 +315,11 @@ impl RequestContext {
     /// and sent to the peer if it asked for progress. A value that does not
     /// increase, or progress after the request ended, is neither, with or
     /// without a tap. Returns whether it was sent.
+    ///
+    /// Once the request runs as a task (see [`tasks`](crate::tasks)), its
+    /// progress is not sent: its message (or, without one, `progress` and
+    /// `total`) becomes the task's status message, and the result says
+    /// whether it was recorded.
     pub async fn progress(
         &self,
         progress: f64,
@@ -297,6 +329,16 @@ impl RequestContext {
         if let Some(tap) = &self.tap {
             if !tap.record(progress, total, message.clone()) {
                 return false;
+            }
+        }
+        if let Some(task) = &self.task {
+            let status = match (&message, total) {
+                (Some(m), _) => m.clone(),
+                (None, Some(total)) => format!("{progress}/{total}"),
+                (None, None) => progress.to_string(),
+            };
+            if let Some(recorded) = task.0.status(status) {
+                return recorded.await;
             }
         }
         match &self.notifier {

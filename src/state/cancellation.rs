@@ -178,7 +178,7 @@ impl GraceSlot {
 
     /// Marks the drop owned by a transport's lifecycle, with the grace of
     /// its policy unless one was set already.
-    #[cfg(any(feature = "stdio", feature = "http"))]
+    #[cfg(any(feature = "stdio", feature = "http", feature = "tasks"))]
     fn own(&self, policy: Duration) {
         let ms = Self::millis(policy);
         let _ = self
@@ -346,7 +346,7 @@ impl Cancellation {
     /// Marks the drop of the request's handler future owned by a
     /// transport's lifecycle (which applies the grace), with the grace of
     /// its policy unless the request has one already.
-    #[cfg(any(feature = "stdio", feature = "http"))]
+    #[cfg(any(feature = "stdio", feature = "http", feature = "tasks"))]
     pub(crate) fn own_grace(&self, policy: Duration) {
         self.state().grace.own(policy);
     }

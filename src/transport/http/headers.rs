@@ -12,7 +12,8 @@ pub(crate) const MCP_PROTOCOL_VERSION_HEADER: HeaderName =
 /// server on `initialize`, sent back by the client on every later request
 /// (see [`SessionLimits`](super::SessionLimits)).
 pub(crate) const MCP_SESSION_ID_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
-/// The `Mcp-Name` request header (`tools/call`, `resources/read`, `prompts/get`).
+/// The `Mcp-Name` request header (`tools/call`, `resources/read`, `prompts/get`,
+/// and the tasks extension's `tasks/get`, `tasks/update`, `tasks/cancel`).
 pub(crate) const MCP_NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 /// The prefix of the `Mcp-Param-{Name}` headers, as the spec writes it.
 pub(crate) const MCP_PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
@@ -65,6 +66,9 @@ pub(crate) fn name_field(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
+        // The tasks extension: routes a task's requests to the replica
+        // holding it (transports-streamable-http.md; tasks.md § Routing Headers).
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     }
 }

@@ -163,6 +163,7 @@ impl<'a> MirroredParams<'a> {
         match field {
             "name" => self.0.name.and_then(json_str),
             "uri" => self.0.uri.and_then(json_str),
+            "taskId" => self.0.task_id.and_then(json_str),
             _ => None,
         }
     }

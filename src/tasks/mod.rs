@@ -1,0 +1,85 @@
+//! Tasks (the `io.modelcontextprotocol/tasks` extension, feature `tasks`):
+//! long-running `tools/call`s that outlive their request, and **cancelling
+//! a task is dropping its future**, as for any request.
+//!
+//! [`TasksLayer`] wraps any MCP request service. A `tools/call` whose tool
+//! has a [`TaskPolicy`] and whose request declared the extension runs as
+//! usual; if it has not ended after the policy's delay, its future is taken
+//! out of the request and handed to the layer's executor, and the request
+//! is answered with a `CreateTaskResult` once the task's record is in the
+//! [`TaskStore`] (a `tasks/get` for it then finds it). From then on:
+//!
+//! * the work runs under a [`Cancellation`](crate::Cancellation) of its
+//!   own: the creating request's stream no longer reaches it, and nothing
+//!   is written on that stream (its progress messages become the task's
+//!   `statusMessage`, see [`RequestContext::progress`](crate::RequestContext::progress));
+//! * `tasks/cancel` records the task `cancelled` at once, fires the work's
+//!   token, runs the [grace](TasksLayer::grace) and drops the future; a
+//!   result that comes later is dropped (a terminal status never changes);
+//! * the TTL is a hard maximum, enforced by a timer: at `createdAt +
+//!   ttlMs` the token fires, the grace runs, the future is dropped and the
+//!   task is `failed` with an error that says its TTL elapsed; its record
+//!   is kept for the [retention](TasksLayer::retention), then gone;
+//! * `tasks/get` is answered from the store, without calling the inner
+//!   service; `tasks/update` delivers the client's answers to the
+//!   handler's [input requests](TaskContext::input);
+//! * the [shutdown](TasksLayer::shutdown) token stops every task after the
+//!   drain grace, and [`TasksHandle::drained`] says when they all ended.
+//!
+//! A request that did not declare the extension never gets a task (a tool
+//! whose policy is [`required`](TaskPolicy::required) is refused `-32021`),
+//! nor may it use `tasks/*` (`-32021`). `server/discover` answers carry the
+//! extension in `capabilities.extensions`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder};
+//! use tower_mcp_cancel::tasks::{TaskPolicy, TasksLayer};
+//! use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, TimeoutLayer};
+//!
+//! let tasks = TasksLayer::new()
+//!     .tool("export", TaskPolicy::required())
+//!     .tool("search", TaskPolicy::optional().after(Duration::from_secs(2)))
+//!     .ttl(Some(Duration::from_secs(600)))
+//!     .grace(Duration::from_millis(500));
+//! let server = ServiceBuilder::new()
+//!     .layer(CancelOnDisconnectLayer::new()) // the creating request
+//!     .layer(tasks)
+//!     .layer(TimeoutLayer::new(Duration::from_secs(60))) // each call, task or not
+//!     .service(service_fn(|req: McpRequest| async move {
+//!         Ok::<_, tower::BoxError>(serde_json::json!({"content": []}))
+//!     }));
+//! # let _ = server;
+//! ```
+//!
+//! Layers outside the tasks layer bound the creating request only; layers
+//! inside it bound the work, task or not.
+//!
+//! # Observability
+//!
+//! Each task has a span, `mcp.server.task` (target
+//! `tower_mcp_cancel::task`), with `mcp.task.id`, `gen_ai.tool.name`,
+//! `mcp.task.outcome` (`completed`, `failed`, `cancelled`, `expired`,
+//! `shutdown`, `store_error`) and, for a stopped task with a grace,
+//! `mcp.grace` (`finished` or `dropped`); an `info` event when it is
+//! created and when it ends. With the `metrics` feature, the counter
+//! `mcp.server.tasks` counts them by `mcp.task.outcome` (and `created`).
+
+mod context;
+mod executor;
+pub mod future;
+mod layer;
+mod policy;
+mod record;
+mod service;
+mod store;
+
+pub use context::{InputError, TaskContext};
+pub use layer::{TasksHandle, TasksLayer};
+pub use policy::TaskPolicy;
+pub use record::{TaskChange, TaskEnd, TaskRecord, TaskStatus, EXTENSION};
+pub use service::{Tasks, TasksResponse};
+pub use store::{MemoryStore, StoreError, TaskStore};
+
+#[cfg(test)]
+mod tests;

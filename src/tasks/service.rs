@@ -1,0 +1,335 @@
+//! [`Tasks`]: the service [`TasksLayer`] makes, and what it answers.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tower_service::Service;
+
+use super::context::{TaskContext, TaskCore};
+use super::future::{promote, ResponseFuture};
+use super::layer::TasksLayer;
+use super::policy::Mode;
+use super::record::{TaskChange, TaskEnd, TaskRecord, EXTENSION};
+use crate::error::BoxError;
+use crate::jsonrpc::ErrorObject;
+use crate::notify::TaskSink;
+use crate::{CancelReason, McpRequest, RequestView};
+
+/// The service of a [`TasksLayer`] over `S`.
+#[derive(Clone)]
+pub struct Tasks<S> {
+    inner: S,
+    layer: TasksLayer,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Tasks<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tasks")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+/// What a [`Tasks`] service answers: the inner service's response, or an
+/// answer of its own (a `CreateTaskResult`, a `tasks/*` result, a
+/// `server/discover` result with the extension added). Serializes as the
+/// one it holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TasksResponse<R> {
+    /// The inner service's response, untouched.
+    Inner(R),
+    /// An answer of the tasks layer.
+    Tasks(Value),
+}
+
+impl<R: Serialize> Serialize for TasksResponse<R> {
+    fn serialize<Se: serde::Serializer>(&self, s: Se) -> Result<Se::Ok, Se::Error> {
+        match self {
+            Self::Inner(r) => r.serialize(s),
+            Self::Tasks(v) => v.serialize(s),
+        }
+    }
+}
+
+impl<S> Tasks<S> {
+    pub(crate) fn new(inner: S, layer: TasksLayer) -> Self {
+        Self { inner, layer }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// The params the layer reads, in one pass.
+#[derive(Deserialize, Default)]
+struct Peek<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow, rename = "taskId")]
+    task_id: Option<Cow<'a, str>>,
+    #[serde(default, rename = "inputResponses")]
+    input_responses: Option<Map<String, Value>>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<MetaPeek>,
+}
+
+#[derive(Deserialize, Default)]
+struct MetaPeek {
+    #[serde(default, rename = "io.modelcontextprotocol/clientCapabilities")]
+    capabilities: Option<CapabilitiesPeek>,
+}
+
+#[derive(Deserialize, Default)]
+struct CapabilitiesPeek {
+    #[serde(default)]
+    extensions: Option<HashMap<String, IgnoredAny>>,
+}
+
+impl Peek<'_> {
+    fn declared(&self) -> bool {
+        self.meta
+            .as_ref()
+            .and_then(|m| m.capabilities.as_ref())
+            .and_then(|c| c.extensions.as_ref())
+            .is_some_and(|e| e.contains_key(EXTENSION))
+    }
+}
+
+fn peek(req: &McpRequest) -> Result<Peek<'_>, serde_json::Error> {
+    match req.params() {
+        Some(p) => serde_json::from_str(p.get()),
+        None => Ok(Peek::default()),
+    }
+}
+
+/// `-32021`: the request did not declare the tasks extension.
+pub(crate) fn missing_capability(what: &str) -> ErrorObject {
+    ErrorObject::new(
+        ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        format!("Missing required client capability: {what} needs the {EXTENSION} extension"),
+    )
+    .with_data(serde_json::json!({
+        "requiredCapabilities": {"extensions": {EXTENSION: {}}}
+    }))
+}
+
+fn unknown_task() -> ErrorObject {
+    ErrorObject::new(
+        ErrorObject::INVALID_PARAMS,
+        "Failed to retrieve task: Task not found",
+    )
+}
+
+fn invalid(message: String) -> ErrorObject {
+    ErrorObject::new(ErrorObject::INVALID_PARAMS, message)
+}
+
+impl<S> Service<McpRequest> for Tasks<S>
+where
+    S: Service<McpRequest>,
+    S::Response: Serialize + Send + 'static,
+    S::Error: Into<BoxError> + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = TasksResponse<S::Response>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, S::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: McpRequest) -> Self::Future {
+        match req.method() {
+            "tools/call" => self.tools_call(req),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => self.task_method(&req),
+            "server/discover" => ResponseFuture::discover(self.inner.call(req)),
+            _ => ResponseFuture::inner(self.inner.call(req)),
+        }
+    }
+}
+
+impl<S> Tasks<S>
+where
+    S: Service<McpRequest>,
+    S::Response: Serialize + Send + 'static,
+    S::Error: Into<BoxError> + 'static,
+    S::Future: Send + 'static,
+{
+    fn tools_call(&mut self, mut req: McpRequest) -> ResponseFuture<S::Future, S::Response> {
+        let config = &self.layer.config;
+        if config.tools.is_empty() && config.default.mode() == Mode::Never {
+            return ResponseFuture::inner(self.inner.call(req));
+        }
+        // Malformed params are the handler's to refuse.
+        let Ok(p) = peek(&req) else {
+            return ResponseFuture::inner(self.inner.call(req));
+        };
+        let tool = p.name.as_deref().unwrap_or_default();
+        let policy = config.tools.get(tool).copied().unwrap_or(config.default);
+        let declared = p.declared();
+        match policy.mode() {
+            Mode::Never => return ResponseFuture::inner(self.inner.call(req)),
+            Mode::Required if !declared => {
+                let what = format!("tool {:?}", crate::sanitize::for_log(tool));
+                return ResponseFuture::error(missing_capability(&what));
+            }
+            _ if !declared => return ResponseFuture::inner(self.inner.call(req)),
+            _ => {}
+        }
+        let tool = tool.to_owned();
+        let id = match mint_id() {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::warn!(error = %e, "no task id: the call runs as a plain request");
+                return ResponseFuture::inner(self.inner.call(req));
+            }
+        };
+        let principal = config.bind.as_ref().and_then(|b| b(req.extensions()));
+        let core = Arc::new(TaskCore::new(
+            id,
+            tool,
+            self.layer.store.clone(),
+            config.ttl,
+        ));
+        // The work runs under its own cancellation; this executor owns its
+        // drop, so the layers inside leave a cancelled future to its grace.
+        core.cancellation.own_grace(config.run.grace);
+        let outer = req.cancellation().cloned();
+        req.set_cancellation(core.cancellation.clone());
+        req.extensions_mut().insert(TaskContext::new(core.clone()));
+        req.extensions_mut().insert(TaskSink(core.clone()));
+        let record = TaskRecord::new(
+            core.id.clone(),
+            config.ttl,
+            config.run.poll_interval,
+            principal,
+        );
+        let work = self.inner.call(req);
+        ResponseFuture::boxed(promote(
+            self.layer.clone(),
+            core,
+            outer,
+            work,
+            policy.delay(),
+            record,
+        ))
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`: answered from the store
+    /// and the executor, never by the inner service.
+    fn task_method(&self, req: &McpRequest) -> ResponseFuture<S::Future, S::Response> {
+        let p = match peek(req) {
+            Ok(p) => p,
+            Err(e) => return ResponseFuture::error(invalid(format!("invalid params: {e}"))),
+        };
+        let method = req.method().to_owned();
+        if !p.declared() {
+            return ResponseFuture::error(missing_capability(&method));
+        }
+        let Some(id) = p.task_id.map(Cow::into_owned) else {
+            return ResponseFuture::error(invalid(format!("{method}: params.taskId is required")));
+        };
+        let principal = self
+            .layer
+            .config
+            .bind
+            .as_ref()
+            .and_then(|b| b(req.extensions()));
+        let answers = p.input_responses.unwrap_or_default();
+        let layer = self.layer.clone();
+        ResponseFuture::boxed(async move {
+            let store = &layer.store;
+            let record = store
+                .get(&id)
+                .await
+                .map_err(|e| ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()))?;
+            let record = match record {
+                Some(r) if r.principal == principal || layer.config.bind.is_none() => r,
+                _ => return Err(unknown_task().into()),
+            };
+            match method.as_str() {
+                "tasks/get" => Ok(record.to_json(Some("complete"))),
+                "tasks/cancel" => {
+                    cancel(&layer, &record).await?;
+                    Ok(serde_json::json!({"resultType": "complete"}))
+                }
+                _ => {
+                    update(&layer, &record, &answers).await?;
+                    Ok(serde_json::json!({"resultType": "complete"}))
+                }
+            }
+        })
+    }
+}
+
+/// `tasks/cancel`: the task's end is `cancelled` at once (first writer
+/// wins: a task already ended keeps its end, and the ack is the same),
+/// then its work is stopped: token, grace, drop.
+async fn cancel(layer: &TasksLayer, record: &TaskRecord) -> Result<(), BoxError> {
+    if record.status.is_terminal() {
+        return Ok(());
+    }
+    let end = TaskEnd::Cancelled(Some("cancelled by the client (tasks/cancel)".into()));
+    layer
+        .store
+        .finish(&record.id, end, layer.config.run.retention)
+        .await
+        .map_err(|e| ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()))?;
+    if let Some(core) = layer.executor.get(&record.id) {
+        core.cancellation
+            .cancel(CancelReason::peer(Some("tasks/cancel")));
+    }
+    Ok(())
+}
+
+/// `tasks/update`: the answers to outstanding input requests go to the
+/// waiting handler; keys not outstanding are ignored. The answered keys
+/// leave the record before the ack.
+async fn update(
+    layer: &TasksLayer,
+    record: &TaskRecord,
+    answers: &Map<String, Value>,
+) -> Result<(), BoxError> {
+    let Some(core) = layer.executor.get(&record.id) else {
+        return Ok(());
+    };
+    let taken = core.take_pending(answers);
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let keys = taken.iter().map(|(k, _)| k.clone()).collect();
+    layer
+        .store
+        .update(&record.id, TaskChange::AnswerInputs(keys))
+        .await
+        .map_err(|e| ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()))?;
+    for (key, tx) in taken {
+        let _ = tx.send(answers.get(&key).cloned().unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// A task id: 128 bits from the operating system's random source, as 32
+/// lowercase hex digits.
+fn mint_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    let mut id = String::with_capacity(32);
+    for b in bytes {
+        id.push(char::from(HEX[usize::from(b >> 4)]));
+        id.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    Ok(id)
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -1,0 +1,323 @@
+//! The store seam: [`TaskStore`], and the in-memory [`MemoryStore`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::time::Instant;
+
+use super::record::{TaskChange, TaskEnd, TaskRecord};
+
+/// Where tasks are kept: records, their changes, one atomic end each, and
+/// their expiry.
+///
+/// The futures that do a task's work are never in a store: they stay with
+/// the [`TasksLayer`](super::TasksLayer) of the process that created the
+/// task. A store shared by several processes (Redis, a database) lets any
+/// of them answer `tasks/get` for a task another runs.
+///
+/// The rules a store keeps:
+/// * [`create`](Self::create) resolves once a [`get`](Self::get) for the
+///   task, from any process sharing the store, finds it: the layer answers
+///   `CreateTaskResult` only then.
+/// * [`update`](Self::update) and [`finish`](Self::finish) change a task
+///   atomically ([`TaskRecord::apply`], [`TaskRecord::end`]); of two
+///   racing ends, the first wins and the other returns `false`, so a
+///   terminal status never changes.
+/// * A record is kept for `retain` after its end, then it is gone: `get`
+///   returns `None`.
+pub trait TaskStore: Send + Sync + 'static {
+    /// Stores a new record. Fails with [`StoreError::Full`] when the store
+    /// has no room for it.
+    fn create(&self, record: TaskRecord) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The record of task `id`, `None` when there is none (never created,
+    /// or expired).
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+
+    /// Applies `change` to a task that has not ended ([`TaskRecord::apply`])
+    /// and returns the record as it is now (unchanged for an ended task),
+    /// `None` when there is none.
+    fn update<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+
+    /// Ends task `id` ([`TaskRecord::end`]) and keeps its record for
+    /// `retain`. Returns `true` when this call ended it, `false` when it had
+    /// ended already or there is no such task.
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        end: TaskEnd,
+        retain: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+}
+
+/// A store operation failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store holds as many tasks as it may.
+    Full {
+        /// Its capacity.
+        capacity: usize,
+    },
+    /// The store could not be reached or answered an error.
+    Unavailable(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full { capacity } => {
+                write!(f, "the task store holds its maximum of {capacity} tasks")
+            }
+            Self::Unavailable(e) => write!(f, "the task store is unavailable: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Unavailable(e) => Some(&**e),
+            Self::Full { .. } => None,
+        }
+    }
+}
+
+/// The default [`TaskStore`]: the records of one process, in memory.
+///
+/// Clones share the records. At most [`capacity`](Self::with_capacity)
+/// records are kept, those of running tasks and those of ended tasks
+/// within their retention; an ended record is gone once its retention has
+/// passed (a read finds it expired and removes it, and a create that finds
+/// the store full first removes every expired one), so no timer or sweep
+/// task runs for the store.
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Records>>,
+}
+
+struct Records {
+    capacity: usize,
+    map: HashMap<String, Slot>,
+}
+
+struct Slot {
+    record: TaskRecord,
+    /// Once ended: when the record goes.
+    expires: Option<Instant>,
+}
+
+impl Slot {
+    fn live(&self, now: Instant) -> bool {
+        self.expires.is_none_or(|e| e > now)
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let records = self.lock();
+        f.debug_struct("MemoryStore")
+            .field("capacity", &records.capacity)
+            .field("records", &records.map.len())
+            .finish()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// The default capacity: 10 000 records.
+    pub const DEFAULT_CAPACITY: usize = 10_000;
+
+    /// An empty store of the default capacity.
+    pub fn new() -> Self {
+        Self::with_capacity(Self::DEFAULT_CAPACITY)
+    }
+
+    /// An empty store of at most `capacity` records (at least 1).
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Records {
+                capacity: capacity.max(1),
+                map: HashMap::new(),
+            })),
+        }
+    }
+
+    /// How many records it holds (expired ones not yet removed included).
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Whether it holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Records> {
+        // A panic while holding the lock leaves records that are each whole.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn create_now(&self, record: TaskRecord) -> Result<(), StoreError> {
+        let mut records = self.lock();
+        if records.map.len() >= records.capacity {
+            let now = Instant::now();
+            records.map.retain(|_, slot| slot.live(now));
+            if records.map.len() >= records.capacity {
+                return Err(StoreError::Full {
+                    capacity: records.capacity,
+                });
+            }
+        }
+        let id = record.id.clone();
+        records.map.insert(
+            id,
+            Slot {
+                record,
+                expires: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// The live slot of `id`: an expired one is removed.
+    fn with_live<T>(&self, id: &str, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
+        let mut records = self.lock();
+        let now = Instant::now();
+        match records.map.get_mut(id) {
+            Some(slot) if slot.live(now) => Some(f(slot)),
+            Some(_) => {
+                records.map.remove(id);
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+impl TaskStore for MemoryStore {
+    fn create(&self, record: TaskRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        let out = self.create_now(record);
+        Box::pin(async move { out })
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        let out = self.with_live(id, |slot| slot.record.clone());
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        let out = self.with_live(id, |slot| {
+            slot.record.apply(&change);
+            slot.record.clone()
+        });
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        end: TaskEnd,
+        retain: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let out = self
+            .with_live(id, |slot| {
+                let ended = slot.record.end(&end);
+                if ended {
+                    slot.expires = Some(Instant::now() + retain);
+                }
+                ended
+            })
+            .unwrap_or(false);
+        Box::pin(async move { Ok(out) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::TaskStatus;
+
+    fn record(id: &str) -> TaskRecord {
+        TaskRecord::new(id.into(), None, Duration::from_millis(100), None)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ended_record_is_kept_for_its_retention_then_gone() {
+        let store = MemoryStore::new();
+        store.create(record("a")).await.unwrap();
+        assert!(store
+            .finish(
+                "a",
+                TaskEnd::Completed(serde_json::json!({})),
+                Duration::from_secs(5)
+            )
+            .await
+            .unwrap());
+        tokio::time::advance(Duration::from_millis(4_999)).await;
+        let r = store.get("a").await.unwrap().unwrap();
+        assert_eq!(r.status, TaskStatus::Completed);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(store.get("a").await.unwrap().is_none());
+        assert!(store.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_store_refuses_until_an_ended_record_expired() {
+        let store = MemoryStore::with_capacity(1);
+        store.create(record("a")).await.unwrap();
+        let err = store.create(record("b")).await.unwrap_err();
+        assert!(matches!(err, StoreError::Full { capacity: 1 }));
+        assert!(err.to_string().contains("maximum of 1 tasks"));
+        store
+            .finish("a", TaskEnd::Cancelled(None), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(
+            store.create(record("b")).await.is_err(),
+            "a is still retained"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        store.create(record("b")).await.unwrap();
+        assert!(store.get("a").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn of_two_ends_the_first_wins() {
+        let store = MemoryStore::new();
+        store.create(record("a")).await.unwrap();
+        let retain = Duration::from_secs(60);
+        assert!(store
+            .finish("a", TaskEnd::Cancelled(None), retain)
+            .await
+            .unwrap());
+        assert!(!store
+            .finish("a", TaskEnd::Completed(serde_json::json!({})), retain)
+            .await
+            .unwrap());
+        assert!(!store
+            .finish("nope", TaskEnd::Cancelled(None), retain)
+            .await
+            .unwrap());
+        assert_eq!(
+            store.get("a").await.unwrap().unwrap().status,
+            TaskStatus::Cancelled
+        );
+    }
+}
