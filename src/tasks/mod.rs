@@ -65,6 +65,7 @@
 //! created and when it ends. With the `metrics` feature, the counter
 //! `mcp.server.tasks` counts them by `mcp.task.outcome` (and `created`).
 
+mod client;
 mod context;
 mod executor;
 pub mod future;
@@ -74,6 +75,7 @@ mod record;
 mod service;
 mod store;
 
+pub use client::{KeepTaskHandle, TaskCall, TaskCallLayer};
 pub use context::{InputError, TaskContext};
 pub use layer::{TasksHandle, TasksLayer};
 pub use policy::TaskPolicy;

@@ -1,0 +1,12 @@
+//! Tasks end to end: the client layer over the server layer in one process
+//! ([`calls`]), and both over Streamable HTTP on loopback ([`http`]): a
+//! task is one call to its client, dropping that call cancels the task and
+//! drops the server's work, the `Mcp-Name` routing header is sent and
+//! checked.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod calls;
+mod common;
+mod http;
