@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use tower_layer::Layer;
 
 use super::executor::{Executor, RunSettings};
+use super::listen::Watched;
 use super::policy::TaskPolicy;
+use super::record::TaskRecord;
 use super::service::Tasks;
 use super::store::{MemoryStore, TaskStore};
 
@@ -36,7 +38,9 @@ pub(crate) struct Config {
 #[derive(Clone)]
 pub struct TasksLayer {
     pub(crate) config: Arc<Config>,
+    /// The store, through `watched`.
     pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) watched: Arc<Watched>,
     pub(crate) executor: Executor,
 }
 
@@ -71,6 +75,7 @@ impl TasksLayer {
     /// A layer over `store` (shared by several processes, it lets any of
     /// them answer for a task; see [`TaskStore`]).
     pub fn with_store(store: impl TaskStore) -> Self {
+        let watched = Arc::new(Watched::new(store));
         Self {
             config: Arc::new(Config {
                 tools: HashMap::new(),
@@ -86,7 +91,8 @@ impl TasksLayer {
                     drain_grace: Duration::ZERO,
                 },
             }),
-            store: Arc::new(store),
+            store: watched.clone(),
+            watched,
             executor: Executor::default(),
         }
     }
@@ -189,6 +195,11 @@ impl TasksLayer {
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.config_mut().run.drain_grace = grace;
         self
+    }
+
+    /// Whether a request bound to `principal` may see `record`.
+    pub(crate) fn visible(&self, record: &TaskRecord, principal: Option<&String>) -> bool {
+        self.config.bind.is_none() || record.principal.as_ref() == principal
     }
 
     /// A handle on the tasks this layer's services run.

@@ -23,6 +23,9 @@
 //! * `tasks/get` is answered from the store, without calling the inner
 //!   service; `tasks/update` delivers the client's answers to the
 //!   handler's [input requests](TaskContext::input);
+//! * a `subscriptions/listen` that asks for `taskIds` (and nothing else)
+//!   is acknowledged with those the caller may see, and each of their
+//!   changes is sent as `notifications/tasks`;
 //! * the [shutdown](TasksLayer::shutdown) token stops every task after the
 //!   drain grace, and [`TasksHandle::drained`] says when they all ended.
 //!
@@ -70,6 +73,7 @@ mod context;
 mod executor;
 pub mod future;
 mod layer;
+mod listen;
 mod policy;
 mod record;
 mod service;

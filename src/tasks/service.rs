@@ -153,6 +153,7 @@ where
             "tools/call" => self.tools_call(req),
             "tasks/get" | "tasks/update" | "tasks/cancel" => self.task_method(&req),
             "server/discover" => ResponseFuture::discover(self.inner.call(req)),
+            "subscriptions/listen" => self.listen(req),
             _ => ResponseFuture::inner(self.inner.call(req)),
         }
     }
@@ -254,7 +255,7 @@ where
                 .await
                 .map_err(|e| ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()))?;
             let record = match record {
-                Some(r) if r.principal == principal || layer.config.bind.is_none() => r,
+                Some(r) if layer.visible(&r, principal.as_ref()) => r,
                 _ => return Err(unknown_task().into()),
             };
             match method.as_str() {
@@ -270,6 +271,70 @@ where
             }
         })
     }
+}
+
+impl<S> Tasks<S>
+where
+    S: Service<McpRequest>,
+    S::Response: Serialize + Send + 'static,
+    S::Error: Into<BoxError> + 'static,
+    S::Future: Send + 'static,
+{
+    /// A `subscriptions/listen` that asks for task ids only is served here
+    /// (`notifications/tasks`); one that asks for other notifications too
+    /// goes to the inner service, which does not acknowledge the task ids.
+    fn listen(&mut self, req: McpRequest) -> ResponseFuture<S::Future, S::Response> {
+        let Ok(p) = req.params_as::<ListenPeek>() else {
+            return ResponseFuture::inner(self.inner.call(req));
+        };
+        let Some(ids) = p.notifications.task_ids else {
+            return ResponseFuture::inner(self.inner.call(req));
+        };
+        let declared = p
+            .meta
+            .and_then(|m| m.capabilities)
+            .and_then(|c| c.extensions)
+            .is_some_and(|e| e.contains_key(EXTENSION));
+        if !declared {
+            return ResponseFuture::error(missing_capability("notifications/tasks"));
+        }
+        if !p.notifications.others.is_empty() {
+            return ResponseFuture::inner(self.inner.call(req));
+        }
+        let Some(subscription) = req.id().cloned() else {
+            return ResponseFuture::inner(self.inner.call(req));
+        };
+        let principal = self
+            .layer
+            .config
+            .bind
+            .as_ref()
+            .and_then(|b| b(req.extensions()));
+        let ctx = crate::RequestContext::of(&req);
+        ResponseFuture::boxed(super::listen::listen(
+            self.layer.clone(),
+            ctx,
+            subscription,
+            ids,
+            principal,
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+struct ListenPeek {
+    #[serde(default)]
+    notifications: NotificationsPeek,
+    #[serde(default, rename = "_meta")]
+    meta: Option<MetaPeek>,
+}
+
+#[derive(Deserialize, Default)]
+struct NotificationsPeek {
+    #[serde(default, rename = "taskIds")]
+    task_ids: Option<Vec<String>>,
+    #[serde(flatten)]
+    others: Map<String, Value>,
 }
 
 /// `tasks/cancel`: the task's end is `cancelled` at once (first writer

@@ -140,3 +140,80 @@ async fn a_task_call_dropped_by_the_clients_timer_drops_the_servers_work_over_lo
         .unwrap();
     shutdown.cancel();
 }
+
+/// The JSON-RPC messages in the SSE text received so far.
+fn sse_messages(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_listen_for_task_ids_gets_each_change_as_notifications_tasks() {
+    let probes = Probes::default();
+    let tasks = TasksLayer::new().default_policy(TaskPolicy::optional());
+    let svc = endpoint(tasks, &probes);
+    let create = post(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 1500}}),
+        Some("sleep"),
+    );
+    let (_, created) = send(&svc, create).await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let listen = post(
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": [id, "not-a-task"]}}),
+        None,
+    );
+    let res = svc.clone().oneshot(listen).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let mut text = String::new();
+    let completed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let frame = body.frame().await.expect("the stream stays open").unwrap();
+            if let Ok(data) = frame.into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+            let done = sse_messages(&text).iter().any(|m| {
+                m["method"] == "notifications/tasks" && m["params"]["status"] == "completed"
+            });
+            if done {
+                return sse_messages(&text);
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let ack = &completed[0];
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{text}"
+    );
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]));
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        1
+    );
+    let statuses: Vec<&Value> = completed[1..]
+        .iter()
+        .map(|m| &m["params"]["status"])
+        .collect();
+    assert!(
+        statuses.contains(&&json!("working")),
+        "a status message while it ran: {text}"
+    );
+    let last = completed.last().unwrap();
+    assert_eq!(last["params"]["taskId"], json!(id));
+    assert_eq!(
+        last["params"]["result"]["content"][0]["text"],
+        "slept 1500 ms"
+    );
+    assert!(
+        completed
+            .iter()
+            .all(|m| m["method"] != "notifications/progress"),
+        "{text}"
+    );
+}

@@ -1,0 +1,136 @@
+//! `notifications/tasks` on a `subscriptions/listen` stream that asked for
+//! task ids, and the store wrapper that tells it of each change.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+use super::layer::TasksLayer;
+use super::record::{TaskChange, TaskEnd, TaskRecord};
+use super::store::{StoreError, TaskStore};
+use crate::error::BoxError;
+use crate::jsonrpc::{RequestId, SUBSCRIPTION_ID_META};
+use crate::RequestContext;
+
+/// A store that says which task changed after each change it made.
+pub(crate) struct Watched {
+    inner: Box<dyn TaskStore>,
+    changes: broadcast::Sender<Arc<str>>,
+}
+
+impl Watched {
+    pub(crate) fn new(inner: impl TaskStore) -> Self {
+        // A listener that falls this far behind re-reads every task it
+        // follows (see `listen`).
+        let (changes, _) = broadcast::channel(256);
+        Self {
+            inner: Box::new(inner),
+            changes,
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self, id: &str) {
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(id.into());
+        }
+    }
+}
+
+impl TaskStore for Watched {
+    fn create(&self, record: TaskRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.create(record)
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        self.inner.get(id)
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let out = self.inner.update(id, change).await;
+            if matches!(&out, Ok(Some(_))) {
+                self.changed(id);
+            }
+            out
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        end: TaskEnd,
+        retain: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let out = self.inner.finish(id, end, retain).await;
+            if matches!(out, Ok(true)) {
+                self.changed(id);
+            }
+            out
+        })
+    }
+}
+
+/// Serves a `subscriptions/listen` that asked only for task ids: the
+/// acknowledgement names those the caller may see, then each of their
+/// changes is sent as `notifications/tasks` (the task as `tasks/get`
+/// would answer it), until the stream is cancelled.
+pub(crate) async fn listen(
+    layer: TasksLayer,
+    ctx: RequestContext,
+    subscription: RequestId,
+    ids: Vec<String>,
+    principal: Option<String>,
+) -> Result<Value, BoxError> {
+    let mut changes = layer.watched.subscribe();
+    let mut agreed = Vec::new();
+    for id in ids {
+        if let Ok(Some(r)) = layer.store.get(&id).await {
+            if layer.visible(&r, principal.as_ref()) && !agreed.contains(&id) {
+                agreed.push(id);
+            }
+        }
+    }
+    let meta = json!({ SUBSCRIPTION_ID_META: subscription });
+    let ack = json!({"_meta": meta, "notifications": {"taskIds": agreed}});
+    if !ctx
+        .notify("notifications/subscriptions/acknowledged", &ack)
+        .await
+    {
+        return std::future::pending().await;
+    }
+    let send = |record: TaskRecord| {
+        let mut params = record.to_json(None);
+        params["_meta"] = meta.clone();
+        let ctx = &ctx;
+        async move { ctx.notify("notifications/tasks", &params).await }
+    };
+    loop {
+        let due: Vec<String> = match changes.recv().await {
+            Ok(id) if agreed.iter().any(|a| **a == *id) => vec![id.to_string()],
+            Ok(_) => continue,
+            // Fell behind: every followed task, as it is now.
+            Err(broadcast::error::RecvError::Lagged(_)) => agreed.clone(),
+            Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+        };
+        for id in due {
+            if let Ok(Some(record)) = layer.store.get(&id).await {
+                if !send(record).await {
+                    // The stream is over; whoever ended it drops this future.
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+}
