@@ -404,3 +404,5 @@ async fn progress_becomes_the_status_message_and_nothing_else() {
     assert_eq!(got["statusMessage"], "step 1 of 4", "{got}");
     go_tx.send(()).unwrap();
 }
+
+mod races;
