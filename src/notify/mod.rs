@@ -316,7 +316,7 @@ impl RequestContext {
     /// increase, or progress after the request ended, is neither, with or
     /// without a tap. Returns whether it was sent.
     ///
-    /// Once the request runs as a task (see [`tasks`](crate::tasks)), its
+    /// Once the request runs as a task (the `tasks` module, feature `tasks`), its
     /// progress is not sent: its message (or, without one, `progress` and
     /// `total`) becomes the task's status message, and the result says
     /// whether it was recorded.

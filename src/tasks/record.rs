@@ -248,7 +248,7 @@ fn millis(d: Duration) -> u64 {
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| millis(d))
+        .map_or(0, millis)
 }
 
 /// `ms` since the Unix epoch as an ISO 8601 / RFC 3339 UTC timestamp
