@@ -45,7 +45,7 @@ mod stdio {
         pub async fn next(&mut self) -> io::Result<Option<Result<Vec<u8>, usize>>> {
             Ok(self.0.next().await?.map(|f| match f {
                 Frame::Line(l) => Ok(l),
-                Frame::TooLong { len } => Err(len),
+                Frame::TooLong { len, .. } => Err(len),
             }))
         }
     }

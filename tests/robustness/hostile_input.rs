@@ -64,9 +64,9 @@ async fn an_oversize_line_is_refused_the_connection_keeps_working_and_memory_is_
 
     let err = &lines[0];
     assert_eq!(err["error"]["code"], -32600, "{err}");
-    assert!(
-        err.get("id").is_none(),
-        "the id of an oversize line is not read: {err}"
+    assert_eq!(
+        err["id"], 1,
+        "the id of an oversize line is read as it goes by: {err}"
     );
     let message = err["error"]["message"].as_str().unwrap();
     assert!(
@@ -86,6 +86,68 @@ async fn an_oversize_line_is_refused_the_connection_keeps_working_and_memory_is_
     conn.peer = Peer { w, r };
     assert!(conn.peer.close().await.is_empty());
     conn.served.await.unwrap().unwrap();
+}
+
+/// The client's twin: a 64 MiB answer against a 1 MiB limit ends its call
+/// with an error naming the limit, the reader holding no more than the
+/// limit (and the 1 KiB it keeps of an id) meanwhile; the next answer is
+/// read as usual.
+#[tokio::test]
+async fn an_oversize_answer_ends_its_call_and_the_stdio_client_buffers_at_most_its_limit() {
+    use tower::ServiceExt;
+    use tower_mcp_cancel::transport::stdio::StdioClient;
+    use tower_mcp_cancel::McpRequest;
+
+    const LIMIT: usize = 1 << 20;
+    const SENT: usize = 64 << 20;
+    let (mut peer, r, w) = stdio_support::pipe(64 * 1024);
+    let client = StdioClient::builder().max_line_bytes(LIMIT).connect(r, w);
+    let big = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    let next = tokio::spawn(client.clone().oneshot(McpRequest::new(2, "ping")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 2);
+    let chunk = vec![b'x'; 64 * 1024];
+
+    let baseline = start_peak();
+    peer.w
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"result\":{\"pad\":\"")
+        .await
+        .unwrap();
+    for _ in 0..SENT / chunk.len() {
+        peer.w.write_all(&chunk).await.unwrap();
+    }
+    // The id comes last: it is read all the same.
+    peer.w.write_all(b"\"},\"id\":1}\n").await.unwrap();
+    peer.send(json!({"jsonrpc": "2.0", "id": 2, "result": {}}))
+        .await;
+    let answered = tokio::time::timeout(BOUND, next).await.unwrap().unwrap();
+    let peak = peak_above(baseline);
+    assert_eq!(answered.unwrap(), json!({}));
+    // Lines are read in order: the oversize one was dealt with before.
+    assert_eq!(
+        client.in_flight(),
+        0,
+        "the call the oversize line answered ended"
+    );
+    let err = tokio::time::timeout(BOUND, big)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("line limit of {LIMIT} bytes")),
+        "a clear error: {err}"
+    );
+    eprintln!(
+        "oversize answer: {SENT} bytes sent, limit {LIMIT}, peak allocation growth {peak} bytes"
+    );
+    // A vector grown to the limit may have up to twice its capacity.
+    assert!(
+        peak < 3 * LIMIT as isize,
+        "the client buffered {peak} bytes for a {SENT}-byte answer (limit {LIMIT})"
+    );
+    client.shutdown().await.unwrap();
 }
 
 #[tokio::test]
