@@ -166,3 +166,38 @@ async fn a_request_over_the_servers_line_limit_ends_the_clients_call() {
     client.shutdown().await.unwrap();
     served.await.unwrap().unwrap();
 }
+
+/// During the drain (after the shutdown signal, reading on), a request over
+/// the limit is answered the same way: its call must end too.
+#[tokio::test(start_paused = true)]
+async fn a_request_over_the_limit_during_the_drain_is_answered_too() {
+    use crate::support::drain::{service, GRACE};
+    use tower_mcp_cancel::test_util::{Event, Recorder};
+
+    let (recorder, mut events) = Recorder::new();
+    let (mut peer, r, w) = pipe(64 * 1024);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let served = tokio::spawn(
+        StdioServer::new()
+            .max_line_bytes(LIMIT)
+            .shutdown(shutdown.clone())
+            .drain_grace(GRACE)
+            .serve(service(recorder), r, w),
+    );
+    peer.request(json!(1), "work", json!({"ms": 60_000})).await;
+    assert!(matches!(events.next().await, Event::Started(_)));
+    shutdown.cancel();
+    peer.request(json!(2), "work", json!({"pad": "x".repeat(2 * LIMIT)}))
+        .await;
+    let seen = peer.until_response(json!(2)).await;
+    let answer = seen.last().unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("exceeds the limit of {LIMIT} bytes")),
+        "{answer}"
+    );
+    served.await.unwrap().unwrap();
+}
