@@ -349,6 +349,56 @@ mod tests {
         assert_eq!(envelope(r#"{"idx":1,"methods":2}"#), Envelope::default());
     }
 
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[ -~\\\\\"\u{e9}\n]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map("(id|method|[a-z\"\\\\]{0,6})", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// On any JSON object, read in pieces of any size, the scanner
+        /// finds the top-level id serde reads, and the method.
+        #[test]
+        fn the_scanner_reads_what_serde_reads(
+            members in proptest::collection::btree_map("(id|method|result|[a-z]{0,3})", json_value(), 0..6),
+            piece in 1usize..16,
+        ) {
+            let line = serde_json::Value::Object(members.clone().into_iter().collect()).to_string();
+            let mut s = Scanner::default();
+            for p in line.as_bytes().chunks(piece) {
+                s.push(p);
+            }
+            let id = members
+                .get("id")
+                .and_then(|v| serde_json::from_value::<RequestId>(v.clone()).ok())
+                .map_or(Id::Absent, Id::Found);
+            let want = Envelope { id, method: members.contains_key("method") };
+            proptest::prop_assert_eq!(s.finish(), want, "{}", line);
+        }
+
+        /// Any bytes at all: no panic, and no more than the bound kept.
+        #[test]
+        fn any_bytes_are_scanned_in_bounded_memory(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048)) {
+            let mut s = Scanner::default();
+            s.push(&bytes);
+            proptest::prop_assert!(s.id_text.len() <= MAX_ID_BYTES && s.key_text.len() <= 7);
+            let _ = s.finish();
+        }
+    }
+
     #[test]
     fn an_overlong_id_is_told_apart_and_memory_stays_bounded() {
         let long = "i".repeat(MAX_ID_BYTES);
