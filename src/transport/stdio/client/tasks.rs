@@ -177,18 +177,25 @@ fn on_too_long(shared: &Shared, len: usize, max: usize, envelope: Envelope) {
             .collect(),
         Id::Absent => Vec::new(),
     };
-    if ids.is_empty() {
-        tracing::warn!(
-            len,
-            max,
-            "oversize line from the server skipped; no call in flight could be told from it"
-        );
-    }
+    let mut ended = 0;
     for id in ids {
         if let Some(p) = answered(shared, &id) {
-            tracing::warn!(request_id = %id, len, max, "answer over the line limit skipped; the call fails");
             let _ = p.tx.send(Err(too_large(&id, len, max)));
+            ended += 1;
         }
+    }
+    match ended {
+        0 => tracing::warn!(
+            len,
+            max,
+            "oversize line from the server skipped; it ends no call in flight"
+        ),
+        _ => tracing::warn!(
+            len,
+            max,
+            calls = ended,
+            "answer over the line limit skipped; its call fails"
+        ),
     }
 }
 
