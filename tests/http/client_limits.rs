@@ -76,6 +76,15 @@ fn answer(name: &str, id: &Value) -> Response<Body> {
             "application/json",
             json_body(&json!({"jsonrpc": "2.0", "id": id, "result": {"pad": pad}})),
         ),
+        // No declared length: read up to the limit.
+        "big_chunked" => {
+            let text = json!({"jsonrpc": "2.0", "id": id, "result": {"pad": pad}}).to_string();
+            let (a, b) = text.split_at(text.len() / 2);
+            let frames = [a.to_owned(), b.to_owned()]
+                .map(|part| Ok(http_body::Frame::data(Bytes::from(part))));
+            let body = StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync();
+            response(200, "application/json", body)
+        }
         "big_event" => response(
             200,
             "text/event-stream",
@@ -96,7 +105,8 @@ fn answer(name: &str, id: &Value) -> Response<Body> {
     }
 }
 
-/// A server that answers by tool name ([`answer`]); `legacy`: a 2025 one,
+/// A server that answers by tool name ([`answer`]): a JSON body with its
+/// length, one without (chunked), an SSE event, each over the limit; `legacy`: a 2025 one,
 /// which refuses 2026 requests with `400` and answers
 /// `notifications/initialized` with a body that never ends.
 async fn server(proto: Proto, legacy: bool) -> std::net::SocketAddr {
@@ -159,7 +169,7 @@ fn assert_too_large(out: Result<Value, BoxError>, what: &str) {
 /// Each oversize answer fails its own call only: a call beside it, and the
 /// next one, are answered.
 async fn oversize_answers_fail_only_their_call(c: &HttpClient, what: &str) {
-    for big in ["big_json", "big_event"] {
+    for big in ["big_json", "big_chunked", "big_event"] {
         let (out, beside) = tokio::join!(
             c.clone().oneshot(call(big)),
             c.clone().oneshot(call("small"))
@@ -222,5 +232,21 @@ async fn a_zero_limit_is_one_byte() {
             Some(HttpClientError::ResponseTooLarge { limit: 1 })
         ),
         "{err}"
+    );
+}
+
+/// By default the limit is 64 MiB, and a body declared larger is refused
+/// before any of it is read, with the limit named (it was a bare "length
+/// limit exceeded").
+#[tokio::test]
+async fn the_default_limit_is_64_mib_and_named() {
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 67108865\r\nConnection: close\r\n\r\n{";
+    let (addr, _seen) = http_support::raw_server(Some(head.as_bytes().to_vec())).await;
+    let c = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
+    let err = bounded(c.oneshot(call("small"))).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("limit of 67108864 bytes") && text.contains("max_response_bytes"),
+        "{text}"
     );
 }

@@ -247,3 +247,72 @@ async fn an_oversize_http_body_is_refused_with_413_memory_is_bounded_and_the_ser
     let seen = read_until(&mut s, "\"result\"").await;
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
 }
+
+/// `HttpClient`'s twin: a 64 MiB answer against a 1 MiB
+/// `max_response_bytes` — a JSON body without a declared length, or one
+/// SSE event — fails its call with `ResponseTooLarge`, the client holding
+/// no more than about the limit meanwhile.
+#[tokio::test]
+async fn an_oversize_http_answer_fails_its_call_and_the_client_buffers_at_most_its_limit() {
+    use bytes::Bytes;
+    use futures_util::StreamExt;
+    use http_body_util::{BodyExt, StreamBody};
+    use tower::ServiceExt;
+    use tower_mcp_cancel::transport::http::{HttpClient, HttpClientError};
+    use tower_mcp_cancel::McpRequest;
+
+    const LIMIT: usize = 1 << 20;
+    const SENT: usize = 64 << 20;
+    // The same 64 KiB chunk over and over: the server allocates nothing per
+    // chunk, so the growth measured is the client's.
+    let svc = tower::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+        let sse = req.headers()["mcp-name"] == "sse";
+        let (content_type, head) = match sse {
+            true => (
+                "text/event-stream",
+                "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"pad\":\"",
+            ),
+            false => (
+                "application/json",
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"pad\":\"",
+            ),
+        };
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let body = futures_util::stream::once(async move { Bytes::from(head) })
+            .chain(futures_util::stream::repeat(chunk).take(SENT / (64 * 1024)))
+            .map(|b| Ok::<_, std::convert::Infallible>(http_body::Frame::data(b)));
+        let res = http::Response::builder()
+            .header("content-type", content_type)
+            .body(StreamBody::new(body).boxed_unsync())
+            .unwrap();
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    let (closed, _) = tower_mcp_cancel::test_util::Recorder::new();
+    let addr = http_support::serve(svc, http_support::Proto::H1, closed).await;
+    let client = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
+        .max_response_bytes(LIMIT)
+        .build();
+    for tool in ["json", "sse"] {
+        let call = McpRequest::new(1, "tools/call").with_params(json!({"name": tool}));
+        let baseline = start_peak();
+        let err = tokio::time::timeout(BOUND, client.clone().oneshot(call))
+            .await
+            .unwrap()
+            .unwrap_err();
+        let peak = peak_above(baseline);
+        assert!(
+            matches!(
+                err.downcast_ref::<HttpClientError>(),
+                Some(HttpClientError::ResponseTooLarge { limit: LIMIT })
+            ),
+            "{tool}: {err}"
+        );
+        eprintln!(
+            "oversize HTTP answer ({tool}): limit {LIMIT}, peak allocation growth {peak} bytes"
+        );
+        assert!(
+            peak < 3 * LIMIT as isize,
+            "{tool}: the client buffered {peak} bytes (limit {LIMIT})"
+        );
+    }
+}

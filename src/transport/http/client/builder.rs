@@ -85,7 +85,8 @@ impl HttpClientBuilder {
     /// The largest answer read from the server (default 64 MiB; at least
     /// 1): a JSON body, or one event of an SSE stream (the bytes received
     /// without an event's end; a stream of many small events is not
-    /// bounded by it), in both eras. A larger one is not buffered: the call
+    /// bounded by it), in both eras. A larger one is not buffered (a body
+    /// whose declared length is larger is not read at all): the call
     /// fails with [`HttpClientError::ResponseTooLarge`](super::HttpClientError::ResponseTooLarge),
     /// which names the limit, and its stream is closed; other calls are
     /// unaffected.

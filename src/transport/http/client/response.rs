@@ -110,6 +110,10 @@ where
     if status.is_success() && mime == "text/event-stream" {
         return read_events(res.into_body(), id, route, limit).await;
     }
+    // A declared length over the limit is refused before anything is read.
+    if http_body::Body::size_hint(res.body()).lower() > limit as u64 {
+        return Err(HttpClientError::ResponseTooLarge { limit }.into());
+    }
     let body = match Limited::new(res.into_body(), limit).collect().await {
         Ok(body) => body.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => {
