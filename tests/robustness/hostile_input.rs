@@ -150,6 +150,39 @@ async fn an_oversize_answer_ends_its_call_and_the_stdio_client_buffers_at_most_i
     client.shutdown().await.unwrap();
 }
 
+/// An oversize answer whose id cannot be read ends no call, but not
+/// silently: a warning names the limit and the calls in flight (which end
+/// by their deadlines); the call is then answered as usual.
+#[tokio::test]
+async fn an_oversize_line_that_ends_no_call_is_logged_with_the_calls_in_flight() {
+    use tower::ServiceExt;
+    use tower_mcp_cancel::transport::stdio::StdioClient;
+    use tower_mcp_cancel::McpRequest;
+
+    let (logs, _guard) = crate::hostile::capture_logs(false);
+    let (mut peer, r, w) = stdio_support::pipe(64 * 1024);
+    let client = StdioClient::builder().max_line_bytes(1024).connect(r, w);
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    let pad = "x".repeat(4096);
+    peer.send_raw(format!(r#"{{"jsonrpc":"2.0","result":{{"pad":"{pad}"}}}}"#).as_bytes())
+        .await;
+    peer.send(json!({"jsonrpc": "2.0", "id": 1, "result": {}}))
+        .await;
+    let out = tokio::time::timeout(BOUND, call).await.unwrap().unwrap();
+    assert_eq!(out.unwrap(), json!({}));
+    let text = logs.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("oversize line from the server skipped"))
+        .unwrap_or_else(|| panic!("no warning: {text}"));
+    assert!(
+        line.contains("WARN") && line.contains("max=1024") && line.contains("in_flight=1"),
+        "{line}"
+    );
+    client.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn an_oversize_http_body_is_refused_with_413_memory_is_bounded_and_the_server_keeps_serving()
 {

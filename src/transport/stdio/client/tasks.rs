@@ -188,7 +188,8 @@ fn on_too_long(shared: &Shared, len: usize, max: usize, envelope: Envelope) {
         0 => tracing::warn!(
             len,
             max,
-            "oversize line from the server skipped; it ends no call in flight"
+            in_flight = shared.lock().pending.len(),
+            "oversize line from the server skipped; its id could not be read or is not in flight, so it ends no call (those in flight end by their deadlines)"
         ),
         _ => tracing::warn!(
             len,
