@@ -45,7 +45,7 @@ mod stdio {
         pub async fn next(&mut self) -> io::Result<Option<Result<Vec<u8>, usize>>> {
             Ok(self.0.next().await?.map(|f| match f {
                 Frame::Line(l) => Ok(l),
-                Frame::TooLong { len } => Err(len),
+                Frame::TooLong { len, .. } => Err(len),
             }))
         }
     }
@@ -65,5 +65,6 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let route = crate::transport::call::client::Route { token, tap };
-    crate::transport::http::client::read_response(res, id, route).await
+    use crate::transport::http::client::{read_response, MAX_RESPONSE_BYTES};
+    read_response(res, id, route, MAX_RESPONSE_BYTES).await
 }

@@ -284,8 +284,8 @@ proptest! {
                 .shutdown_grace(client_grace)
                 .reserve_cancelled_ids(reserve_for, reserve_max)
                 .connect(cr, cw);
-            // Bounded: a line limit of 1 answers a call with an error
-            // without its id, so the call itself never ends.
+            // Bounded, though a line limit of 1 answers a call with an
+            // error carrying its id, so the call ends.
             let bound = Duration::from_secs(3600);
             let _ = tokio::time::timeout(bound, client.clone().oneshot(McpRequest::new(1, "ping"))).await;
             let hang = tokio::spawn(client.clone().oneshot(McpRequest::new(2, "hang")));

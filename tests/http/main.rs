@@ -3,7 +3,7 @@
 //! ([`legacy_checks`], [`missing_version`], [`param_headers`]), disconnect
 //! as cancellation ([`cancel`]), the drain grace at shutdown ([`drain`]),
 //! `HttpClient` ([`client`], its cancelling
-//! [`client_cancel`]) and the `serve` helper ([`serve`]).
+//! [`client_cancel`], its answer size limit [`client_limits`]) and the `serve` helper ([`serve`]).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -11,6 +11,7 @@ mod support;
 mod cancel;
 mod client;
 mod client_cancel;
+mod client_limits;
 mod config_values;
 mod connection_timers;
 mod deadline_gateway;

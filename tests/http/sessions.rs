@@ -406,3 +406,43 @@ async fn an_initialize_dropped_before_its_answer_holds_no_place() {
     assert!(session.is_some(), "{text}");
     release.notify_waiters();
 }
+
+/// A session's POSTs go through the same body limit as 2026 requests: a
+/// request or a cancel over it is `413` naming the limit, and the session
+/// goes on.
+#[tokio::test]
+async fn a_session_post_over_the_body_limit_is_refused_with_413() {
+    let (tools, _events) = Tools::new();
+    let inner = tools.service();
+    let mcp = service_fn(move |req: McpRequest| {
+        let inner = inner.clone();
+        async move {
+            if req.method() == "initialize" {
+                return Ok::<_, BoxError>(json!({
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "serverInfo": {"name": "test", "version": "0"},
+                }));
+            }
+            inner.oneshot(req).await
+        }
+    });
+    let svc = StreamableHttpService::new(mcp)
+        .stateful_sessions(SessionLimits::new())
+        .max_body_bytes(1024);
+    let ep: Endpoint = BoxCloneService::new(svc);
+    let session = open(&ep).await;
+    let pad = "x".repeat(4096);
+    let big_call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": pad}}});
+    let big_cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1, "reason": pad}});
+    for big in [big_call, big_cancel] {
+        let (status, _, text) = send(&ep, post(&big, Some(&session))).await;
+        assert_eq!(status, 413, "{text}");
+        assert!(text.contains("exceeds the limit of 1024 bytes"), "{text}");
+    }
+    let small = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "hi"}}});
+    let (status, _, text) = send(&ep, post(&small, Some(&session))).await;
+    assert_eq!(status, 200, "{text}");
+}

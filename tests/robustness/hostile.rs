@@ -223,7 +223,14 @@ where
 
 /// A `MakeWriter` collecting everything into one shared buffer.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// What was logged so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
 
 impl io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -244,7 +251,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 
 /// Everything this thread logs, at every level, as text (no colours), with
 /// each span's close event when `span_closes`; logging stops with the guard.
-fn capture_logs(span_closes: bool) -> (Captured, tracing::subscriber::DefaultGuard) {
+pub(crate) fn capture_logs(span_closes: bool) -> (Captured, tracing::subscriber::DefaultGuard) {
     use tracing_subscriber::fmt::format::FmtSpan;
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()

@@ -64,9 +64,9 @@ async fn an_oversize_line_is_refused_the_connection_keeps_working_and_memory_is_
 
     let err = &lines[0];
     assert_eq!(err["error"]["code"], -32600, "{err}");
-    assert!(
-        err.get("id").is_none(),
-        "the id of an oversize line is not read: {err}"
+    assert_eq!(
+        err["id"], 1,
+        "the id of an oversize line is read as it goes by: {err}"
     );
     let message = err["error"]["message"].as_str().unwrap();
     assert!(
@@ -86,6 +86,101 @@ async fn an_oversize_line_is_refused_the_connection_keeps_working_and_memory_is_
     conn.peer = Peer { w, r };
     assert!(conn.peer.close().await.is_empty());
     conn.served.await.unwrap().unwrap();
+}
+
+/// The client's twin: a 64 MiB answer against a 1 MiB limit ends its call
+/// with an error naming the limit, the reader holding no more than the
+/// limit (and the 1 KiB it keeps of an id) meanwhile; the next answer is
+/// read as usual.
+#[tokio::test]
+async fn an_oversize_answer_ends_its_call_and_the_stdio_client_buffers_at_most_its_limit() {
+    use tower::ServiceExt;
+    use tower_mcp_cancel::transport::stdio::StdioClient;
+    use tower_mcp_cancel::McpRequest;
+
+    const LIMIT: usize = 1 << 20;
+    const SENT: usize = 64 << 20;
+    let (mut peer, r, w) = stdio_support::pipe(64 * 1024);
+    let client = StdioClient::builder().max_line_bytes(LIMIT).connect(r, w);
+    let big = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    let next = tokio::spawn(client.clone().oneshot(McpRequest::new(2, "ping")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 2);
+    let chunk = vec![b'x'; 64 * 1024];
+
+    let baseline = start_peak();
+    peer.w
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"result\":{\"pad\":\"")
+        .await
+        .unwrap();
+    for _ in 0..SENT / chunk.len() {
+        peer.w.write_all(&chunk).await.unwrap();
+    }
+    // The id comes last: it is read all the same.
+    peer.w.write_all(b"\"},\"id\":1}\n").await.unwrap();
+    peer.send(json!({"jsonrpc": "2.0", "id": 2, "result": {}}))
+        .await;
+    let answered = tokio::time::timeout(BOUND, next).await.unwrap().unwrap();
+    let peak = peak_above(baseline);
+    assert_eq!(answered.unwrap(), json!({}));
+    // Lines are read in order: the oversize one was dealt with before.
+    assert_eq!(
+        client.in_flight(),
+        0,
+        "the call the oversize line answered ended"
+    );
+    let err = tokio::time::timeout(BOUND, big)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("line limit of {LIMIT} bytes")),
+        "a clear error: {err}"
+    );
+    eprintln!(
+        "oversize answer: {SENT} bytes sent, limit {LIMIT}, peak allocation growth {peak} bytes"
+    );
+    // A vector grown to the limit may have up to twice its capacity.
+    assert!(
+        peak < 3 * LIMIT as isize,
+        "the client buffered {peak} bytes for a {SENT}-byte answer (limit {LIMIT})"
+    );
+    client.shutdown().await.unwrap();
+}
+
+/// An oversize answer whose id cannot be read ends no call, but not
+/// silently: a warning names the limit and the calls in flight (which end
+/// by their deadlines); the call is then answered as usual.
+#[tokio::test]
+async fn an_oversize_line_that_ends_no_call_is_logged_with_the_calls_in_flight() {
+    use tower::ServiceExt;
+    use tower_mcp_cancel::transport::stdio::StdioClient;
+    use tower_mcp_cancel::McpRequest;
+
+    let (logs, _guard) = crate::hostile::capture_logs(false);
+    let (mut peer, r, w) = stdio_support::pipe(64 * 1024);
+    let client = StdioClient::builder().max_line_bytes(1024).connect(r, w);
+    let call = tokio::spawn(client.clone().oneshot(McpRequest::new(1, "tools/call")));
+    assert_eq!(peer.recv().await.unwrap()["id"], 1);
+    let pad = "x".repeat(4096);
+    peer.send_raw(format!(r#"{{"jsonrpc":"2.0","result":{{"pad":"{pad}"}}}}"#).as_bytes())
+        .await;
+    peer.send(json!({"jsonrpc": "2.0", "id": 1, "result": {}}))
+        .await;
+    let out = tokio::time::timeout(BOUND, call).await.unwrap().unwrap();
+    assert_eq!(out.unwrap(), json!({}));
+    let text = logs.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("oversize line from the server skipped"))
+        .unwrap_or_else(|| panic!("no warning: {text}"));
+    assert!(
+        line.contains("WARN") && line.contains("max=1024") && line.contains("in_flight=1"),
+        "{line}"
+    );
+    client.shutdown().await.unwrap();
 }
 
 #[tokio::test]
@@ -184,4 +279,73 @@ async fn an_oversize_http_body_is_refused_with_413_memory_is_bounded_and_the_ser
         .unwrap();
     let seen = read_until(&mut s, "\"result\"").await;
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+}
+
+/// `HttpClient`'s twin: a 64 MiB answer against a 1 MiB
+/// `max_response_bytes` — a JSON body without a declared length, or one
+/// SSE event — fails its call with `ResponseTooLarge`, the client holding
+/// no more than about the limit meanwhile.
+#[tokio::test]
+async fn an_oversize_http_answer_fails_its_call_and_the_client_buffers_at_most_its_limit() {
+    use bytes::Bytes;
+    use futures_util::StreamExt;
+    use http_body_util::{BodyExt, StreamBody};
+    use tower::ServiceExt;
+    use tower_mcp_cancel::transport::http::{HttpClient, HttpClientError};
+    use tower_mcp_cancel::McpRequest;
+
+    const LIMIT: usize = 1 << 20;
+    const SENT: usize = 64 << 20;
+    // The same 64 KiB chunk over and over: the server allocates nothing per
+    // chunk, so the growth measured is the client's.
+    let svc = tower::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+        let sse = req.headers()["mcp-name"] == "sse";
+        let (content_type, head) = match sse {
+            true => (
+                "text/event-stream",
+                "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"pad\":\"",
+            ),
+            false => (
+                "application/json",
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"pad\":\"",
+            ),
+        };
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let body = futures_util::stream::once(async move { Bytes::from(head) })
+            .chain(futures_util::stream::repeat(chunk).take(SENT / (64 * 1024)))
+            .map(|b| Ok::<_, std::convert::Infallible>(http_body::Frame::data(b)));
+        let res = http::Response::builder()
+            .header("content-type", content_type)
+            .body(StreamBody::new(body).boxed_unsync())
+            .unwrap();
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    let (closed, _) = tower_mcp_cancel::test_util::Recorder::new();
+    let addr = http_support::serve(svc, http_support::Proto::H1, closed).await;
+    let client = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
+        .max_response_bytes(LIMIT)
+        .build();
+    for tool in ["json", "sse"] {
+        let call = McpRequest::new(1, "tools/call").with_params(json!({"name": tool}));
+        let baseline = start_peak();
+        let err = tokio::time::timeout(BOUND, client.clone().oneshot(call))
+            .await
+            .unwrap()
+            .unwrap_err();
+        let peak = peak_above(baseline);
+        assert!(
+            matches!(
+                err.downcast_ref::<HttpClientError>(),
+                Some(HttpClientError::ResponseTooLarge { limit: LIMIT })
+            ),
+            "{tool}: {err}"
+        );
+        eprintln!(
+            "oversize HTTP answer ({tool}): limit {LIMIT}, peak allocation growth {peak} bytes"
+        );
+        assert!(
+            peak < 3 * LIMIT as isize,
+            "{tool}: the client buffered {peak} bytes (limit {LIMIT})"
+        );
+    }
 }

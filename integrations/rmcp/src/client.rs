@@ -139,6 +139,14 @@ impl<H: Service<RoleClient>> Service<RoleClient> for RouteProgress<H> {
 /// progress report the server sent just before its answer can reach the
 /// tap after the call ended, and is then dropped.
 ///
+/// What the server sends is read by rmcp's transport, within its limits
+/// (rmcp 3.11: 16 MiB for a stdio line, `with_max_line_length`, and for an
+/// SSE event): rmcp drops a stdio line over it with an error log, so the
+/// call it answered gets no answer and ends only by its deadline (a test
+/// pins this). Keep a [`TimeoutLayer`](tower_mcp_cancel::TimeoutLayer)
+/// above: `StdioClient` and `HttpClient` end such a call at once with an
+/// error naming their limit.
+///
 /// Once the cancel is written, rmcp forgets the request (a late answer is
 /// discarded). Not covered: a future dropped while rmcp is still queueing
 /// the request (before its id is known) sends no cancel. The cancel is

@@ -54,6 +54,10 @@ fn handler(rec: Recorder) -> BoxCloneService<McpRequest, Value, BoxError> {
                     p.finish();
                     Ok(json!({"content": [{"type": "text", "text": "done"}]}))
                 }
+                // An answer of 8 KiB.
+                ("tools/call", Some("big")) => {
+                    Ok(json!({"content": [{"type": "text", "text": "x".repeat(8192)}]}))
+                }
                 // What reached the server: the request's id and token.
                 ("tools/call", Some("wire")) => {
                     let wire = json!({"id": req.id(), "token": req.progress_token()});
@@ -291,4 +295,34 @@ async fn cancel_sends_of_dropped_calls_are_bounded_in_number_and_time() {
         peak - 64,
         "our sends ended after their 10 s"
     );
+}
+
+/// What an rmcp client's caller gets when an answer is over the line limit
+/// of rmcp's transport (16 MiB by default, `with_max_line_length`): rmcp
+/// drops the line (an error log) and the call has no answer, so it ends by
+/// its deadline — the reason to keep a `TimeoutLayer` above `RmcpClient`,
+/// as its docs and SECURITY.md say. The connection goes on.
+#[tokio::test(start_paused = true)]
+async fn an_answer_over_rmcps_line_limit_ends_the_call_only_by_its_deadline() {
+    use rmcp::transport::async_rw::AsyncRwTransport;
+    let (rec, _ev) = Recorder::new();
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server_io);
+    tokio::spawn(StdioServer::new().serve(handler(rec), sr, sw));
+    let (cr, cw) = tokio::io::split(client_io);
+    let transport =
+        AsyncRwTransport::<RoleClient, _, _>::new_client(cr, cw).with_max_line_length(4096);
+    let running = rmcp::serve_client(RouteProgress::new(()), transport)
+        .await
+        .expect("initialized");
+    let client = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(Duration::from_secs(5)))
+        .service(RmcpClient::new(&running));
+    let started = tokio::time::Instant::now();
+    let err = client.clone().oneshot(call("big")).await.unwrap_err();
+    assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    let out = client.oneshot(call("wire")).await.unwrap();
+    assert!(out["content"][0]["text"].as_str().is_some(), "{out}");
+    running.cancel().await.unwrap();
 }

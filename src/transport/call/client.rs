@@ -256,6 +256,12 @@ impl<T> Pending<T> {
         self.tokens.get(token).cloned().flatten()
     }
 
+    /// The ids in flight.
+    #[cfg(feature = "stdio")]
+    pub(crate) fn ids(&self) -> impl Iterator<Item = &RequestId> {
+        self.calls.keys()
+    }
+
     #[cfg(any(feature = "stdio", test))]
     pub(crate) fn len(&self) -> usize {
         self.calls.len()

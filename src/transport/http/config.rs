@@ -198,7 +198,7 @@ mod security_table_tests {
                 ),
             ),
             ("Peer that takes none", secs(Server::DEFAULT_WRITE_TIMEOUT)),
-            ("HTTP client JSON response body", mib(MAX_RESPONSE_BYTES)),
+            ("HTTP client answer", mib(MAX_RESPONSE_BYTES)),
         ];
         for (limit, default) in rows {
             assert_eq!(default_of(limit), default, "SECURITY.md, {limit}");

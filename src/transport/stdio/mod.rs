@@ -63,7 +63,9 @@
 //! # Server behaviour
 //!
 //! * Framing: one message per line; a line longer than the limit (default
-//!   4 MiB) is discarded up to its newline and answered with `-32600`; a
+//!   4 MiB) is discarded up to its newline without being held and answered
+//!   with `-32600` (with the request's id, read as the line went by, so
+//!   that the client's call ends; also during the drain); a
 //!   line that is not JSON with `-32700`; an invalid message with `-32600`.
 //!   These errors carry the request's id when it could be read, and no id
 //!   otherwise. The connection keeps serving. Blank lines are ignored.

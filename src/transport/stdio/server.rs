@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::framing::{Frame, LineReader};
+use super::framing::{Envelope, Frame, Id, LineReader};
 use super::schedule::{give_way, Batch, HandlerLoad, Hold, ReaderTurn};
 use super::writer::write_loop;
 use crate::cancel::InFlight;
@@ -94,16 +94,8 @@ impl StdioServer {
                 frame = lines.next() => match frame {
                     Ok(None) => break End::Eof,
                     Err(e) => break End::Read(e),
-                    Ok(Some(Frame::TooLong { len })) => {
-                        tracing::warn!(len, max = self.max_line_bytes, "oversize line discarded");
-                        let err = ErrorObject::new(
-                            ErrorObject::INVALID_REQUEST,
-                            format!(
-                                "Invalid Request: message of {len} bytes exceeds the limit of {} bytes",
-                                self.max_line_bytes
-                            ),
-                        );
-                        conn.send(encode_error_without_id(&err)).await;
+                    Ok(Some(Frame::TooLong { len, envelope })) => {
+                        conn.on_too_long(len, &envelope, self.max_line_bytes).await;
                     }
                     Ok(Some(Frame::Line(line))) => conn.on_line(&line, &mut service, &mut tasks).await,
                 },
@@ -286,6 +278,22 @@ impl Connection {
                 };
                 self.send(bytes).await;
             }
+        }
+    }
+
+    /// A line over the limit, skipped: answered with `-32600` naming the
+    /// limit, carrying the request's id when its envelope showed a request
+    /// (a method and an id) whose id is not in flight, so that the client's
+    /// call ends; without an id otherwise.
+    async fn on_too_long(&self, len: usize, envelope: &Envelope, max: usize) {
+        tracing::warn!(len, max, id = ?envelope.id, "oversize line discarded");
+        let err = ErrorObject::new(
+            ErrorObject::INVALID_REQUEST,
+            format!("Invalid Request: message of {len} bytes exceeds the limit of {max} bytes"),
+        );
+        match &envelope.id {
+            Id::Found(id) if envelope.method => self.refuse(id, &err).await,
+            _ => self.send(encode_error_without_id(&err)).await,
         }
     }
 

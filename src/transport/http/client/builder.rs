@@ -29,6 +29,7 @@ pub struct HttpClientBuilder {
     pub(super) tls: TlsSettings,
     pub(super) budget_key: Option<BudgetKey>,
     pub(super) connect_timeout: Option<std::time::Duration>,
+    pub(super) max_response_bytes: usize,
 }
 
 impl HttpClientBuilder {
@@ -78,6 +79,20 @@ impl HttpClientBuilder {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// The largest answer read from the server (default 64 MiB; at least
+    /// 1): a JSON body, or one event of an SSE stream (the bytes received
+    /// without an event's end; a stream of many small events is not
+    /// bounded by it), in both eras. A larger one is not buffered (a body
+    /// whose declared length is larger is not read at all): the call
+    /// fails with [`HttpClientError::ResponseTooLarge`](super::HttpClientError::ResponseTooLarge),
+    /// which names the limit, and its stream is closed; other calls are
+    /// unaffected.
+    #[must_use]
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes.max(1);
         self
     }
 
@@ -194,6 +209,7 @@ impl HttpClientBuilder {
                 era: EraCell::new(self.stateful_fallback),
                 pending_cancels: Arc::new(Semaphore::new(MAX_PENDING_CANCELS)),
                 budget_key: self.budget_key,
+                max_response_bytes: self.max_response_bytes,
             }),
         }
     }

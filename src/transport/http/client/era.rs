@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use serde_json::value::RawValue;
 
-use super::request::{send, CLIENT_CAPABILITIES_META, CLIENT_INFO_META};
+use super::request::{read_small, send, CLIENT_CAPABILITIES_META, CLIENT_INFO_META};
 use super::response::read_response;
 use super::{HttpClientError, Inner, Lease};
 use crate::error::BoxError;
@@ -242,7 +242,7 @@ async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
     add_extra_headers(inner, &mut req);
     let res = send(&inner.client, req).await?;
     let session = res.headers().get(&MCP_SESSION_ID_HEADER).cloned();
-    let result = read_response(res, id, Route::default()).await?;
+    let result = read_response(res, id, Route::default(), inner.max_response_bytes).await?;
     let version = result["protocolVersion"].as_str().unwrap_or_default();
     if !LEGACY_VERSIONS.contains(&version) {
         return Err(HttpClientError::InvalidResponse(format!(
@@ -262,7 +262,8 @@ async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
     add_extra_headers(inner, &mut req);
     let res = send(&inner.client, req).await?;
     let status = res.status();
-    let _ = res.into_body().collect().await;
+    // Read (to reuse the connection), but not without bound.
+    let _ = read_small(res.into_body()).await;
     if !status.is_success() {
         return Err(HttpClientError::Status {
             status,

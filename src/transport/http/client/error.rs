@@ -19,6 +19,14 @@ pub enum HttpClientError {
     },
     /// The SSE stream ended without the final response (the server went away).
     StreamEnded,
+    /// The server's answer — a JSON body, or one event of its SSE stream —
+    /// was larger than the client's limit
+    /// ([`HttpClientBuilder::max_response_bytes`](super::HttpClientBuilder::max_response_bytes));
+    /// it was not read to its end.
+    ResponseTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// The response was neither `application/json` nor `text/event-stream`.
     UnexpectedContentType(String),
     /// The answer did not parse as the response to this request.
@@ -96,6 +104,10 @@ impl fmt::Display for HttpClientError {
             HttpClientError::StreamEnded => {
                 f.write_str("the SSE response stream ended without a response")
             }
+            HttpClientError::ResponseTooLarge { limit } => write!(
+                f,
+                "the server's answer (a JSON body, or one SSE event) is over the client's limit of {limit} bytes (HttpClientBuilder::max_response_bytes)"
+            ),
             HttpClientError::UnexpectedContentType(ct) => {
                 write!(f, "unexpected response content type {ct:?}")
             }

@@ -33,6 +33,11 @@
 //! refusal (`401`, `403`, `404`, `413`, `429`, …) or a connection failure
 //! is the error of that call, and the client stays in its era.
 //!
+//! **Answers are bounded**: a JSON body, or one SSE event, over
+//! [`HttpClientBuilder::max_response_bytes`] (64 MiB by default) is not
+//! buffered; its call fails with [`HttpClientError::ResponseTooLarge`],
+//! which names the limit, and other calls go on.
+//!
 //! **Ids and progress tokens** are unique among the client's calls in flight
 //! (its clones share them), in both eras: those the client assigns skip the
 //! ones in use, and a call whose own id or token is already in flight fails
@@ -105,7 +110,7 @@ mod request;
 mod response;
 mod tools;
 
-#[cfg(all(test, feature = "stdio"))]
+#[cfg(any(all(test, feature = "stdio"), feature = "fuzzing"))]
 pub(crate) use response::MAX_RESPONSE_BYTES;
 
 pub use builder::HttpClientBuilder;
@@ -134,6 +139,8 @@ struct Inner {
     pending_cancels: Arc<Semaphore>,
     /// The `_meta` key each request's budget is written under, if any.
     budget_key: Option<crate::timeout::BudgetKey>,
+    /// The largest JSON body, or SSE event, read from the server.
+    max_response_bytes: usize,
 }
 
 impl Inner {
@@ -230,6 +237,7 @@ impl HttpClient {
             tls: Default::default(),
             budget_key: None,
             connect_timeout: Some(connector::DEFAULT_CONNECT_TIMEOUT),
+            max_response_bytes: response::MAX_RESPONSE_BYTES,
         }
     }
 

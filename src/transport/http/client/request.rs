@@ -163,13 +163,14 @@ pub(super) async fn exchange(
             http::Response::from_parts(parts, Full::new(body)),
             id,
             route,
+            inner.max_response_bytes,
         )
         .await;
     }
     if matches!(shape, Shape::Modern { probe: true }) {
         return probe(inner, res, id, route).await;
     }
-    read_response(res, id, route).await
+    read_response(res, id, route, inner.max_response_bytes).await
 }
 
 /// The answer to a modern request while the server's era is unknown. The
@@ -187,7 +188,7 @@ async fn probe(
 ) -> Result<serde_json::Value, BoxError> {
     let status = res.status();
     if status.is_success() {
-        let out = read_response(res, id, route).await;
+        let out = read_response(res, id, route, inner.max_response_bytes).await;
         // A result or a JSON-RPC error in the body: a modern exchange.
         if out
             .as_ref()
@@ -210,6 +211,7 @@ async fn probe(
         http::Response::from_parts(parts, Full::new(body)),
         id,
         route,
+        inner.max_response_bytes,
     )
     .await
 }
@@ -217,7 +219,7 @@ async fn probe(
 /// How much of a `4xx` body is read to tell the era or the session's end.
 const MAX_PROBE_BODY: usize = 64 << 10;
 
-async fn read_small(body: hyper::body::Incoming) -> Bytes {
+pub(super) async fn read_small(body: hyper::body::Incoming) -> Bytes {
     Limited::new(body, MAX_PROBE_BODY)
         .collect()
         .await

@@ -1,7 +1,8 @@
 //! The answer to one POST, in either shape: a JSON body, or an SSE stream
 //! whose progress goes to the request's route and whose final response (or
 //! the server's `notifications/cancelled` of a torn-down listen) ends the
-//! call; each SSE event bounded in size.
+//! call; the JSON body, and each SSE event, bounded in size
+//! ([`HttpClientBuilder::max_response_bytes`](super::HttpClientBuilder::max_response_bytes)).
 
 use std::fmt;
 use std::pin::Pin;
@@ -12,7 +13,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::header;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sse_stream::SseStream;
 
 use super::HttpClientError;
@@ -20,6 +21,7 @@ use crate::error::{BoxError, Cancelled};
 use crate::jsonrpc::{Message, RequestId, CANCELLED, PROGRESS};
 use crate::transport::call::client::{outcome, route_progress, Route};
 
+/// The default bound on a JSON body, and on one SSE event.
 pub(crate) const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// A response body that fails once more than `limit` bytes arrive without
@@ -85,11 +87,13 @@ where
 }
 
 /// Reads the answer to request `id` out of a response: a JSON body, or an
-/// SSE stream whose progress goes to `route`.
+/// SSE stream whose progress goes to `route`; a body, or one event, of more
+/// than `limit` bytes is [`HttpClientError::ResponseTooLarge`].
 pub(crate) async fn read_response<B>(
     res: http::Response<B>,
     id: &RequestId,
     route: Route,
+    limit: usize,
 ) -> Result<serde_json::Value, BoxError>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
@@ -104,12 +108,19 @@ where
         .map(|v| v.trim().to_ascii_lowercase())
         .unwrap_or_default();
     if status.is_success() && mime == "text/event-stream" {
-        return read_events(res.into_body(), id, route).await;
+        return read_events(res.into_body(), id, route, limit).await;
     }
-    let body = Limited::new(res.into_body(), MAX_RESPONSE_BYTES)
-        .collect()
-        .await?
-        .to_bytes();
+    // A declared length over the limit is refused before anything is read.
+    if http_body::Body::size_hint(res.body()).lower() > limit as u64 {
+        return Err(HttpClientError::ResponseTooLarge { limit }.into());
+    }
+    let body = match Limited::new(res.into_body(), limit).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return Err(HttpClientError::ResponseTooLarge { limit }.into())
+        }
+        Err(e) => return Err(e),
+    };
     match Message::decode(&body) {
         Ok(Message::Response(r)) if r.outcome.is_err() => outcome(r.outcome),
         Ok(Message::Response(r)) if status.is_success() => {
@@ -143,6 +154,7 @@ async fn read_events<B>(
     body: B,
     id: &RequestId,
     route: Route,
+    limit: usize,
 ) -> Result<serde_json::Value, BoxError>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
@@ -152,11 +164,17 @@ where
     let body = EventBounded {
         inner: body,
         pending: pending.clone(),
-        limit: MAX_RESPONSE_BYTES,
+        limit,
     };
     let mut events = SseStream::new(body);
     while let Some(event) = events.next().await {
-        let event = event?;
+        let event = match event {
+            Ok(event) => event,
+            Err(_) if pending.load(Ordering::Relaxed) > limit => {
+                return Err(HttpClientError::ResponseTooLarge { limit }.into())
+            }
+            Err(e) => return Err(e.into()),
+        };
         // The parser buffers an event until its blank line: what it may
         // hold is what arrived since the last event it gave out.
         pending.store(0, Ordering::Relaxed);
@@ -224,14 +242,22 @@ mod event_bound_tests {
         });
         let body = StreamBody::new(head.chain(endless));
         let res = sse(body);
+        let limit = 3 << 20;
         let err = tokio::time::timeout(
             std::time::Duration::from_secs(60),
-            read_response(res, &RequestId::Number(1), Route::default()),
+            read_response(res, &RequestId::Number(1), Route::default(), limit),
         )
         .await
         .expect("bounded")
         .unwrap_err();
-        assert!(err.to_string().contains("SSE event larger than"), "{err}");
+        assert!(
+            matches!(
+                err.downcast_ref::<HttpClientError>(),
+                Some(HttpClientError::ResponseTooLarge { limit: l }) if *l == limit
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("limit of 3145728 bytes"), "{err}");
     }
 
     /// Many small events add up to far more than the limit and are fine: the
@@ -251,9 +277,14 @@ mod event_bound_tests {
             ),
         ))));
         let res = sse(StreamBody::new(events.chain(last)));
-        let v = read_response(res, &RequestId::Number(1), Route::default())
-            .await
-            .unwrap();
+        let v = read_response(
+            res,
+            &RequestId::Number(1),
+            Route::default(),
+            MAX_RESPONSE_BYTES,
+        )
+        .await
+        .unwrap();
         assert_eq!(v["ok"], true);
     }
 }

@@ -93,7 +93,9 @@ impl Default for StdioClientBuilder {
 
 impl StdioClientBuilder {
     /// The largest incoming line accepted (default 4 MiB; at least 1);
-    /// longer ones are skipped.
+    /// longer ones are skipped without being held, and the call such an
+    /// answer was for fails with an error naming the limit (see
+    /// [`StdioClient`]).
     #[must_use]
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);

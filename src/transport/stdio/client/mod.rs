@@ -69,6 +69,17 @@ use tasks::{Control, Queued, ABANDONED, QUEUED};
 ///   past that the oldest reservation ends early (only a caller reusing that
 ///   very id could then be answered by its late response). Both bounds:
 ///   [`StdioClientBuilder::reserve_cancelled_ids`].
+/// * **An answer over the line limit**
+///   ([`StdioClientBuilder::max_line_bytes`], 4 MiB by default) is skipped
+///   without being held and ends its call at once with an error naming the
+///   limit (an [`io::Error`] of kind `InvalidData`); other calls go on. The
+///   call is told by the answer's top-level `"id"`, read as the line goes by
+///   (at most 1 KiB of it kept). A skipped line whose id cannot be read (not
+///   a JSON object, no id, an id that is neither a string nor an integer)
+///   ends no call and is logged with a warning: a call it answered then
+///   ends by its deadline, so keep a [`TimeoutLayer`](crate::TimeoutLayer)
+///   above. An id longer than 1 KiB ends every call in flight whose id is
+///   that long. An oversize notification is skipped with a warning.
 /// * An error response resolves to `Err` holding the [`ErrorObject`]; a
 ///   `notifications/cancelled` from the server to `Err` holding
 ///   [`Cancelled`](crate::Cancelled) — only for a `subscriptions/listen` (the server tore it

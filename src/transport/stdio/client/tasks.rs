@@ -11,10 +11,11 @@ use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
-use super::Shared;
-use crate::jsonrpc::{self, Message, RawNotification, RawResponse};
+use super::{Shared, Waiter};
+use crate::error::BoxError;
+use crate::jsonrpc::{self, Message, RawNotification, RawResponse, RequestId};
 use crate::transport::call::client::route_progress;
-use crate::transport::stdio::framing::{write_line, Frame, LineReader};
+use crate::transport::stdio::framing::{write_line, Envelope, Frame, Id, LineReader, MAX_ID_BYTES};
 use crate::Cancelled;
 
 pub(super) enum Control {
@@ -82,8 +83,8 @@ pub(super) async fn read_loop<R: tokio::io::AsyncBufRead + Unpin>(
     let why = loop {
         match lines.next().await {
             Ok(Some(Frame::Line(line))) => on_message(&shared, &line),
-            Ok(Some(Frame::TooLong { len })) => {
-                tracing::warn!(len, "oversize line from the server skipped");
+            Ok(Some(Frame::TooLong { len, envelope })) => {
+                on_too_long(&shared, len, lines.max(), envelope);
             }
             Ok(None) => break "server closed its output".to_owned(),
             Err(e) => break format!("read error: {e}"),
@@ -124,25 +125,94 @@ fn on_response(shared: &Shared, r: RawResponse) {
         }
         return;
     };
+    if let Some(p) = answered(shared, &id) {
+        let _ = p.tx.send(Ok(r.outcome));
+    }
+}
+
+/// The call an answer with `id` ends, if one is in flight; a late answer to
+/// a cancelled one frees its reserved id.
+fn answered(shared: &Shared, id: &RequestId) -> Option<Waiter> {
     let (p, late) = {
         let mut st = shared.lock();
-        match st.pending.take(&id) {
+        match st.pending.take(id) {
             Some(p) => (Some(p), false),
             // The late answer came: the id is free again.
-            None => (None, st.reserved.release(&id)),
+            None => (None, st.reserved.release(id)),
         }
     };
-    match p {
-        Some(p) => {
-            let _ = p.tx.send(Ok(r.outcome));
-        }
-        None if late => {
-            tracing::debug!(request_id = %id, "late response to a cancelled request ignored");
-        }
-        None => {
-            tracing::debug!(request_id = %id, "response for no request in flight ignored");
+    if p.is_none() {
+        match late {
+            true => {
+                tracing::debug!(request_id = %id, "late response to a cancelled request ignored")
+            }
+            false => tracing::debug!(request_id = %id, "response for no request in flight ignored"),
         }
     }
+    p
+}
+
+/// A line over the limit, skipped: the call it answered, told by the id read
+/// from it as it went by, fails with an error naming the limit (the rule is
+/// on [`StdioClient`](super::StdioClient)).
+fn on_too_long(shared: &Shared, len: usize, max: usize, envelope: Envelope) {
+    let ids = match envelope.id {
+        _ if envelope.method => {
+            tracing::warn!(
+                len,
+                max,
+                "oversize message from the server skipped (not a response)"
+            );
+            return;
+        }
+        Id::Found(id) => vec![id],
+        // Not to be told apart within the bound: every call with an id that
+        // long (normally none).
+        Id::Overlong => shared
+            .lock()
+            .pending
+            .ids()
+            .filter(|id| encoded_len(id) > MAX_ID_BYTES)
+            .cloned()
+            .collect(),
+        Id::Absent => Vec::new(),
+    };
+    let mut ended = 0;
+    for id in ids {
+        if let Some(p) = answered(shared, &id) {
+            let _ = p.tx.send(Err(too_large(&id, len, max)));
+            ended += 1;
+        }
+    }
+    match ended {
+        0 => tracing::warn!(
+            len,
+            max,
+            in_flight = shared.lock().pending.len(),
+            "oversize line from the server skipped; its id could not be read or is not in flight, so it ends no call (those in flight end by their deadlines)"
+        ),
+        _ => tracing::warn!(
+            len,
+            max,
+            calls = ended,
+            "answer over the line limit skipped; its call fails"
+        ),
+    }
+}
+
+/// The length of `id` as JSON text.
+fn encoded_len(id: &RequestId) -> usize {
+    serde_json::to_vec(id).map_or(0, |v| v.len())
+}
+
+/// The error of a call whose answer was over the line limit.
+fn too_large(id: &RequestId, len: usize, max: usize) -> BoxError {
+    Box::new(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "the answer to request {id} is {len} bytes, over the stdio client's line limit of {max} bytes (StdioClientBuilder::max_line_bytes); it was skipped"
+        ),
+    ))
 }
 
 /// The server's `notifications/cancelled`: ends a `subscriptions/listen`

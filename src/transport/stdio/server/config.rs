@@ -84,8 +84,10 @@ impl StdioServer {
     }
 
     /// The largest incoming line accepted (default 4 MiB; at least 1); a
-    /// longer one is answered with `-32600` (no id) and skipped up to its
-    /// newline.
+    /// longer one is skipped up to its newline without being held and
+    /// answered with `-32600` naming the limit, carrying the request's id
+    /// (read as the line went by) so that the client's call ends; without
+    /// an id when none could be read or it is in flight.
     #[must_use]
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes.max(1);

@@ -95,8 +95,10 @@ impl Connection {
                     // No read-ahead to wait for: the batch goes at once.
                     self.after_line(&mut turn, false).await;
                 }
-                // An oversize line during the drain is skipped unanswered.
-                DrainStep::Frame(Ok(Some(Frame::TooLong { .. }))) => {}
+                // Answered as before the drain: its call must end too.
+                DrainStep::Frame(Ok(Some(Frame::TooLong { len, envelope }))) => {
+                    self.on_too_long(len, &envelope, lines.max()).await;
+                }
                 DrainStep::Frame(Ok(None) | Err(_)) => reading = false,
             }
         }
