@@ -159,7 +159,10 @@ where
         send(client, make()).await;
     }
     let (wall, cpu) = (wall.elapsed(), cpu_time().saturating_sub(cpu));
-    (n as f64 / wall.as_secs_f64(), Duration::from_secs_f64(cpu.as_secs_f64() / n as f64))
+    (
+        n as f64 / wall.as_secs_f64(),
+        Duration::from_secs_f64(cpu.as_secs_f64() / n as f64),
+    )
 }
 
 fn main() {

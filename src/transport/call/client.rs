@@ -236,6 +236,11 @@ impl<T> Pending<T> {
         id
     }
 
+    /// Whether a request with `id` is pending.
+    pub(crate) fn contains(&self, id: &RequestId) -> bool {
+        self.calls.contains_key(id)
+    }
+
     /// Removes a pending request and its progress route.
     pub(crate) fn take(&mut self, id: &RequestId) -> Option<T> {
         let (value, token) = self.calls.remove(id)?;

@@ -125,9 +125,63 @@ fn on_response(shared: &Shared, r: RawResponse) {
         }
         return;
     };
-    if let Some(p) = answered(shared, &id) {
-        let _ = p.tx.send(Ok(r.outcome));
+    match answered(shared, &id) {
+        Some(p) => {
+            let _ = p.tx.send(Ok(r.outcome));
+        }
+        None => {
+            if let Ok(result) = &r.outcome {
+                cancel_orphan_task(shared, &id, result);
+            }
+        }
     }
+}
+
+/// A late answer that created a task (the tasks extension's
+/// `CreateTaskResult`) for a call given up before it came: nobody will
+/// poll that task, and the server learned of the cancel only after it
+/// answered. The task is the client's from the moment its bytes arrive:
+/// `tasks/cancel` it, under an id kept reserved until its own answer
+/// (ignored) comes.
+fn cancel_orphan_task(shared: &Shared, call: &RequestId, result: &serde_json::value::RawValue) {
+    #[derive(serde::Deserialize)]
+    struct Created<'a> {
+        #[serde(rename = "resultType", borrow)]
+        result_type: Option<std::borrow::Cow<'a, str>>,
+        #[serde(rename = "taskId", borrow)]
+        task_id: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Ok(created) = serde_json::from_str::<Created<'_>>(result.get()) else {
+        return;
+    };
+    let (Some("task"), Some(task)) = (created.result_type.as_deref(), created.task_id) else {
+        return;
+    };
+    let id = {
+        let mut st = shared.lock();
+        let id = shared
+            .outbound
+            .next_id(|id| st.pending.contains(id) || st.reserved.contains(id));
+        st.reserved.reserve(id.clone());
+        id
+    };
+    let params = serde_json::json!({
+        "taskId": task,
+        "_meta": {
+            jsonrpc::PROTOCOL_VERSION_META: crate::protocol::PROTOCOL_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": {
+                "extensions": {"io.modelcontextprotocol/tasks": {}}
+            }
+        }
+    });
+    let Ok(params) = serde_json::value::to_raw_value(&params) else {
+        return;
+    };
+    let Ok(line) = jsonrpc::encode_request(&id, "tasks/cancel", Some(&params)) else {
+        return;
+    };
+    tracing::debug!(request_id = %call, task_id = %crate::sanitize::for_log(&task), "a task created for a call given up: sending tasks/cancel");
+    let _ = shared.ctl.send(Control::Line(line));
 }
 
 /// The call an answer with `id` ends, if one is in flight; a late answer to
