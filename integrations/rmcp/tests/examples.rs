@@ -4,14 +4,20 @@
 //! repository's root). Not part of the published package: it uses the
 //! repository's test helpers.
 
-#[path = "../../../tests/support/example.rs"]
-mod example;
 #[path = "../../../tests/support/cli.rs"]
 mod cli;
+#[path = "../../../tests/support/example.rs"]
+mod example;
 
 #[tokio::test]
 async fn rmcp_server_command_line() {
-    let flags = ["--events", "--timeout-ms", "--idle-ms", "--plain", "--listen"];
+    let flags = [
+        "--events",
+        "--timeout-ms",
+        "--idle-ms",
+        "--plain",
+        "--listen",
+    ];
     let malformed: &[&[&str]] = &[
         &["--timeout-ms", "2s"],
         &["--idle-ms", "-5"],
