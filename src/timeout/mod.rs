@@ -195,49 +195,28 @@
 //! # }
 //! ```
 //!
-//! (Docs built without the `stdio` or `http` feature link the transports'
-//! items to [`transport`](crate::transport), where they are not.)
+//! (In docs built without the `stdio` or `http` feature, the names of
+//! that transport's items above link to [`transport`](crate::transport):
+//! the items are not in such a build.)
 //!
-#![cfg_attr(
-    feature = "stdio",
-    doc = "[`StdioClientBuilder::budget_key`]: crate::transport::stdio::StdioClientBuilder::budget_key"
-)]
-#![cfg_attr(
-    feature = "stdio",
-    doc = "[`StdioServer::budget_key`]: crate::transport::stdio::StdioServer::budget_key"
-)]
-#![cfg_attr(
-    not(feature = "stdio"),
-    doc = "[`StdioClientBuilder::budget_key`]: crate::transport"
-)]
-#![cfg_attr(
-    not(feature = "stdio"),
-    doc = "[`StdioServer::budget_key`]: crate::transport"
-)]
-#![cfg_attr(
-    feature = "http",
-    doc = "[`HttpClientBuilder::budget_key`]: crate::transport::http::HttpClientBuilder::budget_key"
-)]
-#![cfg_attr(
-    feature = "http",
-    doc = "[`StreamableHttpService::budget_key`]: crate::transport::http::StreamableHttpService::budget_key"
-)]
-#![cfg_attr(
-    feature = "http",
-    doc = "[`StreamableHttpService`]: crate::transport::http::StreamableHttpService"
-)]
-#![cfg_attr(
-    not(feature = "http"),
-    doc = "[`HttpClientBuilder::budget_key`]: crate::transport"
-)]
-#![cfg_attr(
-    not(feature = "http"),
-    doc = "[`StreamableHttpService::budget_key`]: crate::transport"
-)]
-#![cfg_attr(
-    not(feature = "http"),
-    doc = "[`StreamableHttpService`]: crate::transport"
-)]
+#![cfg_attr(feature = "stdio", doc = concat!(
+    "[`StdioClientBuilder::budget_key`]: crate::transport::stdio::StdioClientBuilder::budget_key\n",
+    "[`StdioServer::budget_key`]: crate::transport::stdio::StdioServer::budget_key",
+))]
+#![cfg_attr(not(feature = "stdio"), doc = concat!(
+    "[`StdioClientBuilder::budget_key`]: crate::transport\n",
+    "[`StdioServer::budget_key`]: crate::transport",
+))]
+#![cfg_attr(feature = "http", doc = concat!(
+    "[`HttpClientBuilder::budget_key`]: crate::transport::http::HttpClientBuilder::budget_key\n",
+    "[`StreamableHttpService::budget_key`]: crate::transport::http::StreamableHttpService::budget_key\n",
+    "[`StreamableHttpService`]: crate::transport::http::StreamableHttpService",
+))]
+#![cfg_attr(not(feature = "http"), doc = concat!(
+    "[`HttpClientBuilder::budget_key`]: crate::transport\n",
+    "[`StreamableHttpService::budget_key`]: crate::transport\n",
+    "[`StreamableHttpService`]: crate::transport",
+))]
 
 mod budget;
 pub mod future;
