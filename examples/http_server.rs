@@ -74,7 +74,6 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::Extension;
 use axum::http::StatusCode;
@@ -135,20 +134,19 @@ async fn main() {
     common::init_tracing();
     let shutdown = CancellationToken::new();
 
-    let mut mcp = StreamableHttpService::new(common::server_stack(common::Options::from_flags(
-        &flags,
-    )))
-        .origin_policy(OriginPolicy::Localhost)
-        .keep_alive(Some(Duration::from_secs(15)))
-        .max_body_bytes(MAX_BODY_BYTES)
-        // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
-        // initialize opens a session whose notifications/cancelled cancel.
-        .stateful_sessions(SessionLimits::new())
-        .shutdown(shutdown.clone())
-        .drain_grace(flags.drain_grace)
-        // `--grace DURATION`: a cancelled request's token fires at once,
-        // its handler is dropped only after this long (default: at once).
-        .grace(tower_mcp_cancel::MethodPolicy::new(flags.grace));
+    let mut mcp =
+        StreamableHttpService::new(common::server_stack(common::Options::from_flags(&flags)))
+            .origin_policy(OriginPolicy::Localhost)
+            .keep_alive(Some(Duration::from_secs(15)))
+            .max_body_bytes(MAX_BODY_BYTES)
+            // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
+            // initialize opens a session whose notifications/cancelled cancel.
+            .stateful_sessions(SessionLimits::new())
+            .shutdown(shutdown.clone())
+            .drain_grace(flags.drain_grace)
+            // `--grace DURATION`: a cancelled request's token fires at once,
+            // its handler is dropped only after this long (default: at once).
+            .grace(tower_mcp_cancel::MethodPolicy::new(flags.grace));
     if flags.budget {
         mcp = mcp
             .budget_key(common::BUDGET_KEY)

@@ -412,9 +412,11 @@ fn say(line: &str) {
 #[tokio::main]
 async fn main() -> ExitCode {
     // A bad command line: a usage line, exit status 2 (clap's own refusals too).
-    let args = cli::parse::<Cli>()
-        .into_args()
-        .unwrap_or_else(|e| Cli::command().error(ErrorKind::MissingRequiredArgument, e).exit());
+    let args = cli::parse::<Cli>().into_args().unwrap_or_else(|e| {
+        Cli::command()
+            .error(ErrorKind::MissingRequiredArgument, e)
+            .exit()
+    });
     let mut interrupt = Interrupt::new();
     if let Some(uri) = args.url.clone() {
         let mut builder =

@@ -4,16 +4,22 @@
 //! started a server on 8080). The flags named here are the ones the tests,
 //! benchmarks, scripts and README use.
 
-#[path = "support/example.rs"]
-mod example;
 #[path = "support/cli.rs"]
 mod cli;
+#[path = "support/example.rs"]
+mod example;
 
 use cli::assert_cli;
 use example::example;
 
 /// The flags both example servers take.
-const SERVER_FLAGS: [&str; 5] = ["--events", "--timeout", "--grace", "--budget", "--drain-grace"];
+const SERVER_FLAGS: [&str; 5] = [
+    "--events",
+    "--timeout",
+    "--grace",
+    "--budget",
+    "--drain-grace",
+];
 
 #[tokio::test]
 async fn http_server_command_line() {
@@ -42,7 +48,14 @@ async fn stdio_server_command_line() {
 
 #[tokio::test]
 async fn mcp_call_command_line() {
-    let flags = ["--url", "--http2", "--timeout", "--idle", "--max", "--budget"];
+    let flags = [
+        "--url",
+        "--http2",
+        "--timeout",
+        "--idle",
+        "--max",
+        "--budget",
+    ];
     let malformed: &[&[&str]] = &[
         &["--timout", "2s", "--", "server", "tool"],
         &["--timeout", "2", "--idle", "x", "--", "server", "tool"],
