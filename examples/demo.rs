@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-#[path = "common/cli.rs"]
-mod cli;
 #[cfg(feature = "stdio")]
 mod common;
 use tower::BoxError;
@@ -71,7 +69,8 @@ struct Cli {}
 
 #[tokio::main]
 async fn main() {
-    let Cli {} = cli::parse();
+    // No flags: clap's refusal of any argument carries the usage line.
+    let Cli {} = clap::Parser::parse();
     println!("tower-mcp-cancel demo: cancelling a request is dropping its future\n");
 
     // 1. A fixed timeout cancels a slow call.
