@@ -87,8 +87,9 @@
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the opt-in 2025-era HTTP sessions; the clients (the HTTP one dual-era) |
 //! | for adapters | [`integration`] | what a transport or SDK adapter outside the crate needs to behave as the crate's own: the progress registry, the bridge from an SDK's cancel token to a drop, the one error mapping |
 //!
-//! Beside them, for tests: `test_util` (feature `test-util`): drop probes, a
-//! handler recorder, mock stacks, `settle`; it imports from the request row
+//! Beside them, for tests: `test_util` (feature `test-util`): drop probes
+//! (with an awaited drop), a handler recorder (also for handlers that are
+//! not `McpRequest` services), `settle`; it imports from the request row
 //! and below.
 //!
 //! Docs built without a feature link its items' names to [`transport`]
