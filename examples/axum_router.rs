@@ -13,6 +13,9 @@
 //! # press Ctrl-C on curl: the server logs that the handler was dropped
 //! ```
 
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::time::Duration;
 
 use axum::{routing::get, Router};
@@ -56,8 +59,20 @@ async fn handle(req: McpRequest) -> Result<Value, BoxError> {
     }
 }
 
+/// StreamableHttpService mounted in an axum Router at /mcp, next to
+/// /healthz; one tool, `wait {secs}`. A client that closes its response
+/// stream drops the handler's future.
+#[derive(clap::Parser, Debug)]
+#[command(name = "axum_router")]
+struct Cli {
+    /// The address to listen on.
+    #[arg(value_name = "ADDR", default_value = "127.0.0.1:3000")]
+    addr: std::net::SocketAddr,
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
+    let Cli { addr } = cli::parse();
     let mcp = ServiceBuilder::new()
         .layer(CancelOnDisconnectLayer::new())
         .layer(TimeoutLayer::new(Duration::from_secs(120)))
@@ -67,9 +82,6 @@ async fn main() -> std::io::Result<()> {
         .route("/healthz", get(|| async { "ok" }))
         .route_service("/mcp", StreamableHttpService::new(mcp));
 
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("listening on http://{}/mcp", listener.local_addr()?);
     axum::serve(listener, app).await

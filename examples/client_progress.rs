@@ -12,6 +12,9 @@
 //! It spawns the server given on its command line (by default the
 //! `stdio_service_fn` example, built next to it) and calls its `count` tool.
 
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::time::Duration;
 
 use serde_json::json;
@@ -21,11 +24,24 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{Elapsed, McpRequest, ProgressObserver, ProgressResetLayer, TimeoutLayer};
 
+/// Calls the `count` tool of a stdio MCP server under TimeoutLayer (5 min)
+/// and ProgressResetLayer (30 s of silence), printing each progress
+/// notification.
+#[derive(clap::Parser, Debug)]
+#[command(name = "client_progress")]
+struct Cli {
+    /// The server to spawn, then its own arguments (flags included) [default:
+    /// the stdio_service_fn example, built next to this one].
+    #[arg(value_name = "SERVER", trailing_var_arg = true)]
+    server: Vec<std::ffi::OsString>,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    let Cli { server: command } = cli::parse();
     // The server: the command given, or the `stdio_service_fn` example
     // built next to this one.
-    let mut args = std::env::args_os().skip(1);
+    let mut args = command.into_iter();
     let program = match args.next() {
         Some(program) => program.into(),
         None => std::env::current_exe()?.with_file_name("stdio_service_fn"),

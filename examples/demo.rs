@@ -1,7 +1,8 @@
 //! The main demo: the three layers at work, each step printing what happened.
 //!
 //! Run with `cargo run --features stdio,http --example demo` (without the
-//! features, the transport steps 5 and 6 are skipped).
+//! features, the transport steps 5 and 6 are skipped). It takes no flags
+//! (`--help` says so; any other argument is refused with exit status 2).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -59,8 +60,17 @@ fn describe(result: &Result<serde_json::Value, BoxError>, started: Instant) -> S
     }
 }
 
+/// The main demo: the three layers at work (a timeout, a progress idle
+/// limit, a cancel, a disconnect; then the stdio and Streamable HTTP
+/// transports), each step printing what happened. Takes no flags.
+#[derive(clap::Parser, Debug)]
+#[command(name = "demo")]
+struct Cli {}
+
 #[tokio::main]
 async fn main() {
+    // No flags: clap's refusal of any argument carries the usage line.
+    let Cli {} = clap::Parser::parse();
     println!("tower-mcp-cancel demo: cancelling a request is dropping its future\n");
 
     // 1. A fixed timeout cancels a slow call.

@@ -65,6 +65,9 @@
 //! the server waits for connections to close. `--listen 127.0.0.1:0` picks a
 //! free port: the address bound is printed on stdout
 //! (`listening on http://127.0.0.1:PORT/mcp`).
+//!
+//! `--help` lists the flags; an unknown flag or a malformed value is
+//! refused with a usage line and exit status 2.
 
 mod common;
 
@@ -103,12 +106,20 @@ async fn work(Extension(cancellation): Extension<Cancellation>) -> String {
     job.await.unwrap_or_else(|e| format!("work failed: {e}\n"))
 }
 
-fn listen_addr() -> SocketAddr {
-    let addr = common::arg_value("--listen").unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-    addr.parse().unwrap_or_else(|e| {
-        eprintln!("bad --listen address {addr:?}: {e}");
-        std::process::exit(2)
-    })
+/// The example MCP server over Streamable HTTP at /mcp (2026-07-28, and
+/// 2025 sessions for clients that initialize), with the example tools
+/// (echo, slow, spawned, cleanup, deadline, gated, release) behind
+/// CancelOnDisconnectLayer and TimeoutLayer, and a plain axum route /work.
+/// Logs to stderr (RUST_LOG overrides `info`); prints
+/// `listening on http://ADDR/mcp` on stdout; Ctrl-C / SIGTERM stops it.
+#[derive(clap::Parser, Debug)]
+#[command(name = "http_server")]
+struct Cli {
+    /// The address to listen on (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    server: common::ServerFlags,
 }
 
 /// The largest request body, for the MCP endpoint and the whole router.
@@ -116,24 +127,27 @@ const MAX_BODY_BYTES: usize = 4 << 20;
 
 #[tokio::main]
 async fn main() {
+    let Cli {
+        listen: addr,
+        server: flags,
+    } = common::cli::parse();
     common::init_tracing();
-    let opts = common::Options::from_args();
-    let addr = listen_addr();
     let shutdown = CancellationToken::new();
 
-    let mut mcp = StreamableHttpService::new(common::server_stack(opts))
-        .origin_policy(OriginPolicy::Localhost)
-        .keep_alive(Some(Duration::from_secs(15)))
-        .max_body_bytes(MAX_BODY_BYTES)
-        // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
-        // initialize opens a session whose notifications/cancelled cancel.
-        .stateful_sessions(SessionLimits::new())
-        .shutdown(shutdown.clone())
-        .drain_grace(common::drain_grace())
-        // `--grace DURATION`: a cancelled request's token fires at once,
-        // its handler is dropped only after this long (default: at once).
-        .grace(tower_mcp_cancel::MethodPolicy::new(common::grace()));
-    if common::budget() {
+    let mut mcp =
+        StreamableHttpService::new(common::server_stack(common::Options::from_flags(&flags)))
+            .origin_policy(OriginPolicy::Localhost)
+            .keep_alive(Some(Duration::from_secs(15)))
+            .max_body_bytes(MAX_BODY_BYTES)
+            // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
+            // initialize opens a session whose notifications/cancelled cancel.
+            .stateful_sessions(SessionLimits::new())
+            .shutdown(shutdown.clone())
+            .drain_grace(flags.drain_grace)
+            // `--grace DURATION`: a cancelled request's token fires at once,
+            // its handler is dropped only after this long (default: at once).
+            .grace(tower_mcp_cancel::MethodPolicy::new(flags.grace));
+    if flags.budget {
         mcp = mcp
             .budget_key(common::BUDGET_KEY)
             .expect("a budget key outside the reserved prefixes");

@@ -38,12 +38,18 @@
 //! cancellation instead of dying with the work in flight.
 //!
 //! The call itself ([`call_tool`]) takes any `Service<McpRequest>`, so other
-//! transports plug in beside stdio.
+//! transports plug in beside stdio. `--help` lists the flags; an unknown
+//! flag or a malformed value is refused with a usage line and exit status 2.
+
+#[path = "common/cli.rs"]
+mod cli;
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use tokio::process::Command;
@@ -58,7 +64,6 @@ use tower_mcp_cancel::{
     RequestTimeout, TimeoutLayer,
 };
 
-const USAGE: &str = "usage: mcp-call [--timeout 30s] [--idle 10s] [--max 5m] [--budget] -- <server command…> <tool> [key=value…]\n       mcp-call [--timeout 30s] [--idle 10s] [--max 5m] [--budget] --url http://…/mcp [--http2] <tool> [key=value…]";
 /// The `_meta` key `--budget` sends the remaining time under (MCP defines
 /// none; the example servers read this one with `--budget`).
 const BUDGET_KEY: &str = "io.github.tower-mcp-cancel/budgetMs";
@@ -78,6 +83,51 @@ pub struct Limits {
     pub max: Duration,
 }
 
+/// Calls one tool on a stdio or Streamable HTTP MCP server, with a
+/// progress bar, a deadline, and Ctrl-C that really cancels. Prints the
+/// result as JSON on stdout; exits 124 on a timeout, 130 on Ctrl-C, 2 on a
+/// bad command line.
+///
+/// The words are the server command and its arguments (after `--`; none
+/// with --url), then the tool, then its arguments as key=value (a value
+/// that parses as JSON is JSON: n=3, b=true; else a string). Durations:
+/// 500ms, 30s, 5m, 1h, or seconds.
+#[derive(Parser, Debug)]
+#[command(
+    name = "mcp-call",
+    override_usage = "mcp-call [OPTIONS] -- <SERVER COMMAND>... <TOOL> [KEY=VALUE]...\n       mcp-call [OPTIONS] --url <URL> <TOOL> [KEY=VALUE]..."
+)]
+struct Cli {
+    /// Call a Streamable HTTP server (http:// or https://) instead of
+    /// starting one over stdio.
+    #[arg(long, value_name = "URL")]
+    url: Option<http::Uri>,
+    /// With --url: HTTP/2 with prior knowledge (default HTTP/1.1).
+    #[arg(long, requires = "url")]
+    http2: bool,
+    /// Fixed deadline for the call [default: 30s; with --idle, none unless
+    /// given].
+    #[arg(long, value_name = "DURATION", value_parser = cli::duration)]
+    timeout: Option<Duration>,
+    /// Idle limit, restarted by each progress notification.
+    #[arg(long, value_name = "DURATION", value_parser = cli::duration)]
+    idle: Option<Duration>,
+    /// Hard maximum with --idle, which progress does not extend.
+    #[arg(long, value_name = "DURATION", value_parser = cli::duration, default_value = "5m")]
+    max: Duration,
+    /// Send the call's remaining time in _meta (whole milliseconds, under
+    /// io.github.tower-mcp-cancel/budgetMs), for a server that honours it.
+    #[arg(long)]
+    budget: bool,
+    /// With --url: the tool and its key=value arguments.
+    #[arg(value_name = "TOOL [KEY=VALUE]")]
+    words: Vec<String>,
+    /// After `--`: the server command and its arguments, the tool and its
+    /// key=value arguments.
+    #[arg(last = true, value_name = "SERVER COMMAND, TOOL [KEY=VALUE]")]
+    command: Vec<String>,
+}
+
 /// The parsed command line.
 #[derive(Debug)]
 pub struct Args {
@@ -86,7 +136,7 @@ pub struct Args {
     /// The server command and its arguments (empty with `--url`).
     pub server: Vec<String>,
     /// The Streamable HTTP endpoint, with `--url`.
-    pub url: Option<String>,
+    pub url: Option<http::Uri>,
     /// HTTP/2 with prior knowledge, with `--http2`.
     pub http2: bool,
     /// Send the remaining budget in `_meta`, with `--budget`.
@@ -97,91 +147,57 @@ pub struct Args {
     pub arguments: serde_json::Map<String, Value>,
 }
 
-/// Parses `500ms`, `30s`, `5m`, `1h`, or seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("bad duration unit in {s:?}")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("bad duration {s:?}"))
-}
-
-/// Parses the command line (without the program name).
-pub fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let (opts, rest) = match argv.iter().position(|a| a == "--") {
-        Some(split) => (&argv[..split], &argv[split + 1..]),
-        None if argv.iter().any(|a| a == "--url") => {
-            // No server command: the options, then the tool and its arguments.
-            let mut i = 0;
-            while i < argv.len() && argv[i].starts_with("--") {
-                i += if matches!(argv[i].as_str(), "--http2" | "--budget" | "--help") {
-                    1
-                } else {
-                    2
-                };
+impl Cli {
+    /// The call the words describe; a message for what is missing.
+    fn into_args(self) -> Result<Args, String> {
+        let rest = match (self.command.is_empty(), self.words.is_empty()) {
+            (false, false) => {
+                return Err("the tool goes after the server command, behind `--`".into())
             }
-            let i = i.min(argv.len());
-            (&argv[..i], &argv[i..])
+            (false, true) => self.command,
+            (true, _) if self.url.is_none() => {
+                return Err("missing `--` before the server command".into())
+            }
+            (true, _) => self.words,
+        };
+        // Without --idle, a 30 s deadline unless --timeout gives one.
+        let timeout = match (self.timeout, self.idle) {
+            (None, None) => Some(Duration::from_secs(30)),
+            (t, _) => t,
+        };
+        // Trailing key=value words are the arguments; the word before them is the tool.
+        let n_args = rest.iter().rev().take_while(|a| a.contains('=')).count();
+        let (head, kv) = rest.split_at(rest.len() - n_args);
+        let Some((tool, server)) = head.split_last() else {
+            return Err("missing tool name".into());
+        };
+        match (&self.url, server.is_empty()) {
+            (None, true) => return Err("missing server command".into()),
+            (Some(_), false) => {
+                return Err("give either --url or a server command, not both".into())
+            }
+            _ => {}
         }
-        None => return Err("missing `--` before the server command".into()),
-    };
-    let mut url = None;
-    let mut http2 = false;
-    let mut budget = false;
-    let mut timeout = None;
-    let mut idle = None;
-    let mut max = Duration::from_secs(300);
-    let mut it = opts.iter();
-    while let Some(o) = it.next() {
-        let mut value = || it.next().ok_or(format!("{o} needs a value"));
-        match o.as_str() {
-            "--timeout" => timeout = Some(parse_duration(value()?)?),
-            "--idle" => idle = Some(parse_duration(value()?)?),
-            "--max" => max = parse_duration(value()?)?,
-            "--url" => url = Some(value()?.clone()),
-            "--http2" => http2 = true,
-            "--budget" => budget = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown option {other}")),
+        let mut arguments = serde_json::Map::new();
+        for pair in kv {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = serde_json::from_str(v).unwrap_or_else(|_| Value::from(v));
+            arguments.insert(k.to_owned(), v);
         }
+        Ok(Args {
+            limits: Limits {
+                timeout,
+                idle: self.idle,
+                max: self.max,
+            },
+            server: server.to_vec(),
+            url: self.url,
+            http2: self.http2,
+            budget: self.budget,
+            tool: tool.clone(),
+            arguments,
+        })
     }
-    if timeout.is_none() && idle.is_none() {
-        timeout = Some(Duration::from_secs(30));
-    }
-    // Trailing key=value tokens are the arguments; the token before them is the tool.
-    let n_args = rest.iter().rev().take_while(|a| a.contains('=')).count();
-    let (head, kv) = rest.split_at(rest.len() - n_args);
-    let Some((tool, server)) = head.split_last() else {
-        return Err("missing tool name".into());
-    };
-    match (&url, server.is_empty()) {
-        (None, true) => return Err("missing server command".into()),
-        (Some(_), false) => return Err("give either --url or a server command, not both".into()),
-        _ => {}
-    }
-    let mut arguments = serde_json::Map::new();
-    for pair in kv {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = serde_json::from_str(v).unwrap_or_else(|_| Value::from(v));
-        arguments.insert(k.to_owned(), v);
-    }
-    Ok(Args {
-        limits: Limits { timeout, idle, max },
-        server: server.to_vec(),
-        url,
-        http2,
-        budget,
-        tool: tool.clone(),
-        arguments,
-    })
 }
 
 fn meta() -> Value {
@@ -395,26 +411,14 @@ fn say(line: &str) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // A bad command line: a usage line, exit status 2 (clap's own refusals too).
+    let args = cli::parse::<Cli>().into_args().unwrap_or_else(|e| {
+        Cli::command()
+            .error(ErrorKind::MissingRequiredArgument, e)
+            .exit()
+    });
     let mut interrupt = Interrupt::new();
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse_args(&argv) {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("mcp-call: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(url) = args.url.clone() {
-        let uri = match url.parse() {
-            Ok(u) => u,
-            Err(e) => {
-                eprintln!("mcp-call: bad --url {url:?}: {e}");
-                return ExitCode::from(2);
-            }
-        };
+    if let Some(uri) = args.url.clone() {
         let mut builder =
             HttpClient::builder(uri).client_info("mcp-call", env!("CARGO_PKG_VERSION"));
         if args.budget {

@@ -22,14 +22,29 @@
 //! handler future is dropped only after that long. The tool
 //! `cleanup {ms}` waits for its token, then spends `ms` on its cleanup;
 //! with `--events` it prints `CLEANED <id> <ns>` once that finished.
+//!
+//! `--help` lists the flags; an unknown flag or a malformed value is
+//! refused with a usage line and exit status 2.
 
 mod common;
 
+/// The example MCP server over stdio (the example tools: echo, slow,
+/// spawned, cleanup, deadline, gated, release), behind CancelOnDisconnectLayer
+/// and TimeoutLayer. Logs to stderr (RUST_LOG overrides `info`); exits when
+/// stdin closes, or on Ctrl-C / SIGTERM.
+#[derive(clap::Parser, Debug)]
+#[command(name = "stdio_server")]
+struct Cli {
+    #[command(flatten)]
+    server: common::ServerFlags,
+}
+
 #[tokio::main]
 async fn main() {
+    let cli: Cli = common::cli::parse();
     common::init_tracing();
-    let opts = common::Options::from_args();
-    let service = common::server_stack(opts);
+    let flags = cli.server;
+    let service = common::server_stack(common::Options::from_flags(&flags));
     // Ctrl-C / SIGTERM: listen streams end gracefully, requests in flight
     // may finish within `--drain-grace SECONDS` (default: none).
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -40,11 +55,11 @@ async fn main() {
     });
     let mut server = tower_mcp_cancel::transport::stdio::StdioServer::new()
         .shutdown(shutdown)
-        .drain_grace(common::drain_grace())
+        .drain_grace(flags.drain_grace)
         // `--grace DURATION`: a cancelled request's token fires at once,
         // its handler is dropped only after this long (default: at once).
-        .grace(tower_mcp_cancel::MethodPolicy::new(common::grace()));
-    if common::budget() {
+        .grace(tower_mcp_cancel::MethodPolicy::new(flags.grace));
+    if flags.budget {
         server = server
             .budget_key(common::BUDGET_KEY)
             .expect("a budget key outside the reserved prefixes");

@@ -87,12 +87,24 @@
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the opt-in 2025-era HTTP sessions; the clients (the HTTP one dual-era) |
 //! | for adapters | [`integration`] | what a transport or SDK adapter outside the crate needs to behave as the crate's own: the progress registry, the bridge from an SDK's cancel token to a drop, the one error mapping |
 //!
-//! Beside them, for tests: `test_util` (feature `test-util`): drop probes, a
-//! handler recorder, mock stacks, `settle`; it imports from the request row
+//! Beside them, for tests: `test_util` (feature `test-util`): drop probes
+//! (with an awaited drop), a handler recorder (also for handlers that are
+//! not `McpRequest` services), `settle`; it imports from the request row
 //! and below.
+//!
+//! Docs built without a feature link its items' names to [`transport`]
+//! instead (they are not there); docs.rs shows every item, each marked with
+//! the feature it needs.
+//!
+#![cfg_attr(feature = "stdio", doc = "[`transport::stdio`]: transport::stdio")]
+#![cfg_attr(not(feature = "stdio"), doc = "[`transport::stdio`]: transport")]
+#![cfg_attr(feature = "http", doc = "[`transport::http`]: transport::http")]
+#![cfg_attr(not(feature = "http"), doc = "[`transport::http`]: transport")]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+// docs.rs (`--cfg docsrs`, see Cargo.toml): each feature-gated item says
+// which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod cancel;
 pub mod error;
@@ -114,6 +126,7 @@ pub mod transport;
 mod wake_count;
 
 #[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_util;
 
 #[cfg(feature = "fuzzing")]

@@ -19,6 +19,18 @@
 //!   [`ProgressObserver`](crate::ProgressObserver), and a transport's
 //!   notifier (reached through [`RequestContext`](crate::RequestContext)).
 //!
+//! Who puts each one there, and who reads it:
+//!
+//! | type | put there by | read by |
+//! | --- | --- | --- |
+//! | [`Cancellation`] | the transport (its cancel signal), or [`CancelOnDisconnectLayer`](crate::CancelOnDisconnectLayer) | the layers; the handler ([`token`](Cancellation::token)) |
+//! | [`ProgressTap`] | [`ProgressResetLayer`](crate::ProgressResetLayer) | the client transport (incoming progress); the handler (its own progress) |
+//! | [`RequestTimeout`](crate::RequestTimeout) | the caller | [`TimeoutLayer`](crate::TimeoutLayer) |
+//! | [`ProgressLimits`](crate::ProgressLimits) | the caller | [`ProgressResetLayer`](crate::ProgressResetLayer) |
+//! | [`ProgressObserver`](crate::ProgressObserver) | the caller | the [`ProgressTap`] (a progress bar) |
+//! | [`DeadlineCap`](crate::DeadlineCap) | a handler, for a call it makes downstream ([`RequestContext::deadline_cap`](crate::RequestContext::deadline_cap)) | every timer layer of that call: `min(own limit, cap)` |
+//! | a notifier | a server transport | the handler, through [`RequestContext`](crate::RequestContext) |
+//!
 //! Where a request type stores them is its own business. [`McpRequest`]
 //! keeps the two hot ones in fields (inserting into an extension map
 //! allocates, which was most of the layers' per-call cost) and the rest in

@@ -39,6 +39,8 @@
 // Shared by the example binaries; `pub` for them, not an API.
 #![allow(dead_code, unreachable_pub, missing_debug_implementations)]
 
+pub mod cli;
+
 use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -74,50 +76,40 @@ pub const TOOLS_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// asks of keys it does not define).
 pub const BUDGET_KEY: &str = "io.github.tower-mcp-cancel/budgetMs";
 
-/// `--budget`: honour a client's budget sent under [`BUDGET_KEY`].
-pub fn budget() -> bool {
-    std::env::args().any(|a| a == "--budget")
+/// The flags both example servers take (`--help` lists them with these
+/// docs). A value that does not parse is refused by clap with a usage line
+/// and exit status 2, as is a flag it does not know.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServerFlags {
+    /// Print `STARTED`, `DROPPED`, `DONE`, `TOKEN` and `CLEANED` lines
+    /// (`<kind> <id> <unix-ns>`) to stderr as handlers start, are dropped,
+    /// finish, see their token fire, finish their cleanup.
+    #[arg(long)]
+    pub events: bool,
+    /// The deadline of every request (`500ms`, `30s`, `5m`, `1h`, or
+    /// seconds) [default: 60 s, `tools/call` 600 s].
+    #[arg(long, value_name = "DURATION", value_parser = cli::duration)]
+    pub timeout: Option<Duration>,
+    /// A cancelled request's cooperative grace: its token fires at once,
+    /// its handler future is dropped only after this long (as `--timeout`).
+    #[arg(long, value_name = "DURATION", value_parser = cli::duration, default_value = "0s")]
+    pub grace: Duration,
+    /// Honour the remaining budget a client sends in `_meta` under
+    /// `io.github.tower-mcp-cancel/budgetMs` (`mcp_call --budget`): a
+    /// request then gets `min(--timeout, budget)`.
+    #[arg(long)]
+    pub budget: bool,
+    /// At shutdown (Ctrl-C, SIGTERM), how long requests in flight may
+    /// finish, in seconds (0 to 86400; 0: cancelled at once).
+    #[arg(long, value_name = "SECONDS", value_parser = drain_seconds, default_value = "0")]
+    pub drain_grace: Duration,
 }
 
-/// `--timeout DURATION` (`500ms`, `30s`, `5m`, `1h`, or seconds): the
-/// deadline of every request (default: 60 s, `tools/call` 600 s). Exits
-/// with a message on a value that is not a duration.
-pub fn timeout() -> Option<Duration> {
-    duration_arg("--timeout")
-}
-
-/// `--grace DURATION` (as `--timeout`): the cooperative grace of a
-/// cancelled request — its token fires at once, its handler future is
-/// dropped only after this long (default: none, dropped at once). Exits
-/// with a message on a value that is not a duration.
-pub fn grace() -> Duration {
-    duration_arg("--grace").unwrap_or(Duration::ZERO)
-}
-
-/// The duration after `name` on the command line (`500ms`, `30s`, `5m`,
-/// `1h`, or seconds); exits with a message on anything else.
-fn duration_arg(name: &str) -> Option<Duration> {
-    let text = arg_value(name)?;
-    let (num, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => text.split_at(i),
-        None => (text.as_str(), "s"),
-    };
-    let scale = match unit {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => f64::NAN,
-    };
-    match num
-        .parse::<f64>()
-        .map(|n| Duration::try_from_secs_f64(n * scale))
-    {
-        Ok(Ok(d)) => Some(d),
-        _ => {
-            eprintln!("bad {name} {text:?}: expected a duration such as 500ms, 30s, 5m");
-            std::process::exit(2)
-        }
+/// `--drain-grace`: seconds between 0 and 86400.
+fn drain_seconds(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        _ => Err("expected seconds between 0 and 86400".to_owned()),
     }
 }
 
@@ -143,11 +135,11 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Options from the command line: `--events` turns on the stderr lines.
-    pub fn from_args() -> Self {
+    /// Options from the servers' flags (`--events`, `--timeout`).
+    pub fn from_flags(flags: &ServerFlags) -> Self {
         Self {
-            events: std::env::args().any(|a| a == "--events"),
-            timeout: timeout(),
+            events: flags.events,
+            timeout: flags.timeout,
             ..Self::default()
         }
     }
@@ -168,31 +160,6 @@ pub fn now_ns() -> u128 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0)
-}
-
-/// The value after `name` on the command line (`--listen 127.0.0.1:0`).
-pub fn arg_value(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-/// `--drain-grace SECONDS`: how long requests in flight may finish at
-/// shutdown (default: none, cancelled at once). Exits with a message on a
-/// value that is not a number of seconds.
-pub fn drain_grace() -> Duration {
-    let Some(text) = arg_value("--drain-grace") else {
-        return Duration::ZERO;
-    };
-    match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
-        _ => {
-            eprintln!("bad --drain-grace {text:?}: expected seconds between 0 and 86400");
-            std::process::exit(2)
-        }
-    }
 }
 
 /// Ctrl-C, or (on Unix) SIGTERM, which orchestrators and `kill` send.

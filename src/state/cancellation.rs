@@ -306,9 +306,8 @@ impl Cancellation {
     /// Sets the request's cooperative grace: how long its handler future
     /// is still polled once the request is cancelled (its token fired), so
     /// that it can finish its cleanup, before it is dropped. It overrides
-    /// the transport's policy
-    /// ([`StdioServer::grace`](crate::transport::stdio::StdioServer::grace),
-    /// `StreamableHttpService::grace`) for this request; kept in whole
+    /// the transport's policy ([`StdioServer::grace`],
+    /// [`StreamableHttpService::grace`]) for this request; kept in whole
     /// milliseconds (a fraction rounded up), at most about 24 days.
     ///
     /// Only a server transport acts on it (see the
@@ -328,6 +327,23 @@ impl Cancellation {
     /// c.cancel(CancelReason::Shutdown);
     /// assert!(!c.set_grace(Duration::from_secs(1)));
     /// ```
+    ///
+    #[cfg_attr(
+        feature = "stdio",
+        doc = "[`StdioServer::grace`]: crate::transport::stdio::StdioServer::grace"
+    )]
+    #[cfg_attr(
+        not(feature = "stdio"),
+        doc = "[`StdioServer::grace`]: crate::transport"
+    )]
+    #[cfg_attr(
+        feature = "http",
+        doc = "[`StreamableHttpService::grace`]: crate::transport::http::StreamableHttpService::grace"
+    )]
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`StreamableHttpService::grace`]: crate::transport"
+    )]
     pub fn set_grace(&self, grace: Duration) -> bool {
         if self.is_finished() {
             return false;

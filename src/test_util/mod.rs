@@ -2,11 +2,15 @@
 //!
 //! * [`DropProbe`]: hands out [`DropGuard`]s you move into futures; the
 //!   probe tells whether and when (on tokio's clock, so paused time works)
-//!   one was dropped, and whether before being marked finished.
+//!   one was dropped, and whether before being marked finished;
+//!   [`DropProbe::dropped`] waits for the drop.
 //! * [`Recorder`]: a handler's life (started, token fired, dropped, done) as
 //!   [`Event`]s on a channel ([`Events`]), so a test orders on what happened
 //!   instead of sleeping; [`Recorder::start`] hands out the handler's
-//!   [`DropGuard`].
+//!   [`DropGuard`]. Neither needs an [`McpRequest`](crate::McpRequest): a
+//!   guard is a value to move into any future, and
+//!   [`Recorder::start_as`] / [`Recorder::watch_token_as`] key a handler's
+//!   events by an id or name of your choice (an SDK handler's request id).
 //! * [`settle`]: lets spawned tasks and woken futures run, without sleeping.
 //!
 //! ```
@@ -32,9 +36,17 @@
 
 mod probe;
 mod recorder;
+#[cfg(test)]
+mod tests;
 
 pub use probe::{DropGuard, DropProbe};
 pub use recorder::{Event, Events, Recorder};
+
+/// How long the helpers' waits ([`DropProbe::dropped`], [`Events::next`])
+/// last before they panic: a guard against hangs, never a synchronisation;
+/// far longer than any test needs, also under a paused clock (which jumps
+/// to it only when nothing else can run).
+const WAIT_BOUND: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Yields to the scheduler until spawned tasks and woken futures have run
 /// (200 rounds), without advancing time.

@@ -5,17 +5,18 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use super::Event;
+use super::{Event, WAIT_BOUND};
 use crate::jsonrpc::RequestId;
 
 /// Observes [`DropGuard`]s: whether and when one was dropped.
 ///
-/// Clone it into a `service_fn` and arm a guard per call with
+/// Clone it into a `service_fn` (or any handler: a guard is a plain value
+/// to move into a future) and arm a guard per call with
 /// [`DropProbe::guard`]; [`DropProbe::new`] gives a probe and its first
-/// guard at once.
+/// guard at once. [`DropProbe::dropped`] waits for a drop.
 ///
 /// ```
 /// use tower::{service_fn, BoxError, ServiceExt};
@@ -45,6 +46,8 @@ struct ProbeInner {
     dropped_at: Mutex<Option<Instant>>,
     finished: AtomicBool,
     dropped_unfinished: AtomicBool,
+    /// Wakes [`DropProbe::dropped`] at each drop.
+    drop_seen: Notify,
 }
 
 /// Move it into the future under test: its drop is what its
@@ -97,6 +100,50 @@ impl DropProbe {
             .unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Waits until a guard of this probe has been dropped (at once if one
+    /// was) and returns when it was, on tokio's clock: what a test awaits
+    /// instead of polling [`is_dropped`](Self::is_dropped) in a loop.
+    ///
+    /// # Panics
+    ///
+    /// After an hour on tokio's clock without a drop: a guard against a
+    /// hang, as [`Events::next`](super::Events::next) has (under a paused
+    /// clock the hour passes at once when nothing else can run).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_mcp_cancel::test_util::DropProbe;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// let (probe, guard) = DropProbe::new();
+    /// // Any handler: here a plain task that a timeout drops.
+    /// tokio::spawn(tokio::time::timeout(Duration::from_secs(2), async move {
+    ///     let _guard = guard;
+    ///     std::future::pending::<()>().await
+    /// }));
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(probe.dropped().await - start, Duration::from_secs(2));
+    /// assert!(probe.was_cancelled());
+    /// # }
+    /// ```
+    pub async fn dropped(&self) -> Instant {
+        let wait = async {
+            loop {
+                // Registered before the check, so that a drop in between
+                // still wakes it.
+                let mut seen = std::pin::pin!(self.inner.drop_seen.notified());
+                seen.as_mut().enable();
+                if let Some(at) = self.dropped_at() {
+                    return at;
+                }
+                seen.await;
+            }
+        };
+        tokio::time::timeout(WAIT_BOUND, wait)
+            .await
+            .expect("timed out waiting for a guard of the probe to be dropped")
+    }
+
     /// Whether a guard was dropped before [`DropGuard::finish`]: the future
     /// holding it was cancelled rather than run to its end.
     pub fn was_cancelled(&self) -> bool {
@@ -137,6 +184,7 @@ impl Drop for DropGuard {
                     inner.dropped_unfinished.store(true, Ordering::SeqCst);
                 }
                 *inner.dropped_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                inner.drop_seen.notify_waiters();
             }
             Watcher::Recorder(tx, id) => {
                 let id = id.clone();

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use super::DropGuard;
+use super::{DropGuard, WAIT_BOUND};
 use crate::jsonrpc::RequestId;
 use crate::{CancelReason, McpRequest};
 
@@ -13,10 +14,11 @@ use crate::{CancelReason, McpRequest};
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
-    /// The handler started ([`Recorder::start`]).
+    /// The handler started ([`Recorder::start`], [`Recorder::start_as`]).
     Started(RequestId),
     /// The request's cancellation token fired, with the reason it carried
-    /// then (seen by the task [`Recorder::watch_token`] spawned).
+    /// then (seen by the task [`Recorder::watch_token`] spawned; `None`
+    /// from [`Recorder::watch_token_as`], whose token carries none).
     Token(RequestId, Option<CancelReason>),
     /// The handler's [`DropGuard`] was dropped before
     /// [`DropGuard::finish`]: its future was dropped.
@@ -30,7 +32,9 @@ pub enum Event {
 
 /// The sending side: clone it into a `service_fn` and call
 /// [`start`](Self::start) at the top of each handler (and
-/// [`watch_token`](Self::watch_token) to see its token fire).
+/// [`watch_token`](Self::watch_token) to see its token fire); in a handler
+/// that is not an [`McpRequest`] service, [`start_as`](Self::start_as) and
+/// [`watch_token_as`](Self::watch_token_as).
 ///
 /// ```
 /// use tower::{service_fn, BoxError, ServiceExt};
@@ -75,7 +79,37 @@ impl Recorder {
     /// future: it reports [`Event::Dropped`] when dropped before
     /// [`finish`](DropGuard::finish), [`Event::Done`] after.
     pub fn start(&self, req: &McpRequest) -> DropGuard {
-        let id = id_of(req);
+        self.start_as(id_of(req))
+    }
+
+    /// [`start`](Self::start) for any handler (an SDK's, a plain future):
+    /// records [`Event::Started`] under `id` — the request's id as the
+    /// handler sees it, or a name of the test's (`"slow"`) — and returns the
+    /// guard that reports [`Event::Dropped`] or [`Event::Done`] under it.
+    ///
+    /// ```
+    /// use tokio_util::sync::CancellationToken;
+    /// use tower_mcp_cancel::test_util::{Event, Recorder};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// let (recorder, mut events) = Recorder::new();
+    /// // A handler as an SDK calls it: its own id type, its own token.
+    /// async fn tool(recorder: Recorder, id: String, ct: CancellationToken) {
+    ///     let _guard = recorder.start_as(id.as_str());
+    ///     recorder.watch_token_as(id.as_str(), ct);
+    ///     std::future::pending::<()>().await // never finishes by itself
+    /// }
+    /// let ct = CancellationToken::new();
+    /// let call = tokio::spawn(tool(recorder, "req-7".into(), ct.clone()));
+    /// assert_eq!(events.next().await, Event::Started("req-7".into()));
+    /// ct.cancel(); // what the SDK does at a cancel; then it drops the call
+    /// assert_eq!(events.next().await, Event::Token("req-7".into(), None));
+    /// call.abort();
+    /// assert_eq!(events.next().await, Event::Dropped("req-7".into()));
+    /// # }
+    /// ```
+    pub fn start_as(&self, id: impl Into<RequestId>) -> DropGuard {
+        let id = id.into();
         self.record(Event::Started(id.clone()));
         DropGuard::recording(self.tx.clone(), id)
     }
@@ -87,10 +121,28 @@ impl Recorder {
         let Some(c) = req.cancellation() else {
             return;
         };
-        let (c, token, tx, id) = (c.clone(), c.token(), self.tx.clone(), id_of(req));
+        let c = c.clone();
+        self.spawn_watch(id_of(req), c.token(), move || c.reason().cloned());
+    }
+
+    /// [`watch_token`](Self::watch_token) for any handler's token (an SDK's
+    /// `CancellationToken`): spawns a task (call it inside a tokio runtime)
+    /// that reports `Event::Token(id, None)` once `token` fires.
+    pub fn watch_token_as(&self, id: impl Into<RequestId>, token: CancellationToken) {
+        self.spawn_watch(id.into(), token, || None);
+    }
+
+    /// The watch both forms share: `reason` is read when the token fired.
+    fn spawn_watch(
+        &self,
+        id: RequestId,
+        token: CancellationToken,
+        reason: impl FnOnce() -> Option<CancelReason> + Send + 'static,
+    ) {
+        let tx = self.tx.clone();
         tokio::spawn(async move {
             token.cancelled().await;
-            let _ = tx.send(Event::Token(id, c.reason().cloned()));
+            let _ = tx.send(Event::Token(id, reason()));
         });
     }
 
@@ -110,14 +162,10 @@ fn id_of(req: &McpRequest) -> RequestId {
 }
 
 impl Events {
-    /// Far longer than any test needs, also under a paused clock (which
-    /// jumps to it only when nothing else can run).
-    const DEFAULT_BOUND: Duration = Duration::from_secs(3600);
-
     fn new(rx: mpsc::UnboundedReceiver<Event>) -> Self {
         Events {
             rx,
-            bound: Self::DEFAULT_BOUND,
+            bound: WAIT_BOUND,
         }
     }
 

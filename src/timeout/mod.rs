@@ -123,12 +123,11 @@
 //! Between processes a deadline travels as a **budget**: the time left, in
 //! whole milliseconds (rounded down), a JSON integer in the request's
 //! `_meta` under a key both sides configure. A client transport with
-//! [`StdioClientBuilder::budget_key`](crate::transport::stdio::StdioClientBuilder::budget_key)
-//! or [`HttpClientBuilder::budget_key`](crate::transport::http::HttpClientBuilder::budget_key)
+//! [`StdioClientBuilder::budget_key`] or [`HttpClientBuilder::budget_key`]
 //! writes it into each request that has a deadline (a `TimeoutLayer` above
 //! it that saw the request's `Cancellation`, a `DeadlineCap`); a server
-//! transport with [`StdioServer::budget_key`](crate::transport::stdio::StdioServer::budget_key)
-//! or [`StreamableHttpService::budget_key`](crate::transport::http::StreamableHttpService::budget_key)
+//! transport with [`StdioServer::budget_key`] or
+//! [`StreamableHttpService::budget_key`]
 //! reads it in the same pass over the body that reads the rest of `_meta`,
 //! and the request inherits it: its timer layers enforce
 //! `min(own policy, budget)`, as a gRPC server does with `grpc-timeout`,
@@ -161,7 +160,7 @@
 //! method may pick a *shorter* per-method deadline than the default, never a
 //! longer one or an exemption: a `tools/call` labelled
 //! `subscriptions/listen` gets the default deadline, around
-//! [`StreamableHttpService`](crate::transport::http::StreamableHttpService)
+//! [`StreamableHttpService`]
 //! as around a plain axum handler. For deadlines by the method the body
 //! really carries, put the layer inside the adapter, over
 //! [`McpRequest`](crate::McpRequest), where the method comes from the
@@ -195,6 +194,29 @@
 //! assert_eq!(err.downcast_ref::<Elapsed>().unwrap().after(), Duration::from_secs(1));
 //! # }
 //! ```
+//!
+//! (In docs built without the `stdio` or `http` feature, the names of
+//! that transport's items above link to [`transport`](crate::transport):
+//! the items are not in such a build.)
+//!
+#![cfg_attr(feature = "stdio", doc = concat!(
+    "[`StdioClientBuilder::budget_key`]: crate::transport::stdio::StdioClientBuilder::budget_key\n",
+    "[`StdioServer::budget_key`]: crate::transport::stdio::StdioServer::budget_key",
+))]
+#![cfg_attr(not(feature = "stdio"), doc = concat!(
+    "[`StdioClientBuilder::budget_key`]: crate::transport\n",
+    "[`StdioServer::budget_key`]: crate::transport",
+))]
+#![cfg_attr(feature = "http", doc = concat!(
+    "[`HttpClientBuilder::budget_key`]: crate::transport::http::HttpClientBuilder::budget_key\n",
+    "[`StreamableHttpService::budget_key`]: crate::transport::http::StreamableHttpService::budget_key\n",
+    "[`StreamableHttpService`]: crate::transport::http::StreamableHttpService",
+))]
+#![cfg_attr(not(feature = "http"), doc = concat!(
+    "[`HttpClientBuilder::budget_key`]: crate::transport\n",
+    "[`StreamableHttpService::budget_key`]: crate::transport\n",
+    "[`StreamableHttpService`]: crate::transport",
+))]
 
 mod budget;
 pub mod future;

@@ -1,12 +1,17 @@
 //! Transports: stdio and Streamable HTTP, on one request lifecycle.
 //!
+//! Each is behind its feature: `stdio` (the module `stdio`) and `http` (the
+//! module `http`; HTTPS for its client with `tls`). Built without one, its
+//! module is not there, and the links to its items in these docs lead
+//! here.
+//!
 //! # Cooperative grace, then drop
 //!
 //! By default a cancel drops the handler's future at the moment its token
 //! fires, so a handler cannot `await` its own cleanup (kill and reap a
 //! child process, roll back a transaction, flush a file). A **grace** lets
-//! it: [`StdioServer::grace`](stdio::StdioServer::grace) and
-//! `StreamableHttpService::grace` take a
+//! it: [`StdioServer::grace`] and
+//! [`StreamableHttpService::grace`] take a
 //! [`MethodPolicy<Duration>`](crate::MethodPolicy) (a default and
 //! per-method entries, as the timers do; default zero: today's behaviour,
 //! and `subscriptions/listen` never gets one), and a request's own
@@ -58,18 +63,38 @@
 //! The request span's `mcp.grace` field (`finished` or `dropped`) and the
 //! `mcp.server.grace` counter (feature `metrics`) say how each grace ended
 //! (see [`observe`](crate::observe)).
+//!
+#![cfg_attr(
+    feature = "stdio",
+    doc = "[`StdioServer::grace`]: stdio::StdioServer::grace"
+)]
+#![cfg_attr(
+    not(feature = "stdio"),
+    doc = "[`StdioServer::grace`]: crate::transport"
+)]
+#![cfg_attr(
+    feature = "http",
+    doc = "[`StreamableHttpService::grace`]: http::StreamableHttpService::grace"
+)]
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "[`StreamableHttpService::grace`]: crate::transport"
+)]
 
 #[cfg(any(feature = "http", all(test, tower_mcp_cancel_loom)))]
 pub(crate) mod admission;
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) mod call;
 #[cfg(feature = "stdio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "stdio")))]
 pub mod stdio;
 
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 
 #[cfg(any(feature = "stdio", feature = "http"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "stdio", feature = "http"))))]
 pub use call::server::McpService;
 
 /// The default drain grace of the servers

@@ -4,10 +4,16 @@
 
 use std::path::PathBuf;
 
+/// The features every example of the including package needs (a plain
+/// `cargo build --example` refuses the examples that require them): the
+/// middleware's need `stdio` and `http`, the rmcp integration's `http`.
+const FEATURES: &str = match env!("CARGO_PKG_NAME").as_bytes() {
+    b"tower-mcp-cancel-rmcp" => "http",
+    _ => "stdio,http",
+};
+
 /// The example binary `name`, built by `cargo test` next to the running
-/// test (`target/<profile>/examples/`), or built now with the features
-/// every example needs (a plain `cargo build --example` would refuse the
-/// examples that require `stdio` or `http`).
+/// test (`target/<profile>/examples/`), or built now with [`FEATURES`].
 pub(crate) fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe
@@ -19,7 +25,7 @@ pub(crate) fn example(name: &str) -> PathBuf {
         .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     if !bin.exists() {
         let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--features", "stdio,http", "--example", name])
+            .args(["build", "--features", FEATURES, "--example", name])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));

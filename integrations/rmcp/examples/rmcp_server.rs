@@ -14,7 +14,9 @@
 //! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
 //! the `tools/call` deadline (default 600 s, 60 s for other methods);
 //! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
-//! `--plain` serves the handler with rmcp alone, for contrast.
+//! `--plain` serves the handler with rmcp alone, for contrast; `--help`
+//! lists them, and an unknown flag or a malformed value is refused with a
+//! usage line and exit status 2.
 //!
 //! Stdio by default; `--listen ADDR` serves rmcp's own
 //! `StreamableHttpService` at `/mcp` instead: stateless (2026-07-28, and
@@ -201,27 +203,47 @@ impl ServerHandler for Tools {
     }
 }
 
-/// The value after `flag` on the command line, as milliseconds.
-fn millis(args: &[String], flag: &str) -> Option<Duration> {
-    let i = args.iter().position(|a| a == flag)?;
-    match args.get(i + 1).and_then(|v| v.parse::<u64>().ok()) {
-        Some(ms) => Some(Duration::from_millis(ms)),
-        None => {
-            eprintln!("{flag} needs a number of milliseconds");
-            std::process::exit(2);
-        }
-    }
+/// The example tools as an rmcp server (echo, slow, spawned), served
+/// through Cancellable so that a cancel, a deadline or the idle limit drops
+/// the handler's future. Over stdio by default; --listen serves rmcp's
+/// StreamableHttpService at /mcp instead.
+#[derive(clap::Parser, Debug)]
+#[command(name = "rmcp_server")]
+struct Cli {
+    /// Print `STARTED`, `DROPPED`, `DONE` and `TOKEN` lines
+    /// (`<kind> <id> <unix-ns>`) to stderr, as stdio_server does.
+    #[arg(long)]
+    events: bool,
+    /// The tools/call deadline in milliseconds (other methods: 60 s).
+    #[arg(long, value_name = "MS", default_value_t = 600_000)]
+    timeout_ms: u64,
+    /// A progress idle limit in milliseconds (hard maximum: 10 times it).
+    #[arg(long, value_name = "MS")]
+    idle_ms: Option<u64>,
+    /// Serve the handler with rmcp alone, without the layers, for contrast.
+    #[arg(long)]
+    plain: bool,
+    /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio (port 0
+    /// picks a free one, printed on stdout).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
 }
 
-/// The `--listen` address, if given.
-fn listen_addr(args: &[String]) -> Option<std::net::SocketAddr> {
-    let i = args.iter().position(|a| a == "--listen")?;
-    match args.get(i + 1).map(|v| v.parse()) {
-        Some(Ok(addr)) => Some(addr),
-        _ => {
-            eprintln!("--listen needs an address such as 127.0.0.1:8080");
-            std::process::exit(2);
-        }
+impl Cli {
+    /// The command line; `--help` prints the flags. clap refuses an unknown
+    /// flag or a malformed value with exit status 2; the usage line is added
+    /// to the refusals it prints without one (a value that does not parse),
+    /// as the root package's examples do (`examples/common/cli.rs`).
+    fn from_command_line() -> Self {
+        use clap::error::{ContextKind, ContextValue};
+        use clap::{CommandFactory, Parser};
+        Self::try_parse().unwrap_or_else(|mut e| {
+            if e.use_stderr() && e.get(ContextKind::Usage).is_none() {
+                let usage = Self::command().render_usage();
+                e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+            }
+            e.exit()
+        })
     }
 }
 
@@ -284,6 +306,7 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
 
 #[tokio::main]
 async fn main() {
+    let cli = Cli::from_command_line();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -291,11 +314,10 @@ async fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .try_init();
-    let args: Vec<String> = std::env::args().collect();
-    let listen = listen_addr(&args);
-    let tools = Tools::new(Events(args.iter().any(|a| a == "--events")));
+    let tools = Tools::new(Events(cli.events));
+    let listen = cli.listen;
 
-    let result = if args.iter().any(|a| a == "--plain") {
+    let result = if cli.plain {
         if let Some(addr) = listen {
             serve_http(addr, tools, None).await
         } else {
@@ -305,11 +327,11 @@ async fn main() {
             }
         }
     } else {
-        let call_timeout = millis(&args, "--timeout-ms").unwrap_or(Duration::from_secs(600));
+        let call_timeout = Duration::from_millis(cli.timeout_ms);
         let mut server = Cancellable::new(tools)
             .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call_timeout));
-        if let Some(idle) = millis(&args, "--idle-ms") {
-            server = server.progress(ProgressResetLayer::new(idle));
+        if let Some(idle) = cli.idle_ms {
+            server = server.progress(ProgressResetLayer::new(Duration::from_millis(idle)));
         }
         if let Some(addr) = listen {
             // One expression: the same wrapped handler, rmcp's HTTP service.

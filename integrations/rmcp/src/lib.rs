@@ -154,9 +154,23 @@
 //!   its token), so the transport cannot tell it from a connection-wide
 //!   one. Such a task should stop on `context.ct`, which fires for every
 //!   early end.
+//!
+//! (Docs built without the feature `http` link its items to the section
+//! above, where they are described, instead.)
+//!
+#![cfg_attr(
+    feature = "http",
+    doc = "[`Cancellable::observe_http`]: Cancellable::observe_http"
+)]
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "[`Cancellable::observe_http`]: crate#over-streamable-http"
+)]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+// docs.rs (`--cfg docsrs`, see Cargo.toml): each feature-gated item says
+// which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod handler;
@@ -180,6 +194,7 @@ use tower_service::Service as TowerService;
 
 pub use self::client::{RmcpClient, RouteProgress};
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use self::http_progress::{ObserveBody, ObserveFuture, ObserveHttp, ObserveHttpLayer};
 pub use self::progress::ObserveProgress;
 pub use self::request::RmcpRequest;
@@ -278,6 +293,7 @@ impl<H> Cancellable<H> {
     /// transports itself, so [`observe`](Self::observe) cannot wrap them).
     /// Feature `http`.
     #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn observe_http(&self) -> ObserveHttpLayer {
         ObserveHttpLayer::new(self.registry.clone())
     }

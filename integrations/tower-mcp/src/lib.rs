@@ -88,7 +88,9 @@
 //!   returned can still be written after its answer.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+// docs.rs (`--cfg docsrs`, see Cargo.toml): an item behind a feature
+// would say which (this package has none today).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod request;
 

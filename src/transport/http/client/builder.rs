@@ -60,6 +60,7 @@ impl HttpClientBuilder {
     /// platform's (feature `tls`): for a private CA or a self-signed test
     /// server. `SSL_CERT_FILE` does the same without code.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     #[must_use]
     pub fn tls_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
         self.tls

@@ -137,8 +137,16 @@ impl StdioServer {
     /// and [`serve`](Self::serve) returns once the request tasks ended and
     /// the writer flushed what was queued. A token fired before `serve`
     /// starts ends it at once. The same token can stop an HTTP endpoint
-    /// ([`StreamableHttpService::shutdown`](crate::transport::http::StreamableHttpService::shutdown))
-    /// and any number of connections.
+    /// ([`StreamableHttpService::shutdown`]) and any number of connections.
+    ///
+    #[cfg_attr(
+        feature = "http",
+        doc = "[`StreamableHttpService::shutdown`]: crate::transport::http::StreamableHttpService::shutdown"
+    )]
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`StreamableHttpService::shutdown`]: crate::transport"
+    )]
     #[must_use]
     pub fn shutdown(mut self, token: CancellationToken) -> Self {
         self.shutdown = Some(token);
