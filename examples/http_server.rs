@@ -133,9 +133,9 @@ async fn main() {
     } = common::cli::parse();
     common::init_tracing();
     let shutdown = CancellationToken::new();
+    let opts = common::Options::from_flags(&flags, &shutdown);
 
-    let mut mcp =
-        StreamableHttpService::new(common::server_stack(common::Options::from_flags(&flags)))
+    let mut mcp = StreamableHttpService::new(common::server_stack(opts.clone()))
             .origin_policy(OriginPolicy::Localhost)
             .keep_alive(Some(Duration::from_secs(15)))
             .max_body_bytes(MAX_BODY_BYTES)
@@ -195,4 +195,6 @@ async fn main() {
     // TCP_NODELAY, an HTTP/2 reset allowance for clients that cancel, a
     // header read timeout; returns once the connections have drained.
     serve(listener, app, shutdown).await;
+    // `--tasks`: running tasks stop after the drain grace too.
+    opts.tasks_drained().await;
 }

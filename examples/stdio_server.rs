@@ -44,17 +44,18 @@ async fn main() {
     let cli: Cli = common::cli::parse();
     common::init_tracing();
     let flags = cli.server;
-    let service = common::server_stack(common::Options::from_flags(&flags));
     // Ctrl-C / SIGTERM: listen streams end gracefully, requests in flight
     // may finish within `--drain-grace SECONDS` (default: none).
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let opts = common::Options::from_flags(&flags, &shutdown);
+    let service = common::server_stack(opts.clone());
     let signal = shutdown.clone();
     tokio::spawn(async move {
         common::stop_signal().await;
         signal.cancel();
     });
     let mut server = tower_mcp_cancel::transport::stdio::StdioServer::new()
-        .shutdown(shutdown)
+        .shutdown(shutdown.clone())
         .drain_grace(flags.drain_grace)
         // `--grace DURATION`: a cancelled request's token fires at once,
         // its handler is dropped only after this long (default: at once).
@@ -67,6 +68,10 @@ async fn main() {
     // Non-blocking stdin/stdout through the reactor when they are pipes or
     // sockets (what an MCP host gives its server).
     let served = server.serve_stdio(service).await;
+    // `--tasks`: with stdin closed no client can reach a task again; running
+    // tasks stop after the drain grace, as at a shutdown.
+    shutdown.cancel();
+    opts.tasks_drained().await;
     let code = match served {
         Ok(()) => 0,
         Err(e) => {

@@ -66,7 +66,7 @@
 //! (none) the crate is the layers alone: no HTTP stack, no MCP SDK.
 //!
 //! Features: `stdio`, `http` (Streamable HTTP on hyper), `tls` (HTTPS for
-//! the HTTP client), `metrics`, `test-util`. The SDK integrations are
+//! the HTTP client), `tasks` (the tasks extension), `metrics`, `test-util`. The SDK integrations are
 //! packages of their own, built on [`integration`]:
 //! `tower-mcp-cancel-rmcp` (rmcp's servers and client) and
 //! `tower-mcp-cancel-tower-mcp` (tower-mcp's `McpRouter`).
@@ -85,6 +85,7 @@
 //! | handler side | [`notify`] | [`RequestContext`]: progress and notifications through the request's outgoing gate, closed at its end |
 //! | lifecycle | `transport::call` (private) | one server request from decode to its end (the race, the one outcome, the listen/shutdown answers); the client core (ids, tokens, progress routing, pending calls, cancel-on-drop) |
 //! | transports | [`transport::stdio`], [`transport::http`] | framing and the write loop; validation and the JSON-versus-SSE shape; the opt-in 2025-era HTTP sessions; the clients (the HTTP one dual-era) |
+//! | tasks | `tasks` (feature `tasks`) | long-running calls as tasks: the server layer (policy, executor, TTL timer, `tasks/*`), the store seam, the client layer that turns a task back into one call; cancelling a task is dropping its future |
 //! | for adapters | [`integration`] | what a transport or SDK adapter outside the crate needs to behave as the crate's own: the progress registry, the bridge from an SDK's cancel token to a drop, the one error mapping |
 //!
 //! Beside them, for tests: `test_util` (feature `test-util`): drop probes
@@ -119,6 +120,7 @@ pub mod request;
 pub(crate) mod sanitize;
 mod state;
 #[cfg(feature = "tasks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tasks")))]
 pub mod tasks;
 pub mod timeout;
 pub mod transport;

@@ -40,6 +40,8 @@
 #![allow(dead_code, unreachable_pub, missing_debug_implementations)]
 
 pub mod cli;
+#[cfg(feature = "tasks")]
+pub mod tasks;
 
 use std::borrow::Cow;
 use std::io::IsTerminal;
@@ -103,6 +105,16 @@ pub struct ServerFlags {
     /// finish, in seconds (0 to 86400; 0: cancelled at once).
     #[arg(long, value_name = "SECONDS", value_parser = drain_seconds, default_value = "0")]
     pub drain_grace: Duration,
+    /// Add the conformance suite's task fixture tools (`greet`,
+    /// `slow_compute`, `failing_job`, `protocol_error_job`,
+    /// `confirm_delete`, `multi_input`, `test_tool_with_task`), run as tasks
+    /// for clients that declare the tasks extension (needs the `tasks`
+    /// feature).
+    #[arg(long)]
+    pub tasks: bool,
+    /// A task's time to live (as `--timeout`) [default: 1 h].
+    #[arg(long, value_name = "DURATION", value_parser = cli::duration, requires = "tasks")]
+    pub task_ttl: Option<Duration>,
 }
 
 /// `--drain-grace`: seconds between 0 and 86400.
@@ -122,6 +134,9 @@ pub struct Options {
     gate: Arc<tokio::sync::Semaphore>,
     /// `--timeout`: the deadline of every request, instead of the defaults.
     pub timeout: Option<Duration>,
+    /// `--tasks`: the tasks layer of the task fixture tools.
+    #[cfg(feature = "tasks")]
+    pub tasks: Option<tower_mcp_cancel::tasks::TasksLayer>,
 }
 
 impl Default for Options {
@@ -130,17 +145,44 @@ impl Default for Options {
             events: false,
             gate: Arc::new(tokio::sync::Semaphore::new(0)),
             timeout: None,
+            #[cfg(feature = "tasks")]
+            tasks: None,
         }
     }
 }
 
 impl Options {
-    /// Options from the servers' flags (`--events`, `--timeout`).
-    pub fn from_flags(flags: &ServerFlags) -> Self {
+    /// Options from the servers' flags (`--events`, `--timeout`,
+    /// `--tasks`); with `--tasks`, the server's `shutdown` token stops its
+    /// tasks after `--drain-grace`.
+    pub fn from_flags(flags: &ServerFlags, shutdown: &tokio_util::sync::CancellationToken) -> Self {
+        #[cfg(not(feature = "tasks"))]
+        if flags.tasks {
+            eprintln!("--tasks: this binary was built without the `tasks` feature (cargo run --features tasks,...)");
+            std::process::exit(2);
+        }
+        #[cfg(feature = "tasks")]
+        let tasks = flags.tasks.then(|| {
+            tasks::layer(flags.task_ttl, flags.grace)
+                .shutdown(shutdown.clone())
+                .drain_grace(flags.drain_grace)
+        });
+        #[cfg(not(feature = "tasks"))]
+        let _ = shutdown;
         Self {
             events: flags.events,
             timeout: flags.timeout,
+            #[cfg(feature = "tasks")]
+            tasks,
             ..Self::default()
+        }
+    }
+
+    /// Resolves once the server's tasks have ended (at once without `--tasks`).
+    pub async fn tasks_drained(&self) {
+        #[cfg(feature = "tasks")]
+        if let Some(tasks) = &self.tasks {
+            tasks.handle().drained().await;
         }
     }
 
@@ -231,6 +273,23 @@ pub fn server_stack(opts: Options) -> BoxCloneSyncService<McpRequest, Reply, Box
         Some(t) => TimeoutLayer::new(t),
         None => TimeoutLayer::new(DEFAULT_TIMEOUT).method("tools/call", TOOLS_CALL_TIMEOUT),
     };
+    #[cfg(feature = "tasks")]
+    if let Some(tasks) = opts.tasks.clone() {
+        use tower_mcp_cancel::tasks::TasksResponse;
+        // The tasks layer between the creating request and the work: the
+        // timeout below bounds the work, task or not.
+        return BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .layer(CancelOnDisconnectLayer::new())
+                .map_response(|r: TasksResponse<Reply>| match r {
+                    TasksResponse::Inner(reply) => reply,
+                    TasksResponse::Tasks(value) => Reply::Json(value),
+                })
+                .layer(tasks)
+                .layer(timeout)
+                .service(handler(opts)),
+        );
+    }
     BoxCloneSyncService::new(
         ServiceBuilder::new()
             .layer(CancelOnDisconnectLayer::new())
@@ -357,11 +416,29 @@ async fn dispatch(req: &McpRequest, opts: &Options) -> Result<Reply, ErrorObject
         }
         "tools/list" => {
             check_version(&Params::of(req))?;
-            Ok(Reply::Json(tools_list()))
+            #[allow(unused_mut)]
+            let mut list = tools_list();
+            #[cfg(feature = "tasks")]
+            if opts.tasks.is_some() {
+                if let Some(tools) = list["tools"].as_array_mut() {
+                    tools.extend(tasks::tools_list());
+                }
+            }
+            Ok(Reply::Json(list))
         }
         "tools/call" => {
             let params = Params::of(req);
             check_version(&params)?;
+            #[cfg(feature = "tasks")]
+            if opts.tasks.is_some() {
+                let name = params.name.and_then(as_str);
+                if let Some(name) = name.filter(|n| tasks::TOOLS.contains(&&**n)) {
+                    let tree: Value = req.params_as().unwrap_or_default();
+                    if let Some(out) = tasks::call(&name, req, &tree).await {
+                        return out;
+                    }
+                }
+            }
             tools_call(req, &params, opts).await
         }
         other => Err(ErrorObject::new(

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 
 /// The features every example of the including package needs (a plain
 /// `cargo build --example` refuses the examples that require them): the
-/// middleware's need `stdio` and `http`, the rmcp integration's `http`.
+/// middleware's need `stdio` and `http` (and `tasks` for `--tasks`), the
+/// rmcp integration's `http`.
 const FEATURES: &str = match env!("CARGO_PKG_NAME").as_bytes() {
     b"tower-mcp-cancel-rmcp" => "http",
-    _ => "stdio,http",
+    _ => "stdio,http,tasks",
 };
 
 /// The example binary `name`, built by `cargo test` next to the running
