@@ -204,7 +204,7 @@ mod policy;
 pub use crate::policy::MethodPolicy;
 pub use budget::InvalidBudgetKey;
 #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(unused_imports))]
-pub(crate) use budget::{inherit_budget, wire_params, BudgetKey};
+pub(crate) use budget::{inherit_budget, BudgetKey, WireBudget, WireRequest};
 pub use layer::{Timeout, TimeoutLayer};
 pub(crate) use policy::inherited_deadline;
 pub use policy::{DeadlineCap, RequestTimeout};

@@ -103,6 +103,7 @@ mod era;
 mod error;
 mod request;
 mod response;
+mod send;
 mod tools;
 
 #[cfg(all(test, feature = "stdio"))]
@@ -183,7 +184,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // The last clone is gone without `close`: end the legacy session.
         if let Some(legacy) = self.era.take_session() {
-            era::spawn_delete(self, legacy);
+            era::spawn_delete(self, legacy, None);
         }
     }
 }

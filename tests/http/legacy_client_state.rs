@@ -1,0 +1,167 @@
+//! `HttpClient` against a 2025-era server (the legacy server of
+//! [`crate::legacy_client`]), where what the client learns or sends depends
+//! on when: a session the server assigned is ended even when the call that
+//! got it is dropped before the handshake completed; a budget re-sent after
+//! the fallback handshake is the time left then; a `400` that carries the
+//! request's own id but no modern error is still the fallback signal.
+#![cfg(feature = "http")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Notify};
+use tower::{Service, ServiceExt};
+use tower_mcp_cancel::transport::http::{HttpClient, ServerEra, SessionLimits};
+use tower_mcp_cancel::DeadlineCap;
+
+use crate::legacy_client::{call, client, legacy_server_with, session_of, Front};
+use crate::support::http::bounded;
+
+const KEY: &str = "com.example/budgetMs";
+
+/// The caller's timeout drops the call while the server has not yet
+/// acknowledged `notifications/initialized`: the session it assigned is
+/// the client's all the same, and is `DELETE`d in the background — with
+/// `max_sessions(1)`, the next client gets the place at once instead of
+/// after the session's idle expiry.
+#[tokio::test]
+async fn a_session_is_deleted_when_the_call_that_got_it_is_dropped() {
+    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let (deletes_tx, mut deletes) = mpsc::unbounded_channel();
+    let (addr, _tools, _events) = legacy_server_with(Front {
+        hold: Some(("notifications/initialized", arrived_tx, release.clone())),
+        deletes: Some(deletes_tx),
+        limits: SessionLimits::new().max_sessions(1),
+        ..Front::default()
+    })
+    .await;
+    let mut first = client(addr);
+    let mut fut = Box::pin(
+        first
+            .ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    );
+    tokio::select! {
+        out = &mut fut => panic!("answered before the handshake completed: {out:?}"),
+        _ = arrived.recv() => {}
+    }
+    // The session is on the server; the call is dropped (a timeout).
+    drop(fut);
+    assert_eq!(first.server_era(), ServerEra::Unknown, "no session kept");
+    // Every `notifications/initialized` goes on from now.
+    release.notify_one();
+    tokio::spawn(async move {
+        while arrived.recv().await.is_some() {
+            release.notify_one();
+        }
+    });
+    assert_eq!(
+        bounded(deletes.recv()).await,
+        Some(200),
+        "the session was deleted"
+    );
+
+    let mut second = client(addr);
+    let r = bounded(
+        second
+            .ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "next"}))),
+    )
+    .await
+    .expect("the one place is free");
+    assert_eq!(r["content"][0]["text"], "next");
+    session_of(&second);
+    assert!(deletes.try_recv().is_err(), "one DELETE only");
+    drop(first);
+}
+
+/// A 2025 server may refuse a modern request with `400` and an error that
+/// carries the request's own id (`-32600`): no modern error the spec
+/// names, so the client falls back to `initialize` and the call goes
+/// through in the session.
+#[tokio::test]
+async fn a_400_with_the_requests_id_but_no_modern_error_falls_back() {
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let (addr, _tools, _events) = legacy_server_with(Front {
+        refuse_with_id: true,
+        bodies: Some(bodies_tx),
+        ..Front::default()
+    })
+    .await;
+    let mut c = client(addr);
+    let r = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "old"}))),
+    )
+    .await
+    .expect("answered in the legacy session");
+    assert_eq!(r["content"][0]["text"], "old");
+    session_of(&c);
+    let first = bodies.try_recv().unwrap();
+    assert_eq!(first["method"], "tools/call");
+    assert!(
+        first["id"].is_number(),
+        "the refusal carried this id: {first}"
+    );
+    assert_eq!(bodies.try_recv().unwrap()["method"], "initialize");
+}
+
+/// The budget under `KEY` of each `tools/call` body, in order.
+fn budgets(bodies: &mut mpsc::UnboundedReceiver<Value>) -> Vec<u64> {
+    let mut out = Vec::new();
+    while let Ok(body) = bodies.try_recv() {
+        if body["method"] == "tools/call" {
+            out.push(body["params"]["_meta"][KEY].as_u64().expect("a budget"));
+        }
+    }
+    out
+}
+
+/// A 3 s call whose fallback handshake took 1.5 s (on tokio's clock) is
+/// re-sent in the session with the time left then (1.5 s at most), not
+/// with the budget computed when the call started.
+#[tokio::test]
+async fn a_budget_resent_after_the_fallback_handshake_is_the_time_left_then() {
+    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let (addr, _tools, _events) = legacy_server_with(Front {
+        hold: Some(("notifications/initialized", arrived_tx, release.clone())),
+        bodies: Some(bodies_tx),
+        ..Front::default()
+    })
+    .await;
+    let mut c = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
+        .budget_key(KEY)
+        .expect("a valid key")
+        .build();
+    let req = call("echo", json!({"text": "late"}))
+        .with_extension(DeadlineCap::after(Duration::from_secs(3)));
+    let fut = tokio::spawn(c.ready().await.unwrap().call(req));
+    bounded(arrived.recv()).await;
+    // The handshake takes 1.5 s.
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_millis(1_500)).await;
+    tokio::time::resume();
+    release.notify_one();
+    let r = bounded(fut).await.unwrap().expect("answered");
+    assert_eq!(r["content"][0]["text"], "late");
+    session_of(&c);
+    let sent = budgets(&mut bodies);
+    let [modern, resent] = sent[..] else {
+        panic!("two tools/call bodies expected: {sent:?}");
+    };
+    assert!((2_000..=3_000).contains(&modern), "{sent:?}");
+    assert!(
+        (500..=1_500).contains(&resent),
+        "the time left when re-sent: {sent:?}"
+    );
+}
