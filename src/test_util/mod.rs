@@ -30,11 +30,13 @@
 //! # }
 //! ```
 
+mod event;
 mod probe;
 mod recorder;
 
+pub use event::Event;
 pub use probe::{DropGuard, DropProbe};
-pub use recorder::{Event, Events, Recorder};
+pub use recorder::{Events, Recorder};
 
 /// Yields to the scheduler until spawned tasks and woken futures have run
 /// (200 rounds), without advancing time.

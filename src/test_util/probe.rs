@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::Event;
+use super::event::Event;
 use crate::jsonrpc::RequestId;
 
 /// Observes [`DropGuard`]s: whether and when one was dropped.
