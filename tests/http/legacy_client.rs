@@ -169,7 +169,11 @@ pub(crate) fn session_of(c: &HttpClient) -> String {
     }
 }
 
-async fn raw_status(addr: std::net::SocketAddr, method: http::Method, session: &str) -> u16 {
+pub(crate) async fn raw_status(
+    addr: std::net::SocketAddr,
+    method: http::Method,
+    session: &str,
+) -> u16 {
     let body = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}});
     let req = Request::builder()
         .method(method)

@@ -15,7 +15,7 @@ use tower::{Service, ServiceExt};
 use tower_mcp_cancel::transport::http::{HttpClient, ServerEra, SessionLimits};
 use tower_mcp_cancel::DeadlineCap;
 
-use crate::legacy_client::{call, client, legacy_server_with, session_of, Front};
+use crate::legacy_client::{call, client, legacy_server_with, raw_status, session_of, Front};
 use crate::support::http::bounded;
 
 const KEY: &str = "com.example/budgetMs";
@@ -114,12 +114,12 @@ async fn a_400_with_the_requests_id_but_no_modern_error_falls_back() {
     assert_eq!(bodies.try_recv().unwrap()["method"], "initialize");
 }
 
-/// The budget under `KEY` of each `tools/call` body, in order.
+/// The budget under `KEY` of each `tools/call` body that has one, in order.
 fn budgets(bodies: &mut mpsc::UnboundedReceiver<Value>) -> Vec<u64> {
     let mut out = Vec::new();
     while let Ok(body) = bodies.try_recv() {
         if body["method"] == "tools/call" {
-            out.push(body["params"]["_meta"][KEY].as_u64().expect("a budget"));
+            out.extend(body["params"]["_meta"][KEY].as_u64());
         }
     }
     out
@@ -160,6 +160,106 @@ async fn a_budget_resent_after_the_fallback_handshake_is_the_time_left_then() {
         panic!("two tools/call bodies expected: {sent:?}");
     };
     assert!((2_000..=3_000).contains(&modern), "{sent:?}");
+    assert!(
+        (500..=1_500).contains(&resent),
+        "the time left when re-sent: {sent:?}"
+    );
+}
+
+/// A legacy server whose front holds each `notifications/initialized`
+/// (reported on the receiver) until the `Notify` is notified, reports each
+/// body and the status of each `DELETE`; a client already in a session
+/// (its first handshake let through), which the server has then ended
+/// behind its back.
+async fn in_an_ended_session(
+    keyed: bool,
+) -> (
+    HttpClient,
+    mpsc::UnboundedReceiver<()>,
+    Arc<Notify>,
+    mpsc::UnboundedReceiver<Value>,
+    mpsc::UnboundedReceiver<u16>,
+) {
+    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let (deletes_tx, mut deletes) = mpsc::unbounded_channel();
+    let (addr, _tools, _events) = legacy_server_with(Front {
+        hold: Some(("notifications/initialized", arrived_tx, release.clone())),
+        bodies: Some(bodies_tx),
+        deletes: Some(deletes_tx),
+        ..Front::default()
+    })
+    .await;
+    let mut builder = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap());
+    if keyed {
+        builder = builder.budget_key(KEY).expect("a valid key");
+    }
+    let mut c = builder.build();
+    let first = tokio::spawn(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "first"}))),
+    );
+    bounded(arrived.recv()).await;
+    release.notify_one();
+    bounded(first)
+        .await
+        .unwrap()
+        .expect("the first call answered");
+    let session = session_of(&c);
+    assert_eq!(raw_status(addr, http::Method::DELETE, &session).await, 200);
+    assert_eq!(bounded(deletes.recv()).await, Some(200));
+    while bodies.try_recv().is_ok() {}
+    (c, arrived, release, bodies, deletes)
+}
+
+/// A session the server ended (`404`) is initialized again inside the call
+/// that found it ended: dropped before that handshake completed, the new
+/// session is deleted too.
+#[tokio::test]
+async fn a_renewed_session_is_deleted_when_the_call_that_got_it_is_dropped() {
+    let (mut c, mut arrived, release, _bodies, mut deletes) = in_an_ended_session(false).await;
+    let mut fut = Box::pin(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "again"}))),
+    );
+    tokio::select! {
+        out = &mut fut => panic!("answered before the handshake completed: {out:?}"),
+        _ = arrived.recv() => {}
+    }
+    drop(fut);
+    release.notify_one();
+    assert_eq!(
+        bounded(deletes.recv()).await,
+        Some(200),
+        "the renewed session was deleted"
+    );
+}
+
+/// A call that found its session ended is sent again after the new
+/// handshake (1.5 s on tokio's clock) with the time left then.
+#[tokio::test]
+async fn a_budget_resent_after_a_renewed_session_is_the_time_left_then() {
+    let (mut c, mut arrived, release, mut bodies, _deletes) = in_an_ended_session(true).await;
+    let req = call("echo", json!({"text": "late"}))
+        .with_extension(DeadlineCap::after(Duration::from_secs(3)));
+    let fut = tokio::spawn(c.ready().await.unwrap().call(req));
+    bounded(arrived.recv()).await;
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_millis(1_500)).await;
+    tokio::time::resume();
+    release.notify_one();
+    let r = bounded(fut).await.unwrap().expect("answered");
+    assert_eq!(r["content"][0]["text"], "late");
+    let sent = budgets(&mut bodies);
+    let [ended, resent] = sent[..] else {
+        panic!("two tools/call bodies expected: {sent:?}");
+    };
+    assert!((2_000..=3_000).contains(&ended), "{sent:?}");
     assert!(
         (500..=1_500).contains(&resent),
         "the time left when re-sent: {sent:?}"
