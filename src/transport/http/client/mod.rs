@@ -105,6 +105,7 @@ mod request;
 mod response;
 mod send;
 mod tools;
+mod wire_body;
 
 #[cfg(all(test, feature = "stdio"))]
 pub(crate) use response::MAX_RESPONSE_BYTES;

@@ -1,5 +1,5 @@
 //! Sending one HTTP request: [`Outgoing`], whose body is made at each
-//! attempt (a request's budget is the time left when it is sent), and
+//! attempt, its budget counted when hyper writes it ([`WireBody`]), and
 //! [`send`], which tries again when the connection pool gave up on a
 //! request before it was sent.
 
@@ -8,14 +8,16 @@ use http::{HeaderMap, Request};
 use http_body_util::Full;
 
 use super::connector::{check_scheme, classify, PooledClient};
+use super::wire_body::WireBody;
 use super::HttpClientError;
 use crate::error::BoxError;
 use crate::timeout::WireRequest;
 
 /// A request to send: its head, and its body — fixed, or a JSON-RPC request
-/// encoded at each attempt, so that the budget it carries is the time left
-/// when it goes out (after a fallback handshake, or another attempt), not
-/// when its call started.
+/// encoded for each attempt when hyper writes it ([`WireBody`]), so that the
+/// budget it carries is the time left when it goes out (after a fallback
+/// handshake, a connection's opening, or another attempt), not when its
+/// call started.
 pub(super) struct Outgoing {
     head: Request<()>,
     body: Body,
@@ -41,14 +43,11 @@ impl Outgoing {
     }
 
     /// The request of one attempt.
-    fn attempt(&self) -> Result<Request<Full<Bytes>>, HttpClientError> {
+    fn attempt(&self) -> Result<Request<WireBody>, HttpClientError> {
         let body = match &self.body {
-            Body::Fixed(body) => body.clone(),
-            Body::Encoded(request) => Full::new(Bytes::from(
-                request
-                    .encode()
-                    .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?,
-            )),
+            Body::Fixed(body) => WireBody::Fixed(body.clone()),
+            Body::Encoded(request) => WireBody::stamped(request.clone())
+                .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?,
         };
         let mut req = Request::new(body);
         *req.method_mut() = self.head.method().clone();
@@ -112,6 +111,7 @@ fn is_checkout_gone(e: &hyper_util::client::legacy::Error) -> bool {
 mod tests {
     use std::time::Duration;
 
+    use http_body::Body as _;
     use http_body_util::BodyExt;
 
     use super::*;
@@ -119,16 +119,21 @@ mod tests {
     use crate::timeout::{BudgetKey, WireBudget};
     use crate::{DeadlineCap, McpRequest};
 
-    async fn budget(out: &Outgoing) -> serde_json::Value {
-        let body = out.attempt().unwrap().into_body().collect().await;
-        let body: serde_json::Value = serde_json::from_slice(&body.unwrap().to_bytes()).unwrap();
+    /// The budget an attempt's body carries when it is read (as hyper
+    /// does once the connection is open), and that its length is the one
+    /// announced.
+    async fn budget_when_read(req: Request<WireBody>) -> serde_json::Value {
+        let announced = req.body().size_hint().exact();
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(announced, Some(body.len() as u64));
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         body["params"]["_meta"]["com.example/budgetMs"].clone()
     }
 
-    /// Each attempt's body is made when the attempt is: a request sent
-    /// again (the pool gave up on it) carries the time left then.
+    /// The budget is counted when the body is read, not when the request
+    /// (or an attempt at it: the pool may give up on one) was made.
     #[tokio::test(start_paused = true)]
-    async fn each_attempt_carries_the_budget_left_then() {
+    async fn the_budget_is_the_time_left_when_the_body_is_written() {
         let key = BudgetKey::new("com.example/budgetMs").unwrap();
         let req = McpRequest::new(1, "tools/call")
             .with_params(serde_json::json!({"name": "x"}))
@@ -136,10 +141,14 @@ mod tests {
         let deadline = WireBudget::of(&req, Some(&key));
         let wire = WireRequest::new(RequestId::from(1), "tools/call", None, deadline);
         let out = Outgoing::new(Request::post("http://x/mcp").body(()).unwrap(), wire);
-        assert_eq!(budget(&out).await, 3_000);
+        assert_eq!(budget_when_read(out.attempt().unwrap()).await, 3_000);
+        // A connection that took 1.2 s to open.
+        let attempt = out.attempt().unwrap();
         tokio::time::advance(Duration::from_millis(1_200)).await;
-        assert_eq!(budget(&out).await, 1_800);
+        assert_eq!(budget_when_read(attempt).await, 1_800);
+        // Another attempt, made later still; once due, 0 (one digit of four:
+        // padded to the announced length).
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(budget(&out).await, 0);
+        assert_eq!(budget_when_read(out.attempt().unwrap()).await, 0);
     }
 }
