@@ -265,3 +265,76 @@ async fn a_budget_resent_after_a_renewed_session_is_the_time_left_then() {
         "the time left when re-sent: {sent:?}"
     );
 }
+
+/// A handshake that fails after the server assigned a session — it
+/// answers a protocol version the client does not speak — ends that
+/// session too: the call fails, and the session is `DELETE`d.
+#[tokio::test]
+async fn a_session_of_a_failed_handshake_is_deleted() {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use http::{Request, Response};
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Incoming;
+    use tower::service_fn;
+
+    use crate::support::http::{serve, Proto};
+
+    // A front that refuses modern requests like a 2025 server, answers
+    // `initialize` with an unknown version and session `s-1`, and reports
+    // each DELETE's session.
+    let (deleted_tx, mut deleted) = mpsc::unbounded_channel();
+    let front = service_fn(move |req: Request<Incoming>| {
+        let deleted = deleted_tx.clone();
+        async move {
+            let modern = req.headers().contains_key("mcp-method");
+            if req.method() == http::Method::DELETE {
+                let session = req.headers().get("mcp-session-id").cloned();
+                let _ = deleted.send(session);
+            }
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let json: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let (status, body) = if modern {
+                (
+                    400,
+                    json!({"jsonrpc": "2.0", "id": null,
+                        "error": {"code": -32000, "message": "Bad Request: Server not initialized"}}),
+                )
+            } else if json["method"] == "initialize" {
+                (
+                    200,
+                    json!({"jsonrpc": "2.0", "id": json["id"], "result": {
+                        "protocolVersion": "1999-01-01", "capabilities": {},
+                        "serverInfo": {"name": "odd", "version": "0"}}}),
+                )
+            } else {
+                (200, json!({}))
+            };
+            let res = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .header("mcp-session-id", "s-1")
+                .body(Full::new(Bytes::from(body.to_string())))
+                .unwrap();
+            Ok::<_, Infallible>(res)
+        }
+    });
+    let (recorder, _events) = tower_mcp_cancel::test_util::Recorder::new();
+    let addr = serve(front, Proto::H1, recorder).await;
+    let mut c = client(addr);
+    let err = bounded(
+        c.ready()
+            .await
+            .unwrap()
+            .call(call("echo", json!({"text": "x"}))),
+    )
+    .await
+    .expect_err("a version the client does not speak");
+    assert!(err.to_string().contains("1999-01-01"), "{err}");
+    assert_eq!(
+        bounded(deleted.recv()).await,
+        Some(Some(http::HeaderValue::from_static("s-1"))),
+        "the session of the failed handshake was deleted"
+    );
+}
