@@ -126,7 +126,11 @@
 //! [`StdioClientBuilder::budget_key`](crate::transport::stdio::StdioClientBuilder::budget_key)
 //! or [`HttpClientBuilder::budget_key`](crate::transport::http::HttpClientBuilder::budget_key)
 //! writes it into each request that has a deadline (a `TimeoutLayer` above
-//! it that saw the request's `Cancellation`, a `DeadlineCap`); a server
+//! it that saw the request's `Cancellation`, a `DeadlineCap`), counted when
+//! the request goes on the wire — after whatever it waited for: room in the
+//! stdio write queue, `HttpClient`'s fallback handshake, a connection's
+//! opening, another attempt —, so the peer never gets more time than is
+//! left; a server
 //! transport with [`StdioServer::budget_key`](crate::transport::stdio::StdioServer::budget_key)
 //! or [`StreamableHttpService::budget_key`](crate::transport::http::StreamableHttpService::budget_key)
 //! reads it in the same pass over the body that reads the rest of `_meta`,

@@ -27,8 +27,9 @@
 //! the drop's reason) in the session, from a task (at most 64 under way,
 //! 10 s each), since closing a stream is not a cancellation there.
 //! [`HttpClient::close`] `DELETE`s the session (the last clone's drop does
-//! it in the background); a session the server ended (`404`) is initialized
-//! again. [`HttpClient::server_era`] tells what was found. The same layer
+//! it in the background, as it does for a session whose handshake did not
+//! complete: the call running it was dropped, or it failed); a session the
+//! server ended (`404`) is initialized again. [`HttpClient::server_era`] tells what was found. The same layer
 //! stack works on both. That `400` is the spec's only signal: any other
 //! refusal (`401`, `403`, `404`, `413`, `429`, …) or a connection failure
 //! is the error of that call, and the client stays in its era.
