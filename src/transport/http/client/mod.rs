@@ -253,7 +253,8 @@ impl HttpClient {
     /// clone of the client is dropped inside a tokio runtime.
     ///
     /// It first waits (10 s at most) for the `notifications/cancelled` of
-    /// dropped calls still under way, so that a program that drops a call
+    /// dropped calls still under way (and the `DELETE`s of sessions whose
+    /// handshake did not complete), so that a program that drops a call
     /// and then closes the client before it exits has told the server.
     pub async fn close(&self) -> Result<(), BoxError> {
         let all = era::MAX_PENDING_CANCELS as u32;
