@@ -278,3 +278,42 @@ async fn read_small(body: hyper::body::Incoming) -> Bytes {
 fn answers(body: &[u8], id: &RequestId) -> bool {
     matches!(Message::decode(body), Ok(Message::Response(r)) if r.id.as_ref() == Some(id))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(id: serde_json::Value, code: i64) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "m"}
+        }))
+        .unwrap()
+    }
+
+    /// The three errors the spec names are a modern server's `400`, with or
+    /// without the request's id; any other error is not, with the id too.
+    #[test]
+    fn modern_errors_are_the_ones_the_spec_names_whatever_the_id() {
+        for code in [
+            ErrorObject::HEADER_MISMATCH,
+            ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
+        ] {
+            assert!(is_modern_error(&error(7.into(), code)), "{code}");
+            assert!(
+                is_modern_error(&error(serde_json::Value::Null, code)),
+                "{code}"
+            );
+        }
+        for code in [
+            ErrorObject::INVALID_REQUEST,
+            ErrorObject::METHOD_NOT_FOUND,
+            -32000,
+        ] {
+            assert!(!is_modern_error(&error(7.into(), code)), "{code}");
+        }
+        assert!(!is_modern_error(b""));
+        assert!(!is_modern_error(b"Bad Request"));
+        assert!(!is_modern_error(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#));
+    }
+}
