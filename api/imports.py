@@ -7,13 +7,17 @@
 
 Reads every `crate::…`, `super::…` and `self::…` path in `src/**/*.rs`
 (`use` trees included; comments and string literals skipped, so a doc
-link is no import), resolves it to the module it names, and builds two
-graphs: one between the crate's top-level modules, and one between the
-children of each module in NESTED (`transport`: `call`, `stdio`, `http`).
-A path through a name the crate root re-exports (`crate::Cancellation`)
-counts as an import of the module the root takes it from. Test code
-counts too: a test module that imports a module above its own is a
-cycle like any other. Standard library only.
+link is no import), resolves it to the module it names, and builds a
+graph for every module that has children, at every level: one between the
+crate's top-level modules, one between the children of `transport`, one
+between those of `transport::http`, of `transport::http::client`, and so
+on. An import from `a::b::c` into `a::d::e` is the edge `b -> d` of the
+graph of `a`'s children; a module importing its own ancestor or
+descendant makes no edge. A path through a name a module imports (the
+crate root's `crate::Cancellation`, a parent's `super::Event`) counts as
+an import of the module the name comes from. Test code counts too: a
+test module that imports a module above its own is a cycle like any
+other. Standard library only.
 """
 import pathlib
 import re
@@ -21,8 +25,6 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
-# Modules whose children get a graph of their own.
-NESTED = ["transport"]
 
 
 def strip(code: str) -> str:
@@ -73,9 +75,10 @@ def module_of(src: pathlib.Path, path: pathlib.Path) -> list[str]:
     return parts
 
 
-def use_paths(tree: str) -> list[str]:
-    """The paths of a `use` tree: `a::{b, c::{d as e}}` → a::b, a::c::d."""
-    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+\w+", "", tree))
+def use_paths(tree: str, keep_alias: bool = False) -> list[str]:
+    """The paths of a `use` tree: `a::{b, c::{d as e}}` → a::b, a::c::d
+    (with `keep_alias`: a::b, a::c::d as e)."""
+    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+(\w+)", r"@\1", tree))
     out = []
 
     def walk(prefix: str, t: str) -> None:
@@ -92,7 +95,8 @@ def use_paths(tree: str) -> list[str]:
                 head, rest = item.split("{", 1)
                 walk(prefix + head, rest[: rest.rfind("}")])
             else:
-                out.append(prefix + item)
+                path, _, alias = (prefix + item).partition("@")
+                out.append(f"{path} as {alias}" if keep_alias and alias else path)
 
     walk("", tree)
     return out
@@ -106,20 +110,10 @@ INLINE_MOD = re.compile(r"\bmod\s+(\w+)\s*\{")
 def references(code: str):
     """(line, scope, path) for each path in `code`; `scope` is the inline
     modules (`mod tests { … }`) the path sits in."""
-    # Inline modules by their brace span.
-    spans = []
-    for m in INLINE_MOD.finditer(code):
-        depth, k = 0, m.end() - 1
-        while k < len(code):
-            depth += code[k] == "{"
-            depth -= code[k] == "}"
-            if depth == 0:
-                break
-            k += 1
-        spans.append((m.start(), k, m.group(1)))
+    spans = inline_spans(code)
 
     def scope(pos: int) -> list[str]:
-        return [name for s, e, name in sorted(spans) if s <= pos <= e]
+        return [name for s, e, name in spans if s <= pos <= e]
 
     used = []
     for m in USE.finditer(code):
@@ -149,32 +143,90 @@ def resolve(module: list[str], path: str) -> list[str]:
     return here + parts
 
 
-def root_reexports(lib: str) -> dict[str, str]:
-    """Names the crate root re-exports, by the top-level module they come from."""
-    names = {}
-    for m in USE.finditer(lib):
-        for p in use_paths(m.group(1)):
-            parts = p.split("::")
-            if parts[0] == "crate":
-                parts = parts[1:]
-            if len(parts) >= 2:
-                names[parts[-1]] = parts[0]
-    return names
+def use_items(tree: str) -> list[tuple[str, str]]:
+    """(path, name it binds) for each path of a `use` tree: `a::{b as c,
+    d::self}` → (a::b, c), (a::d, d)."""
+    out = []
+    for p in use_paths(tree, keep_alias=True):
+        path, _, alias = p.partition(" as ")
+        parts = path.split("::")
+        if parts[-1] == "self":
+            parts.pop()
+        if parts[-1] == "*":
+            continue
+        out.append(("::".join(parts), alias or parts[-1]))
+    return out
 
 
-def node(target: list[str], top: set[str], nested: dict[str, set[str]], reexports: dict[str, str]):
-    """The (top-level, child) a resolved path falls in; None for a path out
-    of the crate's modules (`crate::SomeMacro!`, a std path after `self`)."""
-    if not target:
+class Crate:
+    """The modules of a crate (from its files) and the names each module
+    file imports, so that a path through an imported name (`crate::X`,
+    `super::X`, re-exported or imported by a parent) is followed to the
+    module it comes from."""
+
+    def __init__(self, src: pathlib.Path, files: list[pathlib.Path]):
+        self.modules = {tuple(module_of(src, f)) for f in files}
+        # A module's ancestors exist even without a file of their own.
+        for m in list(self.modules):
+            self.modules |= {m[:k] for k in range(len(m))}
+        self.names: dict[tuple, dict[str, list[str]]] = {}
+        for f in files:
+            mod = tuple(module_of(src, f))
+            code = strip(f.read_text())
+            names = self.names.setdefault(mod, {})
+            spans = inline_spans(code)
+            for m in USE.finditer(code):
+                if any(s <= m.start() <= e for s, e, _ in spans):
+                    continue  # an inline module's import binds nothing here
+                for path, name in use_items(m.group(1)):
+                    head = path.split("::")[0]
+                    if head in ("crate", "self", "super"):
+                        names[name] = resolve(list(mod), path)
+                    elif mod + (head,) in self.modules:
+                        names[name] = list(mod) + path.split("::")
+                    # else: another crate's path.
+
+    def locate(self, target: list[str], depth: int = 0) -> tuple:
+        """The module an absolute path falls in: its longest prefix that is
+        a module, following a name a module imports to where it comes from."""
+        mod: tuple = ()
+        for k, part in enumerate(target):
+            if mod + (part,) in self.modules:
+                mod += (part,)
+                continue
+            origin = self.names.get(mod, {}).get(part)
+            if origin is not None and depth < 16 and origin[: len(mod) + 1] != list(mod) + [part]:
+                return self.locate(origin + target[k + 1 :], depth + 1)
+            break
+        return mod
+
+
+def inline_spans(code: str) -> list[tuple[int, int, str]]:
+    """(start, end, name) of each inline module (`mod tests { … }`), by its
+    brace span, outermost first."""
+    spans = []
+    for m in INLINE_MOD.finditer(code):
+        depth, k = 0, m.end() - 1
+        while k < len(code):
+            depth += code[k] == "{"
+            depth -= code[k] == "}"
+            if depth == 0:
+                break
+            k += 1
+        spans.append((m.start(), k, m.group(1)))
+    return spans
+
+
+def edge(src: tuple, dst: tuple):
+    """The graph (the module whose children they are) and the edge between
+    two of its children that an import from `src` into `dst` makes; None
+    when one module is the other or its ancestor."""
+    k = 0
+    while k < min(len(src), len(dst)) and src[k] == dst[k]:
+        k += 1
+    if k == len(src) or k == len(dst):
         return None
-    head = target[0]
-    if head not in top:
-        head = reexports.get(head)
-        if head is None:
-            return None
-        return head, None
-    child = target[1] if len(target) > 1 and target[1] in nested.get(head, ()) else None
-    return head, child
+    return src[:k], src[k], dst[k]
 
 
 def cycles(edges: dict[str, dict[str, list[str]]]) -> list[tuple[list[str], list[str]]]:
@@ -229,32 +281,27 @@ def shortest_cycle(edges, start: str, group: set[str]) -> list[str]:
 def check(src: pathlib.Path, show_graph: bool = False, out=sys.stderr) -> int:
     """0 when the modules under `src` import one way; 1, naming each cycle, if not."""
     files = sorted(src.rglob("*.rs"))
-    modules = {f: module_of(src, f) for f in files}
-    top = {m[0] for m in modules.values() if m}
-    nested = {t: {m[1] for m in modules.values() if len(m) > 1 and m[0] == t} for t in NESTED}
-    lib = src / "lib.rs"
-    reexports = root_reexports(strip(lib.read_text())) if lib.exists() else {}
+    crate = Crate(src, files)
 
-    graphs = {"top-level modules": {}, **{f"{t}::*": {} for t in NESTED}}
+    # One graph per module with children: the edges between its children.
+    graphs: dict[tuple, dict[str, dict[str, list[str]]]] = {}
     for f in files:
-        mod = modules[f]
+        mod = module_of(src, f)
         if not mod:
             continue
         code = strip(f.read_text())
-        src_node = node(mod, top, nested, reexports)
         for line, scope, path in references(code):
-            dst = node(resolve(mod + scope, path), top, nested, reexports)
-            if dst is None:
+            e = edge(tuple(mod), crate.locate(resolve(mod + scope, path)))
+            if e is None:
                 continue
+            parent, a, b = e
             where = f"{f.relative_to(src.parent)}:{line}: {path}"
-            if src_node[0] != dst[0]:
-                graphs["top-level modules"].setdefault(src_node[0], {}).setdefault(dst[0], []).append(where)
-            elif src_node[0] in NESTED and src_node[1] and dst[1] and src_node[1] != dst[1]:
-                g = graphs[f"{src_node[0]}::*"]
-                g.setdefault(src_node[1], {}).setdefault(dst[1], []).append(where)
+            graphs.setdefault(parent, {}).setdefault(a, {}).setdefault(b, []).append(where)
 
     status = 0
-    for name, edges in graphs.items():
+    for parent in sorted(graphs):
+        edges = graphs[parent]
+        name = "::".join(parent) + "::*" if parent else "top-level modules"
         if show_graph:
             print(f"# {name}")
             for a in sorted(edges):
@@ -282,11 +329,21 @@ def self_test() -> int:
         (1, {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b::X;", "b.rs": "#[cfg(test)] mod tests { use crate::a::*; }"}),
         (1, {"lib.rs": "mod transport;", "transport/mod.rs": "mod http; mod stdio;",
              "transport/http.rs": "use super::stdio::X;", "transport/stdio.rs": "use crate::transport::http::Y;"}),
+        # A circle three levels down, and one through a name a parent imports.
+        (1, {"lib.rs": "mod t;", "t/mod.rs": "mod h;", "t/h/mod.rs": "mod c;", "t/h/c/mod.rs": "mod era; mod request;",
+             "t/h/c/era.rs": "use super::request::send;", "t/h/c/request.rs": "use super::era::{NotModern, is_modern};"}),
+        (1, {"lib.rs": "mod u;", "u/mod.rs": "mod probe; mod recorder; pub use probe::Guard; pub use recorder::Event as E;",
+             "u/probe.rs": "use super::E;", "u/recorder.rs": "fn f() -> super::Guard {}"}),
         # Doc links, comments and strings are no imports; one-way imports are fine.
         (0, {"lib.rs": "mod a; mod b;", "a.rs": "use crate::b::X;",
              "b.rs": '/// [`Y`](crate::a::Y)\n// crate::a::Y\n/* crate::a::Y */ const S: &str = "crate::a::Y";'}),
         (0, {"lib.rs": "mod transport;", "transport/mod.rs": "mod http; mod stdio;",
              "transport/http.rs": "use super::stdio::X;", "transport/stdio.rs": "mod tests { use super::*; }"}),
+        # A module and its ancestors import each other freely; a parent's
+        # name taken from a child is that child's.
+        (0, {"lib.rs": "mod t;", "t/mod.rs": "mod h; use h::c::X; struct Inner;", "t/h/mod.rs": "mod c;",
+             "t/h/c/mod.rs": "mod era; mod request; use super::super::Inner;",
+             "t/h/c/era.rs": "use super::request::send; use crate::t::X;", "t/h/c/request.rs": "use super::super::super::Inner;"}),
     ]
     failed = 0
     for k, (expected, tree) in enumerate(cases):

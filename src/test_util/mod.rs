@@ -34,13 +34,15 @@
 //! # }
 //! ```
 
+mod event;
 mod probe;
 mod recorder;
 #[cfg(test)]
 mod tests;
 
+pub use event::Event;
 pub use probe::{DropGuard, DropProbe};
-pub use recorder::{Event, Events, Recorder};
+pub use recorder::{Events, Recorder};
 
 /// How long the helpers' waits ([`DropProbe::dropped`], [`Events::next`])
 /// last before they panic: a guard against hangs, never a synchronisation;

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use super::{Event, WAIT_BOUND};
+use super::event::Event;
+use super::WAIT_BOUND;
 use crate::jsonrpc::RequestId;
 
 /// Observes [`DropGuard`]s: whether and when one was dropped.

@@ -6,29 +6,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{DropGuard, WAIT_BOUND};
+use super::event::Event;
+use super::probe::DropGuard;
+use super::WAIT_BOUND;
 use crate::jsonrpc::RequestId;
 use crate::{CancelReason, McpRequest};
-
-/// What happened to a recorded handler.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Event {
-    /// The handler started ([`Recorder::start`], [`Recorder::start_as`]).
-    Started(RequestId),
-    /// The request's cancellation token fired, with the reason it carried
-    /// then (seen by the task [`Recorder::watch_token`] spawned; `None`
-    /// from [`Recorder::watch_token_as`], whose token carries none).
-    Token(RequestId, Option<CancelReason>),
-    /// The handler's [`DropGuard`] was dropped before
-    /// [`DropGuard::finish`]: its future was dropped.
-    Dropped(RequestId),
-    /// The handler finished ([`DropGuard::finish`], then dropped).
-    Done(RequestId),
-    /// An event of the test's own ([`Recorder::note`]), e.g. a connection
-    /// that ended.
-    Note(&'static str),
-}
 
 /// The sending side: clone it into a `service_fn` and call
 /// [`start`](Self::start) at the top of each handler (and

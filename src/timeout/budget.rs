@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
+use crate::jsonrpc::RequestId;
 use crate::request::RequestView;
 use crate::state::Stamp;
 use crate::timeout::DeadlineCap;
@@ -111,40 +112,92 @@ pub(crate) fn budget_ms(deadline: Instant, now: Instant) -> u64 {
         .min(MAX_BUDGET_MS)
 }
 
-/// The params `req` is written with by a client transport that sends its
-/// budget under `key`: its [`wire_params`](crate::McpRequest::wire_params),
-/// with `_meta[key]` set to the milliseconds left until its
-/// [deadline](request_deadline), when it has one. Params that are not an
-/// object (an array), or whose `_meta` is not one, are written unchanged:
-/// the budget is a hint, never a reason to fail a call.
-pub(crate) fn wire_params(
-    req: &crate::McpRequest,
-    key: Option<&BudgetKey>,
-) -> Result<Option<Box<RawValue>>, serde_json::Error> {
-    let params = req.wire_params()?;
-    let (Some(key), Some(deadline)) = (key, request_deadline(req)) else {
-        return Ok(params);
-    };
-    let budget = budget_ms(deadline, Instant::now());
-    let mut obj: serde_json::Map<String, serde_json::Value> = match params.as_deref() {
-        None => serde_json::Map::new(),
-        Some(p) => match serde_json::from_str(p.get()) {
-            Ok(obj) => obj,
-            Err(_) => {
-                tracing::debug!("budget not sent: the params are not an object");
-                return Ok(params);
-            }
-        },
-    };
-    let meta = obj
-        .entry("_meta")
-        .or_insert_with(|| serde_json::Value::Object(Default::default()));
-    let serde_json::Value::Object(meta) = meta else {
-        tracing::debug!("budget not sent: the params' `_meta` is not an object");
-        return Ok(params);
-    };
-    meta.insert(key.as_str().to_owned(), budget.into());
-    serde_json::value::to_raw_value(&obj).map(Some)
+/// A request's budget as a client transport writes it: its key, and the
+/// deadline the time left is counted to. Taken from the request when its
+/// call starts; the milliseconds are counted when the request's bytes are
+/// made ([`WireRequest::encode`]), so a request that waited — behind a
+/// handshake, in a write queue, for another attempt — never carries more
+/// time than is left.
+#[derive(Clone, Debug)]
+pub(crate) struct WireBudget {
+    key: BudgetKey,
+    deadline: Instant,
+}
+
+impl WireBudget {
+    /// The budget of `req` under `key`, when there is a key and the request
+    /// has a [deadline](request_deadline).
+    pub(crate) fn of<R: RequestView>(req: &R, key: Option<&BudgetKey>) -> Option<Self> {
+        Some(Self {
+            key: key?.clone(),
+            deadline: request_deadline(req)?,
+        })
+    }
+
+    /// `params` with `_meta[key]` set to the milliseconds left now; `None`
+    /// when they are written unchanged: params that are not an object (an
+    /// array), or whose `_meta` is not one — the budget is a hint, never a
+    /// reason to fail a call.
+    fn write(&self, params: Option<&RawValue>) -> Result<Option<Box<RawValue>>, serde_json::Error> {
+        let mut obj: serde_json::Map<String, serde_json::Value> = match params {
+            None => serde_json::Map::new(),
+            Some(p) => match serde_json::from_str(p.get()) {
+                Ok(obj) => obj,
+                Err(_) => {
+                    tracing::debug!("budget not sent: the params are not an object");
+                    return Ok(None);
+                }
+            },
+        };
+        let meta = obj
+            .entry("_meta")
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        let serde_json::Value::Object(meta) = meta else {
+            tracing::debug!("budget not sent: the params' `_meta` is not an object");
+            return Ok(None);
+        };
+        let budget = budget_ms(self.deadline, Instant::now());
+        meta.insert(self.key.as_str().to_owned(), budget.into());
+        serde_json::value::to_raw_value(&obj).map(Some)
+    }
+}
+
+/// A request as a client transport writes it: its id, method and params,
+/// and its [budget](WireBudget), written into the params' `_meta` each time
+/// the request is [encoded](Self::encode) — at the moment it goes on the
+/// wire, not when its call started.
+#[derive(Clone, Debug)]
+pub(crate) struct WireRequest {
+    id: RequestId,
+    method: String,
+    params: Option<Box<RawValue>>,
+    budget: Option<WireBudget>,
+}
+
+impl WireRequest {
+    pub(crate) fn new(
+        id: RequestId,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        budget: Option<WireBudget>,
+    ) -> Self {
+        Self {
+            id,
+            method: method.to_owned(),
+            params,
+            budget,
+        }
+    }
+
+    /// The JSON-RPC request, its budget (if any) counted now.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let stamped = match &self.budget {
+            Some(budget) => budget.write(self.params.as_deref())?,
+            None => None,
+        };
+        let params = stamped.as_deref().or(self.params.as_deref());
+        crate::jsonrpc::encode_request(&self.id, &self.method, params)
+    }
 }
 
 /// Reads a budget: a JSON integer of milliseconds, at least 0. Anything

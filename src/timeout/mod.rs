@@ -125,8 +125,11 @@
 //! `_meta` under a key both sides configure. A client transport with
 //! [`StdioClientBuilder::budget_key`] or [`HttpClientBuilder::budget_key`]
 //! writes it into each request that has a deadline (a `TimeoutLayer` above
-//! it that saw the request's `Cancellation`, a `DeadlineCap`); a server
-//! transport with [`StdioServer::budget_key`] or
+//! it that saw the request's `Cancellation`, a `DeadlineCap`), counted when
+//! the request goes on the wire — after whatever it waited for: room in the
+//! stdio write queue, `HttpClient`'s fallback handshake, a connection's
+//! opening, another attempt —, so the peer never gets more time than is
+//! left; a server transport with [`StdioServer::budget_key`] or
 //! [`StreamableHttpService::budget_key`]
 //! reads it in the same pass over the body that reads the rest of `_meta`,
 //! and the request inherits it: its timer layers enforce
@@ -226,7 +229,7 @@ mod policy;
 pub use crate::policy::MethodPolicy;
 pub use budget::InvalidBudgetKey;
 #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(unused_imports))]
-pub(crate) use budget::{inherit_budget, wire_params, BudgetKey};
+pub(crate) use budget::{inherit_budget, BudgetKey, WireBudget, WireRequest};
 pub use layer::{Timeout, TimeoutLayer};
 pub(crate) use policy::inherited_deadline;
 pub use policy::{DeadlineCap, RequestTimeout};

@@ -29,7 +29,7 @@ use crate::support::http::{bounded, serve, serve_tools, Events, Proto, Tools};
 /// `Mcp-Method`) get `400` with an id-less error; the rest goes to the
 /// adapter with legacy sessions. `initialize` is answered as 2025 servers do.
 pub(crate) async fn legacy_server() -> (std::net::SocketAddr, Tools, Events) {
-    legacy_server_holding_cancels(None).await
+    legacy_server_with(Front::default()).await
 }
 
 /// [`legacy_server`], whose front, given `hold`, reports each
@@ -41,6 +41,37 @@ pub(crate) async fn legacy_server_holding_cancels(
         std::sync::Arc<tokio::sync::Notify>,
     )>,
 ) -> (std::net::SocketAddr, Tools, Events) {
+    legacy_server_with(Front {
+        hold: hold.map(|(arrived, release)| ("notifications/cancelled", arrived, release)),
+        ..Front::default()
+    })
+    .await
+}
+
+/// What the front of [`legacy_server_with`] does besides passing requests
+/// on.
+#[derive(Clone, Default)]
+pub(crate) struct Front {
+    /// Each message of this method is reported on the sender when it
+    /// reaches the front, and passed on only when the `Notify` is notified.
+    pub(crate) hold: Option<(
+        &'static str,
+        tokio::sync::mpsc::UnboundedSender<()>,
+        std::sync::Arc<tokio::sync::Notify>,
+    )>,
+    /// Each body that reaches the front (parsed), reported.
+    pub(crate) bodies: Option<tokio::sync::mpsc::UnboundedSender<Value>>,
+    /// The status the adapter answered each `DELETE` with, reported.
+    pub(crate) deletes: Option<tokio::sync::mpsc::UnboundedSender<u16>>,
+    /// Modern requests are refused with an error that carries their own id
+    /// (`-32600`), as some 2025 servers do, instead of an id-less one.
+    pub(crate) refuse_with_id: bool,
+    /// The adapter's session limits.
+    pub(crate) limits: SessionLimits,
+}
+
+/// A legacy-only server (see [`legacy_server`]) behind `front`.
+pub(crate) async fn legacy_server_with(front: Front) -> (std::net::SocketAddr, Tools, Events) {
     let (tools, events) = Tools::new();
     let inner = tools.service();
     let mcp = service_fn(move |req: McpRequest| {
@@ -57,10 +88,10 @@ pub(crate) async fn legacy_server_holding_cancels(
         }
     });
     let mcp = tower::util::BoxCloneService::new(mcp);
-    let adapter = StreamableHttpService::new(mcp).stateful_sessions(SessionLimits::new());
+    let adapter = StreamableHttpService::new(mcp).stateful_sessions(front.limits);
     let front = service_fn(move |req: Request<Incoming>| {
         let adapter = adapter.clone();
-        let hold = hold.clone();
+        let front = front.clone();
         async move {
             let (parts, body) = req.into_parts();
             let body = body
@@ -68,21 +99,32 @@ pub(crate) async fn legacy_server_holding_cancels(
                 .await
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
-            if let Some((arrived, release)) = &hold {
-                let json: Value = serde_json::from_slice(&body).unwrap_or_default();
-                if json["method"] == "notifications/cancelled" {
+            let json: Value = serde_json::from_slice(&body).unwrap_or_default();
+            if let Some(bodies) = &front.bodies {
+                let _ = bodies.send(json.clone());
+            }
+            if let Some((method, arrived, release)) = &front.hold {
+                if json["method"] == *method {
                     let _ = arrived.send(());
                     release.notified().await;
                 }
             }
+            let delete = parts.method == http::Method::DELETE;
             let req = Request::from_parts(parts, Full::new(body));
             if req.headers().contains_key("mcp-method") {
-                let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: Server not initialized"}}"#;
+                let id = if front.refuse_with_id {
+                    json["id"].clone()
+                } else {
+                    Value::Null
+                };
+                let code = if front.refuse_with_id { -32600 } else { -32000 };
+                let body = json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": code, "message": "Bad Request: Server not initialized"}});
                 let res = Response::builder()
                     .status(400)
                     .header("content-type", "application/json")
                     .body(
-                        Full::new(Bytes::from(body))
+                        Full::new(Bytes::from(body.to_string()))
                             .map_err(|never| match never {})
                             .boxed_unsync(),
                     )
@@ -96,6 +138,9 @@ pub(crate) async fn legacy_server_holding_cancels(
                 Ok(res) => res,
                 Err(never) => match never {},
             };
+            if let (true, Some(deletes)) = (delete, &front.deletes) {
+                let _ = deletes.send(res.status().as_u16());
+            }
             Ok(res.map(|b| b.map_err(BoxError::from).boxed_unsync()))
         }
     });
@@ -124,7 +169,11 @@ pub(crate) fn session_of(c: &HttpClient) -> String {
     }
 }
 
-async fn raw_status(addr: std::net::SocketAddr, method: http::Method, session: &str) -> u16 {
+pub(crate) async fn raw_status(
+    addr: std::net::SocketAddr,
+    method: http::Method,
+    session: &str,
+) -> u16 {
     let body = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}});
     let req = Request::builder()
         .method(method)

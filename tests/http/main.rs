@@ -20,6 +20,7 @@ mod header_checks;
 mod legacy_checks;
 mod legacy_client;
 mod legacy_client_cancel;
+mod legacy_client_state;
 mod lifecycle;
 mod missing_version;
 mod param_headers;

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use stdio_support::*;
 use tokio::time::Instant;
 use tower::util::BoxCloneService;
-use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::notify::RequestContext;
 use tower_mcp_cancel::transport::stdio::{StdioClient, StdioServer};
 use tower_mcp_cancel::{Cancellation, DeadlineCap, McpRequest, TimeoutLayer};
@@ -250,4 +250,48 @@ async fn client_to_server_the_server_handler_sees_the_clients_deadline() {
     let req = McpRequest::new(1, "deadline").with_cancellation(Cancellation::new());
     let v = svc.oneshot(req).await.unwrap();
     assert_eq!(v["remainingMs"], 3_000);
+}
+
+/// A call that waited — for the writer, blocked on a server that does not
+/// read, and for room in the write queue — is written with the time left
+/// when it goes on the wire (on tokio's clock), not when it was called.
+#[tokio::test(start_paused = true)]
+async fn a_queued_call_is_written_with_the_time_left_then() {
+    let (mut peer, r, w) = pipe(64);
+    let client = StdioClient::builder()
+        .budget_key(KEY)
+        .expect("a valid budget key")
+        .write_queue(1)
+        .connect(r, w);
+    // The first fills the pipe (the peer reads nothing yet); the second
+    // waits in the queue, the third for room in it.
+    let big = McpRequest::new(1, "tools/call").with_params(json!({ "pad": "x".repeat(1024) }));
+    let capped = |id: i64| {
+        McpRequest::new(id, "tools/call")
+            .with_params(json!({ "kept": true }))
+            .with_extension(DeadlineCap::after(Duration::from_secs(3)))
+    };
+    let calls: Vec<_> = [big, capped(2), capped(3)]
+        .into_iter()
+        .map(|req| tokio::spawn(client.clone().call(req)))
+        .collect();
+    tokio::time::advance(Duration::from_millis(1_500)).await;
+    let mut written = Vec::new();
+    for _ in 0..3 {
+        let v = peer.recv().await.unwrap();
+        peer.send(json!({"jsonrpc": "2.0", "id": v["id"], "result": {}}))
+            .await;
+        written.push((v["id"].clone(), v["params"]["_meta"].get(KEY).cloned()));
+    }
+    assert_eq!(
+        written,
+        [
+            (json!(1), None),
+            (json!(2), Some(json!(1_500))),
+            (json!(3), Some(json!(1_500)))
+        ]
+    );
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
 }

@@ -17,8 +17,8 @@ use super::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
 use super::request_body;
 use super::response;
 use super::serve::Running;
-use super::session::endpoint::{self, Opened};
 use super::session::JoinError;
+use super::session_endpoint::{self as endpoint, Opened};
 use super::validation::{
     check_accept, check_content_type, check_legacy_headers, check_param_headers,
     check_request_headers, protocol_version_header, MirroredParams, Rejection,

@@ -70,6 +70,7 @@ mod response;
 mod serve;
 mod service;
 pub mod session;
+mod session_endpoint;
 mod validation;
 
 pub use body::ResponseBody;

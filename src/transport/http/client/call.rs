@@ -8,24 +8,27 @@
 
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use http::Request;
-use http_body_util::Full;
 use serde_json::value::RawValue;
 
-use super::era::{self, Legacy, NotModern, State};
-use super::request::{exchange, prepare, Shape};
+use super::era::{self, Legacy, State};
+use super::request::{exchange, prepare, NotModern, SessionGone, Shape};
+use super::send::Outgoing;
 use super::tools::{is_header_mismatch, learn_tools, param_headers_of, Retry};
 use super::{CancelHttp, HttpClientError, Inner, Lease};
 use crate::error::BoxError;
 use crate::jsonrpc::RequestId;
 use crate::observe::{Era, Transport};
+use crate::timeout::WireBudget;
 use crate::transport::call::client::{CallGuard, Route};
 use crate::McpRequest;
 
-/// The method and params of a request as the caller gave them, for the
-/// legacy shape.
-type LegacyParts = (String, Result<Option<Box<RawValue>>, serde_json::Error>);
+/// The method, params (as the caller gave them) and budget of a request,
+/// for the legacy shape.
+struct LegacyParts {
+    method: String,
+    params: Result<Option<Box<RawValue>>, serde_json::Error>,
+    budget: Option<WireBudget>,
+}
 
 /// The legacy session a call was sent in, once it was (for its cancel).
 pub(super) type SentIn = Arc<Mutex<Option<Arc<Legacy>>>>;
@@ -44,7 +47,7 @@ pub(super) struct Call {
     /// The legacy session, if the server was known to be legacy.
     legacy: Option<Arc<Legacy>>,
     /// The 2026 POST, unless the server was known to be legacy.
-    modern: Option<Result<Request<Full<Bytes>>, HttpClientError>>,
+    modern: Option<Result<Outgoing, HttpClientError>>,
     /// The server's era is unknown: a `400` may mean it is legacy.
     probe: bool,
     /// Kept unless the server was known to be modern.
@@ -69,9 +72,11 @@ impl Call {
             id: id.clone(),
         };
         let era = inner.era.get();
-        let legacy_parts = (!matches!(era, State::Modern)).then(|| {
-            let params = crate::timeout::wire_params(&req, inner.budget_key.as_ref());
-            (req.method().to_owned(), params)
+        // The deadline is taken now; the budget is counted when sent.
+        let legacy_parts = (!matches!(era, State::Modern)).then(|| LegacyParts {
+            method: req.method().to_owned(),
+            params: req.wire_params(),
+            budget: WireBudget::of(&req, inner.budget_key.as_ref()),
         });
         let modern = match era {
             State::Legacy(_) => None,
@@ -165,7 +170,12 @@ impl Call {
     /// (`404`) is initialized again, and the call sent once more: it never
     /// ran.
     async fn send_legacy(&mut self, mut legacy: Arc<Legacy>) -> Answer {
-        let Some((method, params)) = self.legacy_parts.take() else {
+        let Some(LegacyParts {
+            method,
+            params,
+            budget,
+        }) = self.legacy_parts.take()
+        else {
             return Err(HttpClientError::InvalidRequest(
                 "request not kept for the legacy era".into(),
             )
@@ -174,7 +184,14 @@ impl Call {
         let params = params.map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
         let mut renewed = false;
         loop {
-            let req = era::prepare(&self.inner, &legacy, &self.id, &method, params.as_deref())?;
+            let req = era::prepare(
+                &self.inner,
+                &legacy,
+                &self.id,
+                &method,
+                params.as_deref(),
+                budget.clone(),
+            )?;
             // A cancel from now on is posted in this session.
             self.sent_in(Some(legacy.clone()));
             let out = exchange(
@@ -186,7 +203,7 @@ impl Call {
             )
             .await;
             match out {
-                Err(e) if !renewed && e.is::<era::SessionGone>() => {
+                Err(e) if !renewed && e.is::<SessionGone>() => {
                     self.sent_in(None);
                     tracing::info!(request_id = %self.id, "legacy session ended by the server; initializing again");
                     legacy = self.inner.era.legacy(&self.inner, Some(&legacy)).await?;
@@ -209,7 +226,7 @@ impl Call {
 fn retry(
     inner: &Inner,
     era: &State,
-    modern: &Option<Result<Request<Full<Bytes>>, HttpClientError>>,
+    modern: &Option<Result<Outgoing, HttpClientError>>,
     route: &Route,
     req: McpRequest,
 ) -> Option<Retry> {

@@ -8,12 +8,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::Uri;
-use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
+use super::wire_body::WireBody;
 use super::HttpClientError;
 
 /// The connector that makes the connection.
@@ -24,7 +23,7 @@ pub(super) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 pub(super) type Connector = HttpConnector;
 
 /// The pooled hyper client.
-pub(super) type PooledClient = Client<Timed, Full<Bytes>>;
+pub(super) type PooledClient = Client<Timed, WireBody>;
 
 /// The default bound on making a connection (TCP, and the TLS handshake).
 pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

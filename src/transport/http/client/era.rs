@@ -6,8 +6,8 @@
 //! Detection follows the spec's Backward Compatibility rule: the first
 //! request goes out modern; a `400 Bad Request` whose body is not a
 //! recognized modern JSON-RPC error (`HeaderMismatch`,
-//! `MissingRequiredClientCapability`, `UnsupportedProtocolVersion`, or any
-//! error answering the request itself) means a legacy server, and the
+//! `MissingRequiredClientCapability`, `UnsupportedProtocolVersion`, the
+//! ones the spec names, whatever the id) means a legacy server, and the
 //! client falls back to `initialize` (then `notifications/initialized`) and
 //! sends the request again in the legacy shape. Nothing else is that
 //! signal: another status (`401`, `404`, `413`, `429`, …) or a connection
@@ -15,29 +15,41 @@
 //! modern error makes the client modern. The result is kept for the
 //! client's lifetime (its clones share it); a legacy session the server
 //! ended (`404`) is initialized again once.
+//!
+//! A session is the client's from the moment the `initialize` answer's
+//! headers arrive: if the handshake does not complete — it fails, or the
+//! call that runs it is dropped (a timeout) before the server acknowledged
+//! `notifications/initialized` — the session is ended with a `DELETE` in
+//! the background, bounded like the cancel posts, rather than left to
+//! hold its place on the server until it expires.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, StatusCode};
+use http::{header, HeaderValue, Request};
 use http_body_util::Full;
 use serde_json::value::RawValue;
+use tokio::sync::OwnedSemaphorePermit;
 
-use super::request::{read_small, send, CLIENT_CAPABILITIES_META, CLIENT_INFO_META};
+use super::request::{read_small, CLIENT_CAPABILITIES_META, CLIENT_INFO_META};
 use super::response::read_response;
+use super::send::{send, Outgoing};
 use super::{HttpClientError, Inner, Lease};
 use crate::error::BoxError;
-use crate::jsonrpc::{self, ErrorObject, Message, RequestId, PROTOCOL_VERSION_META};
+use crate::jsonrpc::{self, RequestId, PROTOCOL_VERSION_META};
 use crate::protocol::LEGACY_VERSIONS;
+use crate::timeout::{WireBudget, WireRequest};
 use crate::transport::call::client::Route;
 use crate::transport::http::headers::{MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER};
 use crate::CancelReason;
 
 /// How long a spawned `notifications/cancelled` or `DELETE` may take.
 pub(super) const BACKGROUND_POST_TIMEOUT: Duration = Duration::from_secs(10);
-/// How many `notifications/cancelled` POSTs may be under way at once; past
-/// that a cancel is logged and not sent (the stream is closed all the same).
+/// How many `notifications/cancelled` POSTs (and `DELETE`s of sessions
+/// whose handshake did not complete) may be under way at once; past that
+/// one is logged and not sent (the stream is closed all the same; the
+/// session expires on the server).
 pub(super) const MAX_PENDING_CANCELS: usize = 64;
 
 /// The era of the server an [`HttpClient`](super::HttpClient) talks to, as
@@ -170,58 +182,9 @@ impl EraCell {
     }
 }
 
-/// The modern request got a `400` without a recognized modern error body:
-/// the server is of an earlier era.
-#[derive(Debug)]
-pub(super) struct NotModern(pub(super) StatusCode);
-
-impl std::fmt::Display for NotModern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HTTP {} without a modern MCP error", self.0)
-    }
-}
-
-impl std::error::Error for NotModern {}
-
-/// A legacy request got `404` (not as its answer): the server ended the
-/// session.
-#[derive(Debug)]
-pub(super) struct SessionGone;
-
-impl std::fmt::Display for SessionGone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the server ended the legacy session (HTTP 404)")
-    }
-}
-
-impl std::error::Error for SessionGone {}
-
-/// Whether a `4xx` body is a recognized modern answer, so the server is
-/// modern and the error is the answer: a modern JSON-RPC error
-/// (`HeaderMismatch`, `MissingRequiredClientCapability`,
-/// `UnsupportedProtocolVersion`), or any JSON-RPC error answering request
-/// `id` itself (e.g. `404` with method-not-found: the server read and
-/// processed the modern request). A legacy server refusing a request
-/// outside a session answers without the request's id.
-pub(super) fn is_modern_error(body: &[u8], id: &RequestId) -> bool {
-    match Message::decode(body) {
-        Ok(Message::Response(r)) => match &r.outcome {
-            Err(e) => {
-                matches!(
-                    e.code,
-                    ErrorObject::HEADER_MISMATCH
-                        | ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY
-                        | ErrorObject::UNSUPPORTED_PROTOCOL_VERSION
-                ) || r.id.as_ref() == Some(id)
-            }
-            Ok(_) => false,
-        },
-        _ => false,
-    }
-}
-
 /// The `initialize` handshake of the 2025 revisions (the latest one
-/// offered), then `notifications/initialized`.
+/// offered), then `notifications/initialized`. A session the server
+/// assigned is [`Unkept`] until the handshake completes.
 async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
     let offered = LEGACY_VERSIONS.last().copied().unwrap_or("2025-11-25");
     let lease = Lease::fresh(inner);
@@ -241,7 +204,12 @@ async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
         .body(Full::new(Bytes::from(body)))?;
     add_extra_headers(inner, &mut req);
     let res = send(&inner.client, req).await?;
-    let session = res.headers().get(&MCP_SESSION_ID_HEADER).cloned();
+    // From here the session is ours to end, whatever happens next.
+    let mut unkept = Unkept {
+        inner,
+        version: HeaderValue::from_static(offered),
+        session: res.headers().get(&MCP_SESSION_ID_HEADER).cloned(),
+    };
     let result = read_response(res, id, Route::default(), inner.max_response_bytes).await?;
     let version = result["protocolVersion"].as_str().unwrap_or_default();
     if !LEGACY_VERSIONS.contains(&version) {
@@ -251,12 +219,10 @@ async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
         ))
         .into());
     }
-    let legacy = Legacy {
-        version: HeaderValue::from_str(version)?,
-        session,
-    };
+    unkept.version = HeaderValue::from_str(version)?;
     let body = jsonrpc::encode_notification("notifications/initialized", &serde_json::json!({}))?;
-    let mut req = legacy
+    let mut req = unkept
+        .legacy()
         .request(inner, http::Method::POST)
         .body(Full::new(Bytes::from(body)))?;
     add_extra_headers(inner, &mut req);
@@ -271,10 +237,54 @@ async fn initialize(inner: &Inner) -> Result<Legacy, BoxError> {
         }
         .into());
     }
-    Ok(legacy)
+    Ok(unkept.keep())
 }
 
-fn add_extra_headers(inner: &Inner, req: &mut Request<Full<Bytes>>) {
+/// A connection whose handshake is under way: dropped before
+/// [`keep`](Self::keep) — the handshake failed, or the future running it
+/// was dropped — it `DELETE`s the session the server assigned, in the
+/// background ([`spawn_delete`]), so that the server does not hold it
+/// until it expires.
+struct Unkept<'a> {
+    inner: &'a Inner,
+    /// The version offered, then the one the server answered.
+    version: HeaderValue,
+    /// The session, until it is kept.
+    session: Option<HeaderValue>,
+}
+
+impl Unkept<'_> {
+    fn legacy(&self) -> Legacy {
+        Legacy {
+            version: self.version.clone(),
+            session: self.session.clone(),
+        }
+    }
+
+    /// The handshake completed: the connection is the client's.
+    fn keep(mut self) -> Legacy {
+        let legacy = self.legacy();
+        self.session = None;
+        legacy
+    }
+}
+
+impl Drop for Unkept<'_> {
+    fn drop(&mut self) {
+        if self.session.is_none() {
+            return;
+        }
+        let legacy = Arc::new(self.legacy());
+        let Ok(permit) = self.inner.pending_cancels.clone().try_acquire_owned() else {
+            tracing::warn!(max = MAX_PENDING_CANCELS, "too many background requests under way; the session of an unfinished handshake is not deleted (it expires on the server)");
+            return;
+        };
+        tracing::debug!("handshake not completed; deleting its session");
+        spawn_delete(self.inner, legacy, Some(permit));
+    }
+}
+
+fn add_extra_headers<B>(inner: &Inner, req: &mut Request<B>) {
     for (k, v) in &inner.headers {
         req.headers_mut().append(k.clone(), v.clone());
     }
@@ -283,14 +293,15 @@ fn add_extra_headers(inner: &Inner, req: &mut Request<Full<Bytes>>) {
 /// Request `id` in the legacy shape: the caller's params (a progress token
 /// in `_meta` included) without the 2026 `_meta` keys — a dual-era server
 /// would take a body carrying the modern protocol version for a modern
-/// request —, the session's headers.
+/// request —, its budget (written when it is sent), the session's headers.
 pub(super) fn prepare(
     inner: &Inner,
     legacy: &Legacy,
     id: &RequestId,
     method: &str,
     params: Option<&RawValue>,
-) -> Result<Request<Full<Bytes>>, HttpClientError> {
+    budget: Option<WireBudget>,
+) -> Result<Outgoing, HttpClientError> {
     let invalid = |e: serde_json::Error| HttpClientError::InvalidRequest(e.to_string());
     let stripped = match params.map(|p| serde_json::from_str::<serde_json::Value>(p.get())) {
         Some(Ok(serde_json::Value::Object(mut obj))) => {
@@ -308,16 +319,17 @@ pub(super) fn prepare(
             }
             Some(serde_json::value::to_raw_value(&obj).map_err(invalid)?)
         }
-        _ => None,
+        _ => params.map(ToOwned::to_owned),
     };
-    let params = stripped.as_deref().or(params);
-    let body = jsonrpc::encode_request(id, method, params).map_err(invalid)?;
-    let mut req = legacy
+    let mut head = legacy
         .request(inner, http::Method::POST)
-        .body(Full::new(Bytes::from(body)))
+        .body(())
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
-    add_extra_headers(inner, &mut req);
-    Ok(req)
+    add_extra_headers(inner, &mut head);
+    Ok(Outgoing::new(
+        head,
+        WireRequest::new(id.clone(), method, stripped, budget),
+    ))
 }
 
 /// Posts `notifications/cancelled` for the request of `lease` in the legacy
@@ -387,9 +399,16 @@ pub(super) async fn delete(inner: &Inner, legacy: &Legacy) -> Result<(), BoxErro
     Ok(())
 }
 
-/// `DELETE` of the session from a task, when the last clone of the client
-/// is dropped without [`HttpClient::close`](super::HttpClient::close).
-pub(super) fn spawn_delete(inner: &Inner, legacy: Arc<Legacy>) {
+/// `DELETE` of the session from a task, bounded in time: when the last
+/// clone of the client is dropped without
+/// [`HttpClient::close`](super::HttpClient::close), or a handshake did not
+/// complete ([`Unkept`], which holds `permit` of the bounded background
+/// requests for it).
+pub(super) fn spawn_delete(
+    inner: &Inner,
+    legacy: Arc<Legacy>,
+    permit: Option<OwnedSemaphorePermit>,
+) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::debug!("no runtime to DELETE the legacy session; it will expire on the server");
         return;
@@ -401,7 +420,12 @@ pub(super) fn spawn_delete(inner: &Inner, legacy: Arc<Legacy>) {
     add_extra_headers(inner, &mut req);
     let client = inner.client.clone();
     handle.spawn(async move {
-        let _ = tokio::time::timeout(BACKGROUND_POST_TIMEOUT, send(&client, req)).await;
+        let _permit = permit;
+        match tokio::time::timeout(BACKGROUND_POST_TIMEOUT, send(&client, req)).await {
+            Ok(Ok(res)) => tracing::debug!(status = %res.status(), "legacy session deleted"),
+            Ok(Err(e)) => tracing::debug!(error = %e, "DELETE of the legacy session not delivered"),
+            Err(_) => tracing::debug!("DELETE of the legacy session timed out"),
+        }
     });
 }
 

@@ -27,8 +27,9 @@
 //! the drop's reason) in the session, from a task (at most 64 under way,
 //! 10 s each), since closing a stream is not a cancellation there.
 //! [`HttpClient::close`] `DELETE`s the session (the last clone's drop does
-//! it in the background); a session the server ended (`404`) is initialized
-//! again. [`HttpClient::server_era`] tells what was found. The same layer
+//! it in the background, as it does for a session whose handshake did not
+//! complete: the call running it was dropped, or it failed); a session the
+//! server ended (`404`) is initialized again. [`HttpClient::server_era`] tells what was found. The same layer
 //! stack works on both. That `400` is the spec's only signal: any other
 //! refusal (`401`, `403`, `404`, `413`, `429`, …) or a connection failure
 //! is the error of that call, and the client stays in its era.
@@ -108,7 +109,9 @@ mod era;
 mod error;
 mod request;
 mod response;
+mod send;
 mod tools;
+mod wire_body;
 
 #[cfg(any(all(test, feature = "stdio"), feature = "fuzzing"))]
 pub(crate) use response::MAX_RESPONSE_BYTES;
@@ -190,7 +193,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // The last clone is gone without `close`: end the legacy session.
         if let Some(legacy) = self.era.take_session() {
-            era::spawn_delete(self, legacy);
+            era::spawn_delete(self, legacy, None);
         }
     }
 }
@@ -258,7 +261,8 @@ impl HttpClient {
     /// clone of the client is dropped inside a tokio runtime.
     ///
     /// It first waits (10 s at most) for the `notifications/cancelled` of
-    /// dropped calls still under way, so that a program that drops a call
+    /// dropped calls still under way (and the `DELETE`s of sessions whose
+    /// handshake did not complete), so that a program that drops a call
     /// and then closes the client before it exits has told the server.
     pub async fn close(&self) -> Result<(), BoxError> {
         let all = era::MAX_PENDING_CANCELS as u32;

@@ -1,17 +1,18 @@
 //! One POST: the request's body with its `_meta`, the headers the spec
-//! requires, and sending it (again, when the pool gave up on it before it
-//! was sent).
+//! requires, and reading its answer — in a legacy session, or while the
+//! server's era is unknown, where a `400` may be the spec's signal of a
+//! 2025-era server ([`NotModern`]).
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 
-use super::connector::{check_scheme, classify, PooledClient};
-use super::era::{is_modern_error, NotModern, SessionGone};
 use super::response::read_response;
+use super::send::{send, Outgoing};
 use super::{HttpClientError, Inner};
 use crate::error::BoxError;
-use crate::jsonrpc::{self, ErrorObject, RequestId, PROTOCOL_VERSION_META};
+use crate::jsonrpc::{ErrorObject, Message, RequestId, PROTOCOL_VERSION_META};
+use crate::timeout::{WireBudget, WireRequest};
 use crate::transport::call::client::Route;
 use crate::transport::http::headers::{
     encode_header_value, name_field, MCP_METHOD_HEADER, MCP_NAME_HEADER,
@@ -25,15 +26,17 @@ pub(super) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clien
 type Params = serde_json::Map<String, serde_json::Value>;
 
 /// The POST of request `id`: its body, with the `_meta` every request
-/// carries, and its headers (protocol version, method, name, the caller's
-/// extra headers and, for a `tools/call`, the `Mcp-Param-*` headers).
+/// carries (and its budget, written when it is sent), and its headers
+/// (protocol version, method, name, the caller's extra headers and, for a
+/// `tools/call`, the `Mcp-Param-*` headers).
 pub(super) fn prepare(
     inner: &Inner,
     id: &RequestId,
     req: &McpRequest,
-) -> Result<Request<Full<Bytes>>, HttpClientError> {
+) -> Result<Outgoing, HttpClientError> {
     let method = req.method();
-    let params = crate::timeout::wire_params(req, inner.budget_key.as_ref())
+    let params = req
+        .wire_params()
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
     let mut obj: Params = match params.as_deref() {
         None => serde_json::Map::new(),
@@ -49,8 +52,8 @@ pub(super) fn prepare(
     let param_headers = param_headers(inner, method, &obj)?;
     let params = serde_json::value::to_raw_value(&obj)
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
-    let body = jsonrpc::encode_request(id, method, Some(&params))
-        .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
+    let budget = WireBudget::of(req, inner.budget_key.as_ref());
+    let body = WireRequest::new(id.clone(), method, Some(params), budget);
 
     let invalid =
         |what: &str| HttpClientError::InvalidRequest(format!("{what} is not a valid header value"));
@@ -71,16 +74,16 @@ pub(super) fn prepare(
             HeaderValue::from_str(&name).map_err(|_| invalid("Mcp-Name"))?,
         );
     }
-    let mut http_req = builder
-        .body(Full::new(Bytes::from(body)))
+    let mut head = builder
+        .body(())
         .map_err(|e| HttpClientError::InvalidRequest(e.to_string()))?;
     for (k, v) in &inner.headers {
-        http_req.headers_mut().append(k.clone(), v.clone());
+        head.headers_mut().append(k.clone(), v.clone());
     }
     for (k, v) in param_headers {
-        http_req.headers_mut().insert(k, v);
+        head.headers_mut().insert(k, v);
     }
-    Ok(http_req)
+    Ok(Outgoing::new(head, body))
 }
 
 /// Adds the protocol version, client capabilities and client info to
@@ -147,7 +150,7 @@ pub(super) enum Shape {
 /// session.
 pub(super) async fn exchange(
     inner: &Inner,
-    http_req: Request<Full<Bytes>>,
+    http_req: Outgoing,
     id: &RequestId,
     route: Route,
     shape: Shape,
@@ -175,11 +178,15 @@ pub(super) async fn exchange(
 
 /// The answer to a modern request while the server's era is unknown. The
 /// spec's one signal of a 2025-era server is `400 Bad Request` whose body
-/// is not a recognized modern error: that is [`NotModern`], and the caller
-/// falls back. A success, or a modern error under any status, makes the
-/// client modern. Anything else — another status (`401`, `404`, `413`,
-/// `429`, …) without a modern error — is this call's error and tells
-/// nothing of the era.
+/// is not a recognized modern error ([`is_modern_error`]): that is
+/// [`NotModern`], and the caller falls back — whatever id the body
+/// carries, since a 2025 server may answer the request's own id (`-32600`
+/// "Server not initialized"). A success, or a modern error under any
+/// status, makes the client modern; so does a JSON-RPC error answering the
+/// request under another status than `400` (`404` method-not-found: the
+/// server processed the modern request). Anything else — another status
+/// (`401`, `404`, `413`, `429`, …) without such an error — is this call's
+/// error and tells nothing of the era.
 async fn probe(
     inner: &Inner,
     res: http::Response<hyper::body::Incoming>,
@@ -200,11 +207,11 @@ async fn probe(
     }
     let (parts, body) = res.into_parts();
     let body = read_small(body).await;
-    let modern = is_modern_error(&body, id);
+    let modern = is_modern_error(&body);
     if status == StatusCode::BAD_REQUEST && !modern {
         return Err(Box::new(NotModern(status)));
     }
-    if modern {
+    if modern || answers(&body, id) {
         inner.era.modern();
     }
     read_response(
@@ -214,6 +221,48 @@ async fn probe(
         inner.max_response_bytes,
     )
     .await
+}
+
+/// The modern request got a `400` without a recognized modern error body:
+/// the server is of an earlier era.
+#[derive(Debug)]
+pub(super) struct NotModern(pub(super) StatusCode);
+
+impl std::fmt::Display for NotModern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {} without a modern MCP error", self.0)
+    }
+}
+
+impl std::error::Error for NotModern {}
+
+/// A legacy request got `404` (not as its answer): the server ended the
+/// session.
+#[derive(Debug)]
+pub(super) struct SessionGone;
+
+impl std::fmt::Display for SessionGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server ended the legacy session (HTTP 404)")
+    }
+}
+
+impl std::error::Error for SessionGone {}
+
+/// Whether a `4xx` body is a recognized modern JSON-RPC error: one of those
+/// the spec names as modern servers' `400`s (Backward Compatibility) —
+/// header validation (`HeaderMismatch`), `MissingRequiredClientCapability`,
+/// `UnsupportedProtocolVersion` —, whatever its id.
+fn is_modern_error(body: &[u8]) -> bool {
+    matches!(
+        Message::decode(body),
+        Ok(Message::Response(r)) if r.outcome.as_ref().is_err_and(|e| matches!(
+            e.code,
+            ErrorObject::HEADER_MISMATCH
+                | ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY
+                | ErrorObject::UNSUPPORTED_PROTOCOL_VERSION
+        ))
+    )
 }
 
 /// How much of a `4xx` body is read to tell the era or the session's end.
@@ -229,57 +278,44 @@ pub(super) async fn read_small(body: hyper::body::Incoming) -> Bytes {
 
 /// Whether `body` is a JSON-RPC response to request `id`.
 fn answers(body: &[u8], id: &RequestId) -> bool {
-    matches!(crate::jsonrpc::Message::decode(body), Ok(crate::jsonrpc::Message::Response(r)) if r.id.as_ref() == Some(id))
+    matches!(Message::decode(body), Ok(Message::Response(r)) if r.id.as_ref() == Some(id))
 }
 
-/// How often a request is tried again when the connection pool gave up on
-/// it before it was sent (see [`send`]).
-const CHECKOUT_RETRIES: usize = 3;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Sends `req`, trying again when hyper-util's pool reports
-/// `CheckoutNoLongerWanted`: over HTTP/2, concurrent first requests share one
-/// connection attempt, driven by one of them; if that one is cancelled
-/// (dropped), the others fail with that error although nothing was sent, so
-/// sending them again is safe and loses nothing. A connection failure comes
-/// back as the [`HttpClientError`] variant of what failed
-/// ([`HttpClientError::is_connect`]).
-pub(super) async fn send(
-    client: &PooledClient,
-    req: Request<Full<Bytes>>,
-) -> Result<http::Response<hyper::body::Incoming>, BoxError> {
-    let uri = req.uri().clone();
-    check_scheme(&uri)?;
-    let mut attempt = 0;
-    let mut req = req;
-    loop {
-        let again = (attempt < CHECKOUT_RETRIES).then(|| copy_request(&req));
-        match client.request(req).await {
-            Err(e) if e.is_connect() && is_checkout_gone(&e) => match again {
-                Some(again) => {
-                    attempt += 1;
-                    tracing::debug!(
-                        attempt,
-                        "connection attempt given up by the pool; sending again"
-                    );
-                    req = again;
-                }
-                None => return Err(classify(&uri, e)),
-            },
-            Err(e) => return Err(classify(&uri, e)),
-            Ok(res) => return Ok(res),
-        }
+    fn error(id: serde_json::Value, code: i64) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "m"}
+        }))
+        .unwrap()
     }
-}
 
-fn is_checkout_gone(e: &hyper_util::client::legacy::Error) -> bool {
-    format!("{e:?}").contains("CheckoutNoLongerWanted")
-}
-
-fn copy_request(req: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
-    let mut copy = Request::new(req.body().clone());
-    *copy.method_mut() = req.method().clone();
-    *copy.uri_mut() = req.uri().clone();
-    *copy.version_mut() = req.version();
-    *copy.headers_mut() = req.headers().clone();
-    copy
+    /// The three errors the spec names are a modern server's `400`, with or
+    /// without the request's id; any other error is not, with the id too.
+    #[test]
+    fn modern_errors_are_the_ones_the_spec_names_whatever_the_id() {
+        for code in [
+            ErrorObject::HEADER_MISMATCH,
+            ErrorObject::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            ErrorObject::UNSUPPORTED_PROTOCOL_VERSION,
+        ] {
+            assert!(is_modern_error(&error(7.into(), code)), "{code}");
+            assert!(
+                is_modern_error(&error(serde_json::Value::Null, code)),
+                "{code}"
+            );
+        }
+        for code in [
+            ErrorObject::INVALID_REQUEST,
+            ErrorObject::METHOD_NOT_FOUND,
+            -32000,
+        ] {
+            assert!(!is_modern_error(&error(7.into(), code)), "{code}");
+        }
+        assert!(!is_modern_error(b""));
+        assert!(!is_modern_error(b"Bad Request"));
+        assert!(!is_modern_error(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#));
+    }
 }

@@ -3,11 +3,10 @@
 //! sent once more after listing the tools again, when that changed its
 //! headers.
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Request};
-use http_body_util::Full;
+use http::{HeaderName, HeaderValue};
 
 use super::request::{exchange, prepare, Shape};
+use super::send::Outgoing;
 use super::{Inner, Lease};
 use crate::error::BoxError;
 use crate::jsonrpc::{ErrorObject, RequestId};
@@ -54,7 +53,7 @@ impl Retry {
     }
 }
 
-pub(super) fn param_headers_of(req: &Request<Full<Bytes>>) -> Vec<(HeaderName, HeaderValue)> {
+pub(super) fn param_headers_of(req: &Outgoing) -> Vec<(HeaderName, HeaderValue)> {
     req.headers()
         .iter()
         .filter(|(k, _)| k.as_str().starts_with("mcp-param-"))

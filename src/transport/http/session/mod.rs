@@ -43,12 +43,11 @@
 //! # let _ = endpoint;
 //! ```
 
-pub(crate) mod endpoint;
 mod store;
 
 use std::time::Duration;
 
-pub(crate) use store::{JoinError, Sessions};
+pub(crate) use store::{CreateError, JoinError, Session, Sessions};
 
 /// The default of [`SessionLimits::max_sessions`].
 const DEFAULT_MAX_SESSIONS: usize = 10_000;

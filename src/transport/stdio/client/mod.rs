@@ -23,6 +23,7 @@ use tracing::Instrument;
 use crate::error::BoxError;
 use crate::jsonrpc::{self, ErrorObject, RequestId};
 use crate::observe::Transport;
+use crate::timeout::WireBudget;
 use crate::transport::call::client::{outcome, Abandon, CallGuard, Outbound, Pending};
 use crate::{CancelReason, McpRequest};
 
@@ -35,7 +36,7 @@ use builder::NotificationSink;
 pub use builder::StdioClientBuilder;
 use process::{reap, Handle};
 use reserved::Reserved;
-use tasks::{Control, Queued, ABANDONED, QUEUED};
+use tasks::{Control, Line, Queued, ABANDONED, QUEUED};
 
 /// A `tower::Service` that sends MCP requests over a newline-delimited
 /// JSON-RPC stream (a child's stdin/stdout, or any reader/writer pair) and
@@ -252,7 +253,7 @@ impl StdioClient {
     fn start(
         &self,
         mut req: McpRequest,
-    ) -> Result<(Call, oneshot::Receiver<Outcome>, Vec<u8>), BoxError> {
+    ) -> Result<(Call, oneshot::Receiver<Outcome>, Line), BoxError> {
         if self.is_closed() {
             return Err(closed_error("client is closed"));
         }
@@ -280,9 +281,9 @@ impl StdioClient {
             state: Arc::new(AtomicU8::new(QUEUED)),
         };
         let guard = CallGuard::new(id.clone(), &req, cancel, Transport::Stdio, None);
-        let params = crate::timeout::wire_params(&req, self.shared.budget_key.as_ref())?;
-        let bytes = jsonrpc::encode_request(&id, req.method(), params.as_deref())?;
-        Ok((guard, rx, bytes))
+        let budget = WireBudget::of(&req, self.shared.budget_key.as_ref());
+        let line = Line::of(id, req.method(), req.wire_params()?, budget)?;
+        Ok((guard, rx, line))
     }
 }
 
@@ -343,7 +344,7 @@ impl Service<McpRequest> for StdioClient {
     fn call(&mut self, req: McpRequest) -> Self::Future {
         let started = self.start(req);
         let requests = self.handle.requests.clone();
-        let (mut call, rx, bytes) = match started {
+        let (mut call, rx, line) = match started {
             Ok(started) => started,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
@@ -351,7 +352,7 @@ impl Service<McpRequest> for StdioClient {
         Box::pin(
             async move {
                 let queued = Queued {
-                    bytes,
+                    line,
                     state: call.abandon().state.clone(),
                 };
                 let result = if requests.send(queued).await.is_err() {

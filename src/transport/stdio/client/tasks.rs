@@ -8,12 +8,14 @@ use std::io;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
 use super::{Shared, Waiter};
 use crate::error::BoxError;
 use crate::jsonrpc::{self, Message, RawNotification, RawResponse, RequestId};
+use crate::timeout::{WireBudget, WireRequest};
 use crate::transport::call::client::route_progress;
 use crate::transport::stdio::framing::{write_line, Envelope, Frame, Id, LineReader, MAX_ID_BYTES};
 use crate::Cancelled;
@@ -30,8 +32,50 @@ pub(super) const WRITTEN: u8 = 1;
 pub(super) const ABANDONED: u8 = 2;
 
 pub(super) struct Queued {
-    pub(super) bytes: Vec<u8>,
+    pub(super) line: Line,
     pub(super) state: Arc<AtomicU8>,
+}
+
+/// A request's line: its bytes, or, when it carries a budget, the request,
+/// encoded when the writer takes it — a call that waited for room in the
+/// queue, or in it, never tells the server more time than is left.
+pub(super) enum Line {
+    Ready(Vec<u8>),
+    Budgeted(WireRequest),
+}
+
+impl Line {
+    /// The line of request `id`, encoded once here, so that a request that
+    /// cannot be encoded fails its call (the writer's encoding cannot fail
+    /// then); with a budget, encoded again when written.
+    pub(super) fn of(
+        id: RequestId,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        budget: Option<WireBudget>,
+    ) -> Result<Self, serde_json::Error> {
+        let budgeted = budget.is_some();
+        let request = WireRequest::new(id, method, params, budget);
+        let bytes = request.encode()?;
+        Ok(if budgeted {
+            Self::Budgeted(request)
+        } else {
+            Self::Ready(bytes)
+        })
+    }
+
+    fn bytes(self) -> Option<Vec<u8>> {
+        match self {
+            Self::Ready(bytes) => Some(bytes),
+            Self::Budgeted(request) => match request.encode() {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    tracing::warn!(error = %e, "request not written: it no longer encodes");
+                    None
+                }
+            },
+        }
+    }
 }
 
 pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
@@ -51,7 +95,9 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
                 r = requests.recv() => match r {
                     Some(q) => {
                         if q.state.compare_exchange(QUEUED, WRITTEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                            write_line(&mut w, &q.bytes).await?;
+                            if let Some(bytes) = q.line.bytes() {
+                                write_line(&mut w, &bytes).await?;
+                            }
                         }
                     }
                     None => break,

@@ -1,19 +1,23 @@
 //! What the endpoint does with the session of a request: `DELETE`, a
 //! POSTed notification, and the session a legacy request belongs to (looked
 //! up, or minted by `initialize`). Each failure is a [`Rejection`].
+//!
+//! Apart from [`session`](super::session), the sessions' store, which the
+//! configuration holds: this module answers with response bodies, and those
+//! are above the configuration.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use super::store::{CreateError, Session, Sessions};
+use super::body::ResponseBody;
+use super::headers::MCP_SESSION_ID_HEADER;
+use super::response;
+use super::session::{CreateError, Session, Sessions};
+use super::validation::Rejection;
 use crate::jsonrpc::{self, ErrorObject, RawNotification, RequestId};
 use crate::transport::call::server::Ending;
-use crate::transport::http::body::ResponseBody;
-use crate::transport::http::headers::MCP_SESSION_ID_HEADER;
-use crate::transport::http::response;
-use crate::transport::http::validation::Rejection;
 use crate::CancelReason;
 
 /// The session id a request carries; a header that is not visible ASCII
