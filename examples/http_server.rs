@@ -136,17 +136,17 @@ async fn main() {
     let opts = common::Options::from_flags(&flags, &shutdown);
 
     let mut mcp = StreamableHttpService::new(common::server_stack(opts.clone()))
-            .origin_policy(OriginPolicy::Localhost)
-            .keep_alive(Some(Duration::from_secs(15)))
-            .max_body_bytes(MAX_BODY_BYTES)
-            // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
-            // initialize opens a session whose notifications/cancelled cancel.
-            .stateful_sessions(SessionLimits::new())
-            .shutdown(shutdown.clone())
-            .drain_grace(flags.drain_grace)
-            // `--grace DURATION`: a cancelled request's token fires at once,
-            // its handler is dropped only after this long (default: at once).
-            .grace(tower_mcp_cancel::MethodPolicy::new(flags.grace));
+        .origin_policy(OriginPolicy::Localhost)
+        .keep_alive(Some(Duration::from_secs(15)))
+        .max_body_bytes(MAX_BODY_BYTES)
+        // 2025-era clients (the TypeScript SDK v1, most MCP hosts) too:
+        // initialize opens a session whose notifications/cancelled cancel.
+        .stateful_sessions(SessionLimits::new())
+        .shutdown(shutdown.clone())
+        .drain_grace(flags.drain_grace)
+        // `--grace DURATION`: a cancelled request's token fires at once,
+        // its handler is dropped only after this long (default: at once).
+        .grace(tower_mcp_cancel::MethodPolicy::new(flags.grace));
     if flags.budget {
         mcp = mcp
             .budget_key(common::BUDGET_KEY)

@@ -50,9 +50,7 @@ pub fn layer(ttl: Option<Duration>, grace: Duration) -> TasksLayer {
 
 /// Their `tools/list` entries.
 pub fn tools_list() -> Vec<Value> {
-    let object = |props: Value, required: &[&str]| {
-        json!({"type": "object", "properties": props, "required": required})
-    };
+    let object = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
     vec![
         json!({"name": "greet", "description": "Greets `name`.",
             "inputSchema": object(json!({"name": {"type": "string"}}), &["name"])}),
@@ -105,16 +103,26 @@ pub async fn call(
 ) -> Option<Result<Reply, ErrorObject>> {
     let args = &params["arguments"];
     Some(match name {
-        "greet" => Ok(text(format!("Hello, {}!", args["name"].as_str().unwrap_or("World")), false)),
+        "greet" => Ok(text(
+            format!("Hello, {}!", args["name"].as_str().unwrap_or("World")),
+            false,
+        )),
         "slow_compute" => {
-            let seconds = args["seconds"].as_f64().filter(|s| s.is_finite() && *s >= 0.0).unwrap_or(1.0);
+            let seconds = args["seconds"]
+                .as_f64()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .unwrap_or(1.0);
             let label = args["label"].as_str().unwrap_or("compute").to_owned();
             let ctx = RequestContext::of(req);
             let whole = seconds.floor() as u64;
             for s in 1..=whole {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                ctx.progress(s as f64, Some(seconds), Some(format!("{label}: {s}/{whole} s")))
-                    .await;
+                ctx.progress(
+                    s as f64,
+                    Some(seconds),
+                    Some(format!("{label}: {s}/{whole} s")),
+                )
+                .await;
             }
             tokio::time::sleep(Duration::from_secs_f64(seconds - whole as f64)).await;
             Ok(text(format!("computed {label} after {seconds}s"), false))
@@ -148,14 +156,22 @@ async fn confirm_delete(req: &McpRequest, args: &Value) -> Result<Reply, ErrorOb
     let answer = task.input("confirm", ask).await.map_err(input_failed)?;
     let yes = answer["action"] == "accept" && answer["content"]["confirm"] == true;
     Ok(text(
-        if yes { format!("deleted {file}") } else { format!("kept {file}") },
+        if yes {
+            format!("deleted {file}")
+        } else {
+            format!("kept {file}")
+        },
         false,
     ))
 }
 
 async fn multi_input(req: &McpRequest) -> Result<Reply, ErrorObject> {
     let task = task_of(req)?;
-    let name = elicit("Your name?".into(), json!({"name": {"type": "string"}}), &["name"]);
+    let name = elicit(
+        "Your name?".into(),
+        json!({"name": {"type": "string"}}),
+        &["name"],
+    );
     let confirm = elicit(
         "Go ahead?".into(),
         json!({"confirm": {"type": "boolean"}}),

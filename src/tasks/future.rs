@@ -15,12 +15,32 @@ use serde_json::Value;
 
 use super::context::{Phase, TaskCore};
 use super::executor::to_value;
-use super::layer::TasksLayer;
 use super::record::{TaskRecord, EXTENSION};
-use super::service::TasksResponse;
+use super::shared::Shared;
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
 use crate::{CancelReason, Cancellation};
+
+/// What a [`Tasks`](super::Tasks) service answers: the inner service's response, or an
+/// answer of its own (a `CreateTaskResult`, a `tasks/*` result, a
+/// `server/discover` result with the extension added). Serializes as the
+/// one it holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TasksResponse<R> {
+    /// The inner service's response, untouched.
+    Inner(R),
+    /// An answer of the tasks layer.
+    Tasks(Value),
+}
+
+impl<R: Serialize> Serialize for TasksResponse<R> {
+    fn serialize<Se: serde::Serializer>(&self, s: Se) -> Result<Se::Ok, Se::Error> {
+        match self {
+            Self::Inner(r) => r.serialize(s),
+            Self::Tasks(v) => v.serialize(s),
+        }
+    }
+}
 
 pin_project! {
     /// The response future of [`Tasks`](super::Tasks).
@@ -161,7 +181,7 @@ impl Drop for CallGuard {
 /// the call is answered with the `CreateTaskResult` once the task's record
 /// exists.
 pub(crate) async fn promote<F, R, E>(
-    layer: TasksLayer,
+    layer: Shared,
     core: Arc<TaskCore>,
     outer: Option<Cancellation>,
     work: F,

@@ -1,6 +1,5 @@
 //! [`TasksLayer`]: the settings, and the [`Tasks`] services it makes.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,25 +8,11 @@ use http::Extensions;
 use tokio_util::sync::CancellationToken;
 use tower_layer::Layer;
 
-use super::executor::{Executor, RunSettings};
-use super::listen::Watched;
+use super::executor::Executor;
 use super::policy::TaskPolicy;
-use super::record::TaskRecord;
 use super::service::Tasks;
+use super::shared::{Config, Shared};
 use super::store::{MemoryStore, TaskStore};
-
-/// Binds a task to whoever created it.
-type Bind = Arc<dyn Fn(&Extensions) -> Option<String> + Send + Sync>;
-
-/// The settings every [`Tasks`] service of one layer shares.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) tools: HashMap<String, TaskPolicy>,
-    pub(crate) default: TaskPolicy,
-    pub(crate) ttl: Option<Duration>,
-    pub(crate) bind: Option<Bind>,
-    pub(crate) run: RunSettings,
-}
 
 /// Turns long `tools/call`s into tasks (the `io.modelcontextprotocol/tasks`
 /// extension) over any MCP request service, and answers `tasks/get`,
@@ -37,22 +22,12 @@ pub(crate) struct Config {
 /// tasks: its store and the executor that runs their work.
 #[derive(Clone)]
 pub struct TasksLayer {
-    pub(crate) config: Arc<Config>,
-    /// The store, through `watched`.
-    pub(crate) store: Arc<dyn TaskStore>,
-    pub(crate) watched: Arc<Watched>,
-    pub(crate) executor: Executor,
+    shared: Shared,
 }
 
 impl fmt::Debug for TasksLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TasksLayer")
-            .field("tools", &self.config.tools)
-            .field("default", &self.config.default)
-            .field("ttl", &self.config.ttl)
-            .field("run", &self.config.run)
-            .field("executor", &self.executor)
-            .finish()
+        fmt::Debug::fmt(&self.shared, f)
     }
 }
 
@@ -75,30 +50,13 @@ impl TasksLayer {
     /// A layer over `store` (shared by several processes, it lets any of
     /// them answer for a task; see [`TaskStore`]).
     pub fn with_store(store: impl TaskStore) -> Self {
-        let watched = Arc::new(Watched::new(store));
         Self {
-            config: Arc::new(Config {
-                tools: HashMap::new(),
-                default: TaskPolicy::never(),
-                ttl: Some(Duration::from_secs(3600)),
-                bind: None,
-                run: RunSettings {
-                    poll_interval: Duration::from_millis(500),
-                    retention: Duration::from_secs(300),
-                    grace: Duration::ZERO,
-                    max_tasks: 1024,
-                    shutdown: None,
-                    drain_grace: Duration::ZERO,
-                },
-            }),
-            store: watched.clone(),
-            watched,
-            executor: Executor::default(),
+            shared: Shared::new(store),
         }
     }
 
     fn config_mut(&mut self) -> &mut Config {
-        Arc::make_mut(&mut self.config)
+        Arc::make_mut(&mut self.shared.config)
     }
 
     /// The policy of tool `name`.
@@ -197,15 +155,10 @@ impl TasksLayer {
         self
     }
 
-    /// Whether a request bound to `principal` may see `record`.
-    pub(crate) fn visible(&self, record: &TaskRecord, principal: Option<&String>) -> bool {
-        self.config.bind.is_none() || record.principal.as_ref() == principal
-    }
-
     /// A handle on the tasks this layer's services run.
     pub fn handle(&self) -> TasksHandle {
         TasksHandle {
-            executor: self.executor.clone(),
+            executor: self.shared.executor.clone(),
         }
     }
 }
@@ -214,7 +167,7 @@ impl<S> Layer<S> for TasksLayer {
     type Service = Tasks<S>;
 
     fn layer(&self, inner: S) -> Tasks<S> {
-        Tasks::new(inner, self.clone())
+        Tasks::new(inner, self.shared.clone())
     }
 }
 

@@ -1,93 +1,21 @@
 //! `notifications/tasks` on a `subscriptions/listen` stream that asked for
-//! task ids, and the store wrapper that tells it of each change.
+//! task ids.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-use super::layer::TasksLayer;
-use super::record::{TaskChange, TaskEnd, TaskRecord};
-use super::store::{StoreError, TaskStore};
+use super::record::TaskRecord;
+use super::shared::Shared;
 use crate::error::BoxError;
 use crate::jsonrpc::{RequestId, SUBSCRIPTION_ID_META};
 use crate::RequestContext;
-
-/// A store that says which task changed after each change it made.
-pub(crate) struct Watched {
-    inner: Box<dyn TaskStore>,
-    changes: broadcast::Sender<Arc<str>>,
-}
-
-impl Watched {
-    pub(crate) fn new(inner: impl TaskStore) -> Self {
-        // A listener that falls this far behind re-reads every task it
-        // follows (see `listen`).
-        let (changes, _) = broadcast::channel(256);
-        Self {
-            inner: Box::new(inner),
-            changes,
-        }
-    }
-
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
-        self.changes.subscribe()
-    }
-
-    fn changed(&self, id: &str) {
-        if self.changes.receiver_count() > 0 {
-            let _ = self.changes.send(id.into());
-        }
-    }
-}
-
-impl TaskStore for Watched {
-    fn create(&self, record: TaskRecord) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.create(record)
-    }
-
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        self.inner.get(id)
-    }
-
-    fn update<'a>(
-        &'a self,
-        id: &'a str,
-        change: TaskChange,
-    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(async move {
-            let out = self.inner.update(id, change).await;
-            if matches!(&out, Ok(Some(_))) {
-                self.changed(id);
-            }
-            out
-        })
-    }
-
-    fn finish<'a>(
-        &'a self,
-        id: &'a str,
-        end: TaskEnd,
-        retain: Duration,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let out = self.inner.finish(id, end, retain).await;
-            if matches!(out, Ok(true)) {
-                self.changed(id);
-            }
-            out
-        })
-    }
-}
 
 /// Serves a `subscriptions/listen` that asked only for task ids: the
 /// acknowledgement names those the caller may see, then each of their
 /// changes is sent as `notifications/tasks` (the task as `tasks/get`
 /// would answer it), until the stream is cancelled.
 pub(crate) async fn listen(
-    layer: TasksLayer,
+    layer: Shared,
     ctx: RequestContext,
     subscription: RequestId,
     ids: Vec<String>,

@@ -77,14 +77,16 @@ mod listen;
 mod policy;
 mod record;
 mod service;
+mod shared;
 mod store;
 
 pub use client::{KeepTaskHandle, TaskCall, TaskCallLayer};
 pub use context::{InputError, TaskContext};
+pub use future::TasksResponse;
 pub use layer::{TasksHandle, TasksLayer};
 pub use policy::TaskPolicy;
 pub use record::{TaskChange, TaskEnd, TaskRecord, TaskStatus, EXTENSION};
-pub use service::{Tasks, TasksResponse};
+pub use service::Tasks;
 pub use store::{MemoryStore, StoreError, TaskStore};
 
 #[cfg(test)]

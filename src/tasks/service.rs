@@ -12,10 +12,10 @@ use serde_json::{Map, Value};
 use tower_service::Service;
 
 use super::context::{TaskContext, TaskCore};
-use super::future::{promote, ResponseFuture};
-use super::layer::TasksLayer;
+use super::future::{promote, ResponseFuture, TasksResponse};
 use super::policy::Mode;
 use super::record::{TaskChange, TaskEnd, TaskRecord, EXTENSION};
+use super::shared::Shared;
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
 use crate::notify::TaskSink;
@@ -25,7 +25,7 @@ use crate::{CancelReason, McpRequest, RequestView};
 #[derive(Clone)]
 pub struct Tasks<S> {
     inner: S,
-    layer: TasksLayer,
+    layer: Shared,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Tasks<S> {
@@ -37,29 +37,8 @@ impl<S: fmt::Debug> fmt::Debug for Tasks<S> {
     }
 }
 
-/// What a [`Tasks`] service answers: the inner service's response, or an
-/// answer of its own (a `CreateTaskResult`, a `tasks/*` result, a
-/// `server/discover` result with the extension added). Serializes as the
-/// one it holds.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TasksResponse<R> {
-    /// The inner service's response, untouched.
-    Inner(R),
-    /// An answer of the tasks layer.
-    Tasks(Value),
-}
-
-impl<R: Serialize> Serialize for TasksResponse<R> {
-    fn serialize<Se: serde::Serializer>(&self, s: Se) -> Result<Se::Ok, Se::Error> {
-        match self {
-            Self::Inner(r) => r.serialize(s),
-            Self::Tasks(v) => v.serialize(s),
-        }
-    }
-}
-
 impl<S> Tasks<S> {
-    pub(crate) fn new(inner: S, layer: TasksLayer) -> Self {
+    pub(crate) fn new(inner: S, layer: Shared) -> Self {
         Self { inner, layer }
     }
 
@@ -195,7 +174,7 @@ where
                 return ResponseFuture::inner(self.inner.call(req));
             }
         };
-        let principal = config.bind.as_ref().and_then(|b| b(req.extensions()));
+        let principal = self.layer.principal(req.extensions());
         let core = Arc::new(TaskCore::new(
             id,
             tool,
@@ -240,12 +219,7 @@ where
         let Some(id) = p.task_id.map(Cow::into_owned) else {
             return ResponseFuture::error(invalid(format!("{method}: params.taskId is required")));
         };
-        let principal = self
-            .layer
-            .config
-            .bind
-            .as_ref()
-            .and_then(|b| b(req.extensions()));
+        let principal = self.layer.principal(req.extensions());
         let answers = p.input_responses.unwrap_or_default();
         let layer = self.layer.clone();
         ResponseFuture::boxed(async move {
@@ -304,12 +278,7 @@ where
         let Some(subscription) = req.id().cloned() else {
             return ResponseFuture::inner(self.inner.call(req));
         };
-        let principal = self
-            .layer
-            .config
-            .bind
-            .as_ref()
-            .and_then(|b| b(req.extensions()));
+        let principal = self.layer.principal(req.extensions());
         let ctx = crate::RequestContext::of(&req);
         ResponseFuture::boxed(super::listen::listen(
             self.layer.clone(),
@@ -340,7 +309,7 @@ struct NotificationsPeek {
 /// `tasks/cancel`: the task's end is `cancelled` at once (first writer
 /// wins: a task already ended keeps its end, and the ack is the same),
 /// then its work is stopped: token, grace, drop.
-async fn cancel(layer: &TasksLayer, record: &TaskRecord) -> Result<(), BoxError> {
+async fn cancel(layer: &Shared, record: &TaskRecord) -> Result<(), BoxError> {
     if record.status.is_terminal() {
         return Ok(());
     }
@@ -361,7 +330,7 @@ async fn cancel(layer: &TasksLayer, record: &TaskRecord) -> Result<(), BoxError>
 /// waiting handler; keys not outstanding are ignored. The answered keys
 /// leave the record before the ack.
 async fn update(
-    layer: &TasksLayer,
+    layer: &Shared,
     record: &TaskRecord,
     answers: &Map<String, Value>,
 ) -> Result<(), BoxError> {

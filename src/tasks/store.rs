@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::record::{TaskChange, TaskEnd, TaskRecord};
@@ -246,6 +247,73 @@ impl TaskStore for MemoryStore {
             })
             .unwrap_or(false);
         Box::pin(async move { Ok(out) })
+    }
+}
+
+/// A store that says which task changed after each change it made.
+pub(crate) struct Watched {
+    inner: Box<dyn TaskStore>,
+    changes: broadcast::Sender<Arc<str>>,
+}
+
+impl Watched {
+    pub(crate) fn new(inner: impl TaskStore) -> Self {
+        // A listener that falls this far behind re-reads every task it
+        // follows (see `listen`).
+        let (changes, _) = broadcast::channel(256);
+        Self {
+            inner: Box::new(inner),
+            changes,
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self, id: &str) {
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(id.into());
+        }
+    }
+}
+
+impl TaskStore for Watched {
+    fn create(&self, record: TaskRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.create(record)
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        self.inner.get(id)
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let out = self.inner.update(id, change).await;
+            if matches!(&out, Ok(Some(_))) {
+                self.changed(id);
+            }
+            out
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        end: TaskEnd,
+        retain: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let out = self.inner.finish(id, end, retain).await;
+            if matches!(out, Ok(true)) {
+                self.changed(id);
+            }
+            out
+        })
     }
 }
 

@@ -1,0 +1,84 @@
+//! What every service of one [`TasksLayer`](super::TasksLayer) shares: its
+//! settings, its store and the executor that runs its tasks' work.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Extensions;
+
+use super::executor::{Executor, RunSettings};
+use super::policy::TaskPolicy;
+use super::record::TaskRecord;
+use super::store::{TaskStore, Watched};
+
+/// Binds a task to whoever created it.
+type Bind = Arc<dyn Fn(&Extensions) -> Option<String> + Send + Sync>;
+
+/// The settings every [`Tasks`] service of one layer shares.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) tools: HashMap<String, TaskPolicy>,
+    pub(crate) default: TaskPolicy,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) bind: Option<Bind>,
+    pub(crate) run: RunSettings,
+}
+
+/// The settings, the store (through the wrapper that tells listeners of
+/// each change) and the executor.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) config: Arc<Config>,
+    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) watched: Arc<Watched>,
+    pub(crate) executor: Executor,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TasksLayer")
+            .field("tools", &self.config.tools)
+            .field("default", &self.config.default)
+            .field("ttl", &self.config.ttl)
+            .field("run", &self.config.run)
+            .field("executor", &self.executor)
+            .finish()
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(store: impl TaskStore) -> Self {
+        let watched = Arc::new(Watched::new(store));
+        Self {
+            config: Arc::new(Config {
+                tools: HashMap::new(),
+                default: TaskPolicy::never(),
+                ttl: Some(Duration::from_secs(3600)),
+                bind: None,
+                run: RunSettings {
+                    poll_interval: Duration::from_millis(500),
+                    retention: Duration::from_secs(300),
+                    grace: Duration::ZERO,
+                    max_tasks: 1024,
+                    shutdown: None,
+                    drain_grace: Duration::ZERO,
+                },
+            }),
+            store: watched.clone(),
+            watched,
+            executor: Executor::default(),
+        }
+    }
+
+    /// Whether a request bound to `principal` may see `record`.
+    pub(crate) fn visible(&self, record: &TaskRecord, principal: Option<&String>) -> bool {
+        self.config.bind.is_none() || record.principal.as_ref() == principal
+    }
+
+    /// The principal a request binds to.
+    pub(crate) fn principal(&self, extensions: &Extensions) -> Option<String> {
+        self.config.bind.as_ref().and_then(|b| b(extensions))
+    }
+}
