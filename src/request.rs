@@ -3,8 +3,8 @@
 //!
 //! # Where per-request values live
 //!
-//! The layers reach a request only through [`RequestView`]: its id, method
-//! and progress token, and the per-request values they share with each
+//! The layers reach a request only through [`RequestView`]: its id, method,
+//! tool name and progress token, and the per-request values they share with each
 //! other, with transports and with handlers:
 //!
 //! * the two every stack sets on every call — the [`Cancellation`]
@@ -31,7 +31,7 @@ use http::Extensions;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
-use crate::jsonrpc::{self, Method, ProgressToken, RawRequest, RequestId};
+use crate::jsonrpc::{self, Method, ParamsPeek, ParamsView, ProgressToken, RawRequest, RequestId};
 use crate::state::{Cancellation, ProgressTap};
 
 /// An MCP request: id, method, raw params, progress token and extensions.
@@ -50,6 +50,9 @@ pub struct McpRequest {
     method: Option<Method>,
     params: Option<Box<RawValue>>,
     progress_token: TokenSlot,
+    // A `tools/call`'s tool, read with the progress token (the policies
+    // look it up by name; a second parse per layer would cost more).
+    tool: Option<Box<str>>,
     // The two per-request values every stack sets are kept out of the
     // extension map: inserting into it allocates a map and a box per value,
     // which was most of the layers' per-call cost.
@@ -92,13 +95,27 @@ impl McpRequest {
         self
     }
 
-    /// Sets raw `params`; a progress token in `_meta.progressToken` is picked up.
+    /// Sets raw `params`; a progress token in `_meta.progressToken` is
+    /// picked up, and a `tools/call`'s tool name, in one pass.
     pub fn set_raw_params(&mut self, params: Option<Box<RawValue>>) {
-        self.progress_token = match params.as_deref().and_then(jsonrpc::peek_progress_token) {
+        let peek = params.as_deref().map(ParamsPeek::of).unwrap_or_default();
+        self.progress_token = match peek.progress_token {
             Some(t) => TokenSlot::InParams(t),
             None => TokenSlot::None,
         };
+        self.tool = tool_of(self.method.as_ref(), &peek.view);
         self.params = params;
+    }
+
+    /// The request a server transport decoded: `view` is what the decode
+    /// read of its params in the same pass (the tool's name among it).
+    #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
+    pub(crate) fn decoded(raw: RawRequest, view: &ParamsView<'_>) -> Self {
+        let tool = tool_of(Some(&raw.method), view);
+        Self {
+            tool,
+            ..Self::from(raw)
+        }
     }
 
     /// The request id, if it has one yet.
@@ -114,6 +131,25 @@ impl McpRequest {
     /// The method name (empty if unset).
     pub fn method(&self) -> &str {
         self.method.as_ref().map_or("", Method::as_str)
+    }
+
+    /// The tool a `tools/call` calls: its params' `name`, when it is a
+    /// string (`None` for any other method, and for a `name` that is
+    /// missing, not a string or given twice). Read with the params, not
+    /// on each call.
+    ///
+    /// Why: what the layers' per-tool limits
+    /// ([`MethodPolicy::tool`](crate::MethodPolicy::tool)) look up, and a
+    /// handler may route by, without decoding the params.
+    ///
+    /// ```
+    /// use tower_mcp_cancel::McpRequest;
+    /// let req = McpRequest::new(1, "tools/call").with_params(serde_json::json!({"name": "slow"}));
+    /// assert_eq!(req.tool_name(), Some("slow"));
+    /// ```
+    #[inline]
+    pub fn tool_name(&self) -> Option<&str> {
+        self.tool.as_deref()
     }
 
     /// The raw params.
@@ -223,6 +259,14 @@ impl TokenSlot {
     }
 }
 
+/// A `tools/call`'s tool name from the view of its params.
+fn tool_of(method: Option<&Method>, view: &ParamsView<'_>) -> Option<Box<str>> {
+    if method? != jsonrpc::TOOLS_CALL {
+        return None;
+    }
+    view.name.and_then(jsonrpc::json_str).map(Into::into)
+}
+
 impl From<RawRequest> for McpRequest {
     fn from(r: RawRequest) -> Self {
         Self {
@@ -232,6 +276,7 @@ impl From<RawRequest> for McpRequest {
             progress_token: r
                 .progress_token
                 .map_or(TokenSlot::None, TokenSlot::InParams),
+            tool: None,
             cancellation: None,
             tap: None,
             started: None,
@@ -258,6 +303,21 @@ pub trait RequestView {
     fn request_id(&self) -> Option<RequestId>;
     /// The MCP method, when known.
     fn mcp_method(&self) -> Option<Method>;
+    /// For a `tools/call`, the name of the tool it calls, when known
+    /// (`None` for other methods). The layers' per-tool limits
+    /// ([`MethodPolicy::tool`](crate::MethodPolicy::tool)) read it, and
+    /// only for a `tools/call` whose policy has tool entries: keep it
+    /// cheap, read where the method is (a field, not a parse of the
+    /// params). It is as checked as the method
+    /// ([`mcp_method_checked`](Self::mcp_method_checked)). Default: `None`
+    /// (the method's entry applies), so that an implementation written
+    /// before it keeps compiling.
+    ///
+    /// Why: a tool, not the method, is what tells a slow call from a quick
+    /// one, and only the request type knows where its tool's name is.
+    fn tool_name(&self) -> Option<&str> {
+        None
+    }
     /// Whether [`mcp_method`](Self::mcp_method) is the method the request
     /// really is: read from its body, or checked against it. `false` for a
     /// method that is only claimed (an `http::Request`'s `Mcp-Method`
@@ -312,6 +372,10 @@ impl RequestView for McpRequest {
     #[inline]
     fn mcp_method(&self) -> Option<Method> {
         self.method.clone()
+    }
+    #[inline]
+    fn tool_name(&self) -> Option<&str> {
+        McpRequest::tool_name(self)
     }
     #[inline]
     fn progress_token(&self) -> Option<&ProgressToken> {
@@ -419,6 +483,46 @@ mod tests {
             .unwrap()
             .get()
             .contains("progressToken"));
+    }
+
+    #[test]
+    fn a_tools_name_is_read_with_the_params_and_only_for_tools_call() {
+        let call = |params| McpRequest::new(1, "tools/call").with_params(params);
+        assert_eq!(
+            call(serde_json::json!({"name": "slow"})).tool_name(),
+            Some("slow")
+        );
+        // Escapes are decoded.
+        assert_eq!(
+            call(serde_json::json!({"name": "a\"b"})).tool_name(),
+            Some("a\"b")
+        );
+        // Not a string, missing: no tool.
+        assert_eq!(call(serde_json::json!({"name": 5})).tool_name(), None);
+        assert_eq!(call(serde_json::json!({})).tool_name(), None);
+        // Given twice: ambiguous, no tool (the method's limits apply).
+        let twice =
+            serde_json::value::RawValue::from_string(r#"{"name":"slow","name":"fast"}"#.to_owned())
+                .unwrap();
+        let mut r = McpRequest::new(1, "tools/call");
+        r.set_raw_params(Some(twice));
+        assert_eq!(r.tool_name(), None);
+        // Another method's `name` is not a tool's.
+        let prompt =
+            McpRequest::new(1, "prompts/get").with_params(serde_json::json!({"name": "slow"}));
+        assert_eq!(RequestView::tool_name(&prompt), None);
+    }
+
+    #[test]
+    fn a_decoded_request_carries_its_tools_name() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"p"}}}"#;
+        let (jsonrpc::Message::Request(raw), view) = jsonrpc::Message::decode_viewed(line).unwrap()
+        else {
+            panic!("a request");
+        };
+        let req = McpRequest::decoded(raw, &view);
+        assert_eq!(req.tool_name(), Some("slow"));
+        assert_eq!(req.progress_token(), Some(&ProgressToken::from("p")));
     }
 
     #[test]

@@ -49,7 +49,11 @@
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let sleeper = Sleeper { tool_router: Sleeper::tool_router() };
 //!     let running = Cancellable::new(sleeper)
-//!         .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", Duration::from_secs(600)))
+//!         .timeout(
+//!             TimeoutLayer::new(Duration::from_secs(60))
+//!                 .method("tools/call", Duration::from_secs(600))
+//!                 .tool("nap", Duration::from_secs(5)), // `nap` gets 5 s
+//!         )
 //!         .progress(ProgressResetLayer::new(Duration::from_secs(30)))
 //!         .serve(rmcp::transport::stdio())
 //!         .await?;
@@ -81,6 +85,11 @@
 //! | a deadline of the [`TimeoutLayer`] | dropped | fires | a `-32603` error with `data.limit` |
 //! | the progress idle limit or hard maximum | dropped | fires | a `-32603` error with `data.limit` |
 //! | the session ends (stdin closed, `RunningService::cancel`) | dropped once rmcp fires `ct` | fires | what rmcp's drain sends, see below |
+//!
+//! A limit can be set per tool: [`TimeoutLayer::tool`] and
+//! [`ProgressResetLayer::tool`] apply to the `tools/call` of that tool
+//! (the wrapper gives the layers the tool's name, from the params rmcp
+//! decoded), before the `tools/call` entry.
 //!
 //! Each is logged with the request id, method and reason. The handler's
 //! `context.ct` is replaced by the request's cancellation token, so work
@@ -301,12 +310,13 @@ impl<H> Cancellable<H> {
 
 impl<H: ServerHandler> Cancellable<H> {
     /// Runs one call of the handler (`run`, given the handler and the
-    /// context whose `ct` is the request's cancellation token) through the
-    /// layers, raced against rmcp's `ct` and, over 2026-era HTTP, the
+    /// context whose `ct` is the request's cancellation token; `tool`, a
+    /// `tools/call`'s tool) through the layers, raced against rmcp's `ct` and, over 2026-era HTTP, the
     /// disconnect of the request's HTTP exchange.
     fn race<T, F, Fut>(
         &self,
         method: &str,
+        tool: Option<Box<str>>,
         context: RequestContext<RoleServer>,
         run: F,
     ) -> impl Future<Output = Result<T, ErrorData>> + Send + 'static
@@ -320,7 +330,7 @@ impl<H: ServerHandler> Cancellable<H> {
         // must not cancel the exchange that carries its error response.
         let exchange = http_cancellation(&context);
         let cancellation = Cancellation::new();
-        let req = RmcpRequest::new(method, context, cancellation.clone());
+        let req = RmcpRequest::new(method, tool, context, cancellation.clone());
         let handler = Handler {
             run: Some(run),
             handler: self.handler.clone(),

@@ -1,5 +1,6 @@
 //! One rmcp request as the layers see it: [`RmcpRequest`], a
-//! [`RequestView`] over rmcp's `ClientRequest` and `RequestContext`.
+//! [`RequestView`] over rmcp's `ClientRequest` and `RequestContext`
+//! (method, a `tools/call`'s tool name, id, progress token).
 
 use ::rmcp::model::NumberOrString;
 use ::rmcp::service::RequestContext;
@@ -18,6 +19,9 @@ use tower_mcp_cancel::{Cancellation, RequestView};
 pub struct RmcpRequest {
     pub(super) context: RequestContext<RoleServer>,
     method: Method,
+    /// A `tools/call`'s tool, for the layers' per-tool limits (taken from
+    /// the params rmcp already decoded, which stay with the handler's call).
+    tool: Option<Box<str>>,
     progress_token: Option<ProgressToken>,
     extensions: Extensions,
     cancellation: Cancellation,
@@ -29,6 +33,7 @@ impl std::fmt::Debug for RmcpRequest {
         f.debug_struct("RmcpRequest")
             .field("id", &self.context.id)
             .field("method", &self.method)
+            .field("tool", &self.tool)
             .finish_non_exhaustive()
     }
 }
@@ -39,6 +44,7 @@ impl RmcpRequest {
     /// request ends early (work the handler spawned still stops through it).
     pub(super) fn new(
         method: &str,
+        tool: Option<Box<str>>,
         mut context: RequestContext<RoleServer>,
         cancellation: Cancellation,
     ) -> Self {
@@ -46,6 +52,7 @@ impl RmcpRequest {
         let progress_token = context.meta.get_progress_token().map(|t| convert(&t.0));
         Self {
             method: Method::new(method),
+            tool,
             progress_token,
             context,
             extensions: Extensions::new(),
@@ -80,6 +87,9 @@ impl RequestView for RmcpRequest {
     }
     fn mcp_method(&self) -> Option<Method> {
         Some(self.method.clone())
+    }
+    fn tool_name(&self) -> Option<&str> {
+        self.tool.as_deref()
     }
     fn progress_token(&self) -> Option<&ProgressToken> {
         self.progress_token.as_ref()
