@@ -40,7 +40,8 @@ impl std::fmt::Debug for RmcpRequest {
 
 impl RmcpRequest {
     /// Wraps one call of the handler's `method`; the handler's `context.ct`
-    /// becomes `cancellation`'s token, so it fires for every way the
+    /// becomes `cancellation`'s token (and `cancellation` is in its
+    /// `context.extensions`), so it fires for every way the
     /// request ends early (work the handler spawned still stops through it).
     pub(super) fn new(
         method: &str,
@@ -48,7 +49,7 @@ impl RmcpRequest {
         mut context: RequestContext<RoleServer>,
         cancellation: Cancellation,
     ) -> Self {
-        context.ct = cancellation.token();
+        adopt(&mut context, &cancellation);
         let progress_token = context.meta.get_progress_token().map(|t| convert(&t.0));
         Self {
             method: Method::new(method),
@@ -71,6 +72,14 @@ impl RmcpRequest {
     pub fn context(&self) -> &RequestContext<RoleServer> {
         &self.context
     }
+}
+
+/// Makes `cancellation` the handler's: its token is `context.ct`, and it
+/// is in `context.extensions`, where the handler reads why its request
+/// ended ([`Cancellation::reason`]).
+fn adopt(context: &mut RequestContext<RoleServer>, cancellation: &Cancellation) {
+    context.ct = cancellation.token();
+    context.extensions.insert(cancellation.clone());
 }
 
 /// rmcp's id or token (a number or a string) as this crate's.
@@ -110,7 +119,7 @@ impl RequestView for RmcpRequest {
         Some(&self.cancellation)
     }
     fn set_cancellation(&mut self, cancellation: Cancellation) {
-        self.context.ct = cancellation.token();
+        adopt(&mut self.context, &cancellation);
         self.cancellation = cancellation;
     }
     fn started_at(&mut self) -> Instant {

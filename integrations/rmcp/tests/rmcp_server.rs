@@ -58,6 +58,26 @@ impl Drop for TokenAtDrop {
     }
 }
 
+/// Sends, when dropped, why the request ended, as the request's
+/// `Cancellation` in the handler's `context.extensions` says:
+/// `REASON_CLIENT_DISCONNECTED`, `REASON_RMCP` (rmcp's `ct`, no reason of
+/// its own), `REASON_OTHER`, or `REASON_NONE` (no cancel, or no
+/// `Cancellation` there).
+struct ReasonAtDrop(Events, Value, Option<tower_mcp_cancel::Cancellation>);
+
+impl Drop for ReasonAtDrop {
+    fn drop(&mut self) {
+        use tower_mcp_cancel::CancelReason;
+        let kind = match self.2.as_ref().and_then(|c| c.reason()) {
+            Some(CancelReason::ClientDisconnected) => "REASON_CLIENT_DISCONNECTED",
+            Some(CancelReason::Other(r)) if r.starts_with("rmcp cancelled") => "REASON_RMCP",
+            Some(_) => "REASON_OTHER",
+            None => "REASON_NONE",
+        };
+        let _ = self.0.send((kind, self.1.clone()));
+    }
+}
+
 fn schema() -> Arc<serde_json::Map<String, Value>> {
     Arc::new(json!({"type": "object"}).as_object().unwrap().clone())
 }
@@ -119,6 +139,11 @@ impl ServerHandler for Tools {
                         let _ = context.peer.notify_progress(p).await;
                     }
                 }
+            }
+            "reason" => {
+                let cancellation = context.extensions.get().cloned();
+                let _at_drop = ReasonAtDrop(self.0.clone(), id.clone(), cancellation);
+                std::future::pending::<()>().await;
             }
             "watched" => {
                 let _at_drop = TokenAtDrop(self.0.clone(), id.clone(), context.ct.clone());
