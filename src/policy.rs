@@ -29,9 +29,10 @@ use crate::request::RequestView;
 /// [`ProgressLimits`](crate::ProgressLimits)) comes before all of them.
 /// The tool's name is [`RequestView::tool_name`], read where the method is
 /// (for [`McpRequest`](crate::McpRequest), in the same pass over the params
-/// as its progress token): a request whose tool name is not known (an
-/// `http::Request`, whose body no layer around it has read) gets its
-/// method's entry.
+/// as its progress token): a request whose tool name is not known gets its
+/// method's entry. Over an `http::Request` whose method is only claimed,
+/// the tool is the `Mcp-Name` header's claim, under the same rule as the
+/// method's below.
 ///
 /// ```
 /// use std::time::Duration;

@@ -166,3 +166,39 @@ async fn a_tools_hard_maximum_comes_before_its_methods() {
         (Limit::Max, secs(60))
     );
 }
+
+/// Over `http::Request` (a layer around a Streamable HTTP endpoint, before
+/// the body is read): the tool is the `Mcp-Name` header's claim, which, as
+/// a claimed method, can shorten the deadline and never lengthen it.
+#[tokio::test(start_paused = true)]
+async fn over_http_a_claimed_tool_can_only_shorten_its_deadline() {
+    async fn ended_after(layer: &TimeoutLayer, tool: &str) -> Duration {
+        let probe = DropProbe::default();
+        let guards = probe.clone();
+        let svc = layer.layer(service_fn(move |_req: http::Request<()>| {
+            let guard = guards.guard();
+            async move {
+                let _g = guard;
+                pending::<()>().await;
+                Ok::<_, BoxError>(http::Response::new(()))
+            }
+        }));
+        let req = http::Request::builder()
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", tool)
+            .body(())
+            .unwrap();
+        let start = Instant::now();
+        let err = svc.oneshot(req).await.unwrap_err();
+        assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
+        assert!(probe.was_cancelled());
+        start.elapsed()
+    }
+    let layer = TimeoutLayer::new(secs(60))
+        .tool("slow", secs(2))
+        .tool("export", secs(600));
+    assert_eq!(ended_after(&layer, "slow").await, secs(2));
+    // A claim never earns more time than the default.
+    assert_eq!(ended_after(&layer, "export").await, secs(60));
+    assert_eq!(ended_after(&layer, "echo").await, secs(60));
+}
