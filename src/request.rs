@@ -245,7 +245,7 @@ enum TokenSlot {
     InParams(ProgressToken),
     /// Set by a layer: `wire_params` adds it to the params (one enum rather
     /// than a token and a flag keeps `McpRequest`, moved by every layer's
-    /// `call`, at 128 bytes).
+    /// `call`, 8 bytes smaller).
     Assigned(ProgressToken),
 }
 
