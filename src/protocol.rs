@@ -17,3 +17,8 @@ pub(crate) const LEGACY_VERSIONS: &[&str] =
 /// [`RequestView::mcp_method_checked`](crate::RequestView::mcp_method_checked)
 /// for how far they trust it).
 pub(crate) const MCP_METHOD_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-method");
+
+/// The `Mcp-Name` request header: the tool (prompt, resource; the task of a
+/// `tasks/*` request) a request claims before its body is read. The layers over `http::Request` read a
+/// `tools/call`'s tool from it, as a claim like `Mcp-Method`.
+pub(crate) const MCP_NAME_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-name");

@@ -3,8 +3,8 @@
 //!
 //! # Where per-request values live
 //!
-//! The layers reach a request only through [`RequestView`]: its id, method
-//! and progress token, and the per-request values they share with each
+//! The layers reach a request only through [`RequestView`]: its id, method,
+//! tool name and progress token, and the per-request values they share with each
 //! other, with transports and with handlers:
 //!
 //! * the two every stack sets on every call — the [`Cancellation`]
@@ -43,7 +43,7 @@ use http::Extensions;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
-use crate::jsonrpc::{self, Method, ProgressToken, RawRequest, RequestId};
+use crate::jsonrpc::{self, Method, ParamsPeek, ParamsView, ProgressToken, RawRequest, RequestId};
 use crate::state::{Cancellation, ProgressTap};
 
 /// An MCP request: id, method, raw params, progress token and extensions.
@@ -62,6 +62,9 @@ pub struct McpRequest {
     method: Option<Method>,
     params: Option<Box<RawValue>>,
     progress_token: TokenSlot,
+    // A `tools/call`'s tool, read with the progress token (the policies
+    // look it up by name; a second parse per layer would cost more).
+    tool: Option<Box<str>>,
     // The two per-request values every stack sets are kept out of the
     // extension map: inserting into it allocates a map and a box per value,
     // which was most of the layers' per-call cost.
@@ -104,13 +107,27 @@ impl McpRequest {
         self
     }
 
-    /// Sets raw `params`; a progress token in `_meta.progressToken` is picked up.
+    /// Sets raw `params`; a progress token in `_meta.progressToken` is
+    /// picked up, and a `tools/call`'s tool name, in one pass.
     pub fn set_raw_params(&mut self, params: Option<Box<RawValue>>) {
-        self.progress_token = match params.as_deref().and_then(jsonrpc::peek_progress_token) {
+        let peek = params.as_deref().map(ParamsPeek::of).unwrap_or_default();
+        self.progress_token = match peek.progress_token {
             Some(t) => TokenSlot::InParams(t),
             None => TokenSlot::None,
         };
+        self.tool = tool_of(self.method.as_ref(), &peek.view);
         self.params = params;
+    }
+
+    /// The request a server transport decoded: `view` is what the decode
+    /// read of its params in the same pass (the tool's name among it).
+    #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(dead_code))]
+    pub(crate) fn decoded(raw: RawRequest, view: &ParamsView<'_>) -> Self {
+        let tool = tool_of(Some(&raw.method), view);
+        Self {
+            tool,
+            ..Self::from(raw)
+        }
     }
 
     /// The request id, if it has one yet.
@@ -126,6 +143,25 @@ impl McpRequest {
     /// The method name (empty if unset).
     pub fn method(&self) -> &str {
         self.method.as_ref().map_or("", Method::as_str)
+    }
+
+    /// The tool a `tools/call` calls: its params' `name`, when it is a
+    /// string (`None` for any other method, and for a `name` that is
+    /// missing, not a string or given twice). Read with the params, not
+    /// on each call.
+    ///
+    /// Why: what the layers' per-tool limits
+    /// ([`MethodPolicy::tool`](crate::MethodPolicy::tool)) look up, and a
+    /// handler may route by, without decoding the params.
+    ///
+    /// ```
+    /// use tower_mcp_cancel::McpRequest;
+    /// let req = McpRequest::new(1, "tools/call").with_params(serde_json::json!({"name": "slow"}));
+    /// assert_eq!(req.tool_name(), Some("slow"));
+    /// ```
+    #[inline]
+    pub fn tool_name(&self) -> Option<&str> {
+        self.tool.as_deref()
     }
 
     /// The raw params.
@@ -221,7 +257,7 @@ enum TokenSlot {
     InParams(ProgressToken),
     /// Set by a layer: `wire_params` adds it to the params (one enum rather
     /// than a token and a flag keeps `McpRequest`, moved by every layer's
-    /// `call`, at 128 bytes).
+    /// `call`, 8 bytes smaller).
     Assigned(ProgressToken),
 }
 
@@ -235,6 +271,14 @@ impl TokenSlot {
     }
 }
 
+/// A `tools/call`'s tool name from the view of its params.
+fn tool_of(method: Option<&Method>, view: &ParamsView<'_>) -> Option<Box<str>> {
+    if method? != jsonrpc::TOOLS_CALL {
+        return None;
+    }
+    view.name.and_then(jsonrpc::json_str).map(Into::into)
+}
+
 impl From<RawRequest> for McpRequest {
     fn from(r: RawRequest) -> Self {
         Self {
@@ -244,6 +288,7 @@ impl From<RawRequest> for McpRequest {
             progress_token: r
                 .progress_token
                 .map_or(TokenSlot::None, TokenSlot::InParams),
+            tool: None,
             cancellation: None,
             tap: None,
             started: None,
@@ -270,6 +315,21 @@ pub trait RequestView {
     fn request_id(&self) -> Option<RequestId>;
     /// The MCP method, when known.
     fn mcp_method(&self) -> Option<Method>;
+    /// For a `tools/call`, the name of the tool it calls, when known
+    /// (`None` for other methods). The layers' per-tool limits
+    /// ([`MethodPolicy::tool`](crate::MethodPolicy::tool)) read it, and
+    /// only for a `tools/call` whose policy has tool entries: keep it
+    /// cheap, read where the method is (a field, not a parse of the
+    /// params). It is as checked as the method
+    /// ([`mcp_method_checked`](Self::mcp_method_checked)). Default: `None`
+    /// (the method's entry applies), so that an implementation written
+    /// before it keeps compiling.
+    ///
+    /// Why: a tool, not the method, is what tells a slow call from a quick
+    /// one, and only the request type knows where its tool's name is.
+    fn tool_name(&self) -> Option<&str> {
+        None
+    }
     /// Whether [`mcp_method`](Self::mcp_method) is the method the request
     /// really is: read from its body, or checked against it. `false` for a
     /// method that is only claimed (an `http::Request`'s `Mcp-Method`
@@ -324,6 +384,10 @@ impl RequestView for McpRequest {
     #[inline]
     fn mcp_method(&self) -> Option<Method> {
         self.method.clone()
+    }
+    #[inline]
+    fn tool_name(&self) -> Option<&str> {
+        McpRequest::tool_name(self)
     }
     #[inline]
     fn progress_token(&self) -> Option<&ProgressToken> {
@@ -382,6 +446,21 @@ impl<B> RequestView for http::Request<B> {
     fn mcp_method_checked(&self) -> bool {
         self.extensions().get::<Method>().is_some()
     }
+    /// The `Mcp-Name` header of a request whose method is the claimed
+    /// `Mcp-Method` `tools/call` (as is, not decoded: a tool name that is
+    /// not plain ASCII matches no entry). Never with a checked method: the
+    /// header would be a claim where the method is not.
+    fn tool_name(&self) -> Option<&str> {
+        if self.extensions().get::<Method>().is_some() {
+            return None;
+        }
+        let header =
+            |name: &http::HeaderName| self.headers().get(name).and_then(|v| v.to_str().ok());
+        if header(&crate::protocol::MCP_METHOD_HEADER)? != jsonrpc::TOOLS_CALL {
+            return None;
+        }
+        header(&crate::protocol::MCP_NAME_HEADER)
+    }
     fn progress_token(&self) -> Option<&ProgressToken> {
         self.extensions().get::<ProgressToken>()
     }
@@ -398,48 +477,4 @@ impl<B> RequestView for http::Request<B> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn assigned_token_is_merged_only_on_the_wire() {
-        let mut r = McpRequest::new(1, "tools/call").with_params(serde_json::json!({
-            "name": "slow", "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
-        }));
-        assert!(r.progress_token().is_none());
-        assert!(RequestView::set_progress_token(
-            &mut r,
-            ProgressToken::from("p1")
-        ));
-        let wire = r.wire_params().unwrap().unwrap();
-        let v: serde_json::Value = serde_json::from_str(wire.get()).unwrap();
-        assert_eq!(v["_meta"]["progressToken"], "p1");
-        assert_eq!(
-            v["_meta"]["io.modelcontextprotocol/protocolVersion"],
-            "2026-07-28"
-        );
-    }
-
-    #[test]
-    fn params_token_is_picked_up() {
-        let r = McpRequest::new("a", "tools/call")
-            .with_params(serde_json::json!({"_meta": {"progressToken": 5}}));
-        assert_eq!(r.progress_token(), Some(&ProgressToken::Number(5)));
-        assert!(r
-            .wire_params()
-            .unwrap()
-            .unwrap()
-            .get()
-            .contains("progressToken"));
-    }
-
-    #[test]
-    fn http_request_view_reads_mcp_method_header() {
-        let req = http::Request::builder()
-            .header("Mcp-Method", "tools/call")
-            .body(())
-            .unwrap();
-        assert_eq!(req.mcp_method().unwrap(), "tools/call");
-        assert_eq!(req.request_id(), None);
-    }
-}
+mod tests;

@@ -11,6 +11,8 @@ pub(crate) const CANCELLED: &str = "notifications/cancelled";
 pub(crate) const PROGRESS: &str = "notifications/progress";
 /// The method of the long-lived subscription request, exempt from timeouts by default.
 pub(crate) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+/// The method that calls a tool: the one whose limits can be set per tool.
+pub(crate) const TOOLS_CALL: &str = "tools/call";
 /// An MCP method name, cheap to clone: well-known methods are static strings,
 /// others are shared.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -23,7 +25,7 @@ enum MethodRepr {
 }
 
 const KNOWN_METHODS: &[&str] = &[
-    "tools/call",
+    TOOLS_CALL,
     "tools/list",
     "server/discover",
     "resources/read",

@@ -43,10 +43,8 @@ pub use error::ErrorObject;
 pub use id::{ProgressToken, RequestId};
 pub(crate) use message::{Message, RawNotification, RawRequest, RawResponse};
 pub use method::Method;
-pub(crate) use method::{CANCELLED, PROGRESS, SUBSCRIPTIONS_LISTEN};
-pub(crate) use params::{
-    json_str, params_with_progress_token, peek_progress_token, ParamsPeek, ParamsView,
-};
+pub(crate) use method::{CANCELLED, PROGRESS, SUBSCRIPTIONS_LISTEN, TOOLS_CALL};
+pub(crate) use params::{json_str, params_with_progress_token, ParamsPeek, ParamsView};
 pub(crate) use params::{CancelledParams, ProgressParams};
 pub(crate) use params::{PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META};
 

@@ -87,11 +87,6 @@ pub(crate) struct ProgressParams {
     pub(crate) message: Option<String>,
 }
 
-/// Reads `_meta.progressToken` out of raw params without building a tree.
-pub(crate) fn peek_progress_token(params: &RawValue) -> Option<ProgressToken> {
-    ParamsPeek::of(params).progress_token
-}
-
 /// What the transports, the header checks and the request span read inside
 /// a request's `params`, found in one pass over them without building a
 /// tree: the progress token, and the fields a Streamable HTTP request

@@ -159,6 +159,29 @@ impl ProgressResetLayer {
         self
     }
 
+    /// Sets the limits of a `tools/call` of the tool `name` (idle limit
+    /// and hard maximum); they come before the `tools/call` method entry
+    /// (see [`MethodPolicy`'s rules](MethodPolicy#which-entry)). The name
+    /// is the request's [`tool_name`](crate::RequestView::tool_name).
+    ///
+    /// Why: how long a tool may stay silent depends on the tool (a search
+    /// reports every second, an export every minute), which no method
+    /// entry can say.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_mcp_cancel::{ProgressLimits, ProgressResetLayer};
+    ///
+    /// let export = ProgressLimits { idle: Duration::from_secs(120), max: Some(Duration::from_secs(3600)) };
+    /// let layer = ProgressResetLayer::new(Duration::from_secs(10)).tool("export", export);
+    /// assert_eq!(layer.policy().limit_for_tool("export"), Some(export));
+    /// ```
+    #[must_use]
+    pub fn tool(mut self, name: &str, limits: ProgressLimits) -> Self {
+        self.policy = self.policy.tool(name, limits);
+        self
+    }
+
     /// No limits for `method`.
     #[must_use]
     pub fn method_unlimited(mut self, method: &str) -> Self {

@@ -28,6 +28,7 @@
 //! Which limits a request gets follows a `MethodPolicy<ProgressLimits>` —
 //! the same [`MethodPolicy`](crate::MethodPolicy) type as [`TimeoutLayer`](crate::TimeoutLayer)'s,
 //! with the same rules: [`ProgressLimits`] in the request's extensions, else
+//! for a `tools/call` its tool's entry ([`ProgressResetLayer::tool`]), else
 //! the method's entry, else the default. `subscriptions/listen` is exempt
 //! by default (a listen stream is quiet by design: it still gets its tap,
 //! but no timer); a method only claimed by an unchecked `Mcp-Method` header

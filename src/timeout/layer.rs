@@ -44,6 +44,31 @@ impl TimeoutLayer {
         self
     }
 
+    /// Sets the deadline of a `tools/call` of the tool `name`; it comes
+    /// before the `tools/call` method entry (see
+    /// [`MethodPolicy`'s rules](MethodPolicy#which-entry); `Duration::MAX`:
+    /// no deadline). The name is the request's
+    /// [`tool_name`](crate::RequestView::tool_name).
+    ///
+    /// Why: the per-tool deadline users ask for ("`slow` gets 2 s, every
+    /// other tool 60 s") in one line, as [`method`](Self::method) is per
+    /// method.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_mcp_cancel::TimeoutLayer;
+    ///
+    /// let layer = TimeoutLayer::new(Duration::from_secs(60))
+    ///     .tool("slow", Duration::from_secs(2));
+    /// assert_eq!(layer.policy().limit_for_tool("slow"), Some(Duration::from_secs(2)));
+    /// assert_eq!(layer.policy().limit_for_tool("echo"), Some(Duration::from_secs(60)));
+    /// ```
+    #[must_use]
+    pub fn tool(mut self, name: &str, limit: Duration) -> Self {
+        self.policy = self.policy.tool(name, limit);
+        self
+    }
+
     /// No deadline for `method`.
     #[must_use]
     pub fn method_unlimited(mut self, method: &str) -> Self {

@@ -1,8 +1,9 @@
 //! [`TimeoutLayer`]: a deadline per request, by policy.
 //!
 //! The deadline comes from, in order: a [`RequestTimeout`] the caller put in
-//! the request's extensions; the policy's entry for the request's method;
-//! the policy's default. `subscriptions/listen` is long-lived by design and
+//! the request's extensions; for a `tools/call`, the policy's entry for its
+//! tool ([`TimeoutLayer::tool`]); the policy's entry for the request's
+//! method; the policy's default. `subscriptions/listen` is long-lived by design and
 //! exempt unless configured otherwise. `Duration::MAX` (or any duration past
 //! what an `Instant` can hold) means no deadline. A deadline the request
 //! inherited (a [`DeadlineCap`], a budget from the wire; see

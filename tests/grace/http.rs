@@ -271,3 +271,45 @@ async fn serve_returns_only_once_the_grace_ended() {
     assert_eq!(bounded(ev.next()).await, Event::Done(id(1)));
     bounded(server).await.unwrap();
 }
+
+/// Disconnects from a `tools/call` of `tool` (`cleanup` spending 100 ms,
+/// or `hang`) under the grace `policy`: how it ended, how long after.
+async fn disconnected_tool(policy: MethodPolicy<Duration>, tool: &str) -> (Event, Duration) {
+    let (rec, mut ev) = Recorder::new();
+    let ep = StreamableHttpService::new(handler(rec)).grace(policy);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": tool, "arguments": {"ms": 100},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let req = post(&body, &modern_headers(tool));
+    let mut res = Box::pin(ep.oneshot(req));
+    tokio::select! {
+        r = &mut res => panic!("answered: {:?}", r.map(|r| r.status())),
+        e = ev.next() => assert_eq!(e, Event::Started(id(1))),
+    }
+    let t0 = Instant::now();
+    drop(res);
+    let end = ev.next().await;
+    (end, t0.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tools_grace_comes_before_its_methods() {
+    let ms = Duration::from_millis;
+    let policy = MethodPolicy::new(Duration::ZERO)
+        .method("tools/call", ms(500))
+        .tool("cleanup", ms(50));
+    assert_eq!(
+        disconnected_tool(policy.clone(), "cleanup").await,
+        (Event::Dropped(id(1)), ms(50))
+    );
+    assert_eq!(
+        disconnected_tool(policy, "hang").await,
+        (Event::Dropped(id(1)), ms(500))
+    );
+    let policy = MethodPolicy::new(Duration::ZERO).tool("cleanup", ms(500));
+    assert_eq!(
+        disconnected_tool(policy, "cleanup").await,
+        (Event::Done(id(1)), ms(100))
+    );
+}

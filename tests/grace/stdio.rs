@@ -392,3 +392,74 @@ async fn an_observer_sees_no_progress_made_in_the_grace() {
     assert!(h.peer.close().await.is_empty());
     h.served.await.unwrap().unwrap();
 }
+
+/// Cancels a `tools/call` of `tool` (`cleanup` spending 100 ms, or
+/// `hang`) under `policy`: how it ended, how long after the cancel.
+async fn cancelled_tool(policy: MethodPolicy<Duration>, tool: &str) -> (Event, Duration) {
+    let mut h = start(StdioServer::new().grace(policy), |s| s);
+    let params = json!({ "name": tool, "arguments": { "ms": 100 } });
+    h.peer.request(json!(1), "tools/call", params).await;
+    assert_eq!(h.ev.next().await, Event::Started(id(1)));
+    let t0 = Instant::now();
+    h.peer.cancel(json!(1), "stop").await;
+    let end = h.ev.next().await;
+    let after = t0.elapsed();
+    nothing_written_for(&mut h.peer, 1).await;
+    assert!(h.peer.close().await.is_empty());
+    h.served.await.unwrap().unwrap();
+    (end, after)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tools_grace_comes_before_its_methods() {
+    let ms = Duration::from_millis;
+    // `cleanup` gets its own 500 ms where the method has none: it finishes.
+    let policy = MethodPolicy::new(Duration::ZERO).tool("cleanup", ms(500));
+    assert_eq!(
+        cancelled_tool(policy.clone(), "cleanup").await,
+        (Event::Done(id(1)), ms(100))
+    );
+    // Another tool gets the method's (none).
+    assert_eq!(
+        cancelled_tool(policy, "hang").await,
+        (Event::Dropped(id(1)), Duration::ZERO)
+    );
+    // A shorter tool entry wins over a longer method entry.
+    let policy = MethodPolicy::new(Duration::ZERO)
+        .method("tools/call", ms(500))
+        .tool("cleanup", ms(50));
+    assert_eq!(
+        cancelled_tool(policy.clone(), "cleanup").await,
+        (Event::Dropped(id(1)), ms(50))
+    );
+    assert_eq!(
+        cancelled_tool(policy, "hang").await,
+        (Event::Dropped(id(1)), ms(500))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tools_deadline_holds_for_a_request_read_from_stdio() {
+    // The layer inside the server sees the tool of the decoded request.
+    let mut h = start(StdioServer::new(), |s| {
+        BoxCloneService::new(
+            ServiceBuilder::new()
+                .layer(
+                    TimeoutLayer::new(Duration::from_secs(60)).tool("hang", Duration::from_secs(2)),
+                )
+                .service(s),
+        )
+    });
+    let t0 = Instant::now();
+    h.peer
+        .request(json!(1), "tools/call", json!({"name": "hang"}))
+        .await;
+    assert_eq!(h.ev.next().await, Event::Started(id(1)));
+    let answer = h.peer.recv().await.expect("the timeout's answer");
+    assert_eq!(answer["id"], json!(1), "{answer}");
+    assert_eq!(answer["error"]["data"]["limit"], "timeout", "{answer}");
+    assert_eq!(h.ev.next().await, Event::Dropped(id(1)));
+    assert_eq!(t0.elapsed(), Duration::from_secs(2));
+    assert!(h.peer.close().await.is_empty());
+    h.served.await.unwrap().unwrap();
+}

@@ -11,5 +11,6 @@ mod composition_orders;
 mod deadlines;
 mod http;
 mod mcp;
+mod per_tool;
 #[cfg(all(feature = "stdio", feature = "http"))]
 mod progress_rules;

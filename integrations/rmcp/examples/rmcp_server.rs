@@ -21,8 +21,9 @@
 //! Stdio by default; `--listen ADDR` serves rmcp's own
 //! `StreamableHttpService` at `/mcp` instead: stateless (2026-07-28, and
 //! 2025-era clients without sessions), JSON responses unless the handler
-//! sends progress first, behind [`CancelOnDisconnectLayer::http`] so that
-//! a client closing its request's exchange drops the handler.
+//! sends progress first, behind [`CancelOnDisconnectLayer::http`], which
+//! gives a client's disconnect its reason (rmcp's own `ct` drops the
+//! handler on it too, without one).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -269,7 +270,9 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
         .with_legacy_session_mode(false)
         .with_json_response(true);
     config.cancellation_token = shutdown.child_token();
-    // Only a cancelled exchange fails, and no one is left to read it.
+    // The stack fails only when the exchange's `Cancellation` fires before
+    // the response head, which only a layer outside it could do; axum
+    // takes no error.
     async fn unavailable(e: BoxError) -> (StatusCode, String) {
         (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"))
     }

@@ -44,7 +44,7 @@ macro_rules! raced {
             request: $params,
             context: RequestContext<RoleServer>,
         ) -> impl Future<Output = Result<$result, ErrorData>> + MaybeSendFuture + '_ {
-            self.race(<$method>::VALUE, context, move |h, cx| async move {
+            self.race(<$method>::VALUE, None, context, move |h, cx| async move {
                 h.$name(request, cx).await
             })
         }
@@ -59,9 +59,12 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         &self,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
-        self.race(PingRequestMethod::VALUE, context, |h, cx| async move {
-            h.ping(cx).await
-        })
+        self.race(
+            PingRequestMethod::VALUE,
+            None,
+            context,
+            |h, cx| async move { h.ping(cx).await },
+        )
     }
 
     /// Not raced: `initialize` must not be cancelled (and rmcp answers it
@@ -89,9 +92,12 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         &self,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<DiscoverResult, ErrorData>> + MaybeSendFuture + '_ {
-        self.race(DiscoverRequestMethod::VALUE, context, |h, cx| async move {
-            h.discover(cx).await
-        })
+        self.race(
+            DiscoverRequestMethod::VALUE,
+            None,
+            context,
+            |h, cx| async move { h.discover(cx).await },
+        )
     }
 
     raced!(
@@ -160,12 +166,21 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         (),
         UnsubscribeRequestMethod
     );
-    raced!(
-        call_tool,
-        CallToolRequestParams,
-        CallToolResponse,
-        CallToolRequestMethod
-    );
+    /// Raced like the rest, with the tool's name for the layers' per-tool
+    /// limits.
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
+        let tool = Some(request.name.as_ref().into());
+        self.race(
+            CallToolRequestMethod::VALUE,
+            tool,
+            context,
+            move |h, cx| async move { h.call_tool(request, cx).await },
+        )
+    }
     raced!(
         list_tools,
         Option<PaginatedRequestParams>,
@@ -183,7 +198,7 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CustomResult, ErrorData>> + MaybeSendFuture + '_ {
         let method = request.method.clone();
-        self.race(&method, context, move |h, cx| async move {
+        self.race(&method, None, context, move |h, cx| async move {
             h.on_custom_request(request, cx).await
         })
     }

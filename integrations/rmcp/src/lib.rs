@@ -49,7 +49,11 @@
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let sleeper = Sleeper { tool_router: Sleeper::tool_router() };
 //!     let running = Cancellable::new(sleeper)
-//!         .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", Duration::from_secs(600)))
+//!         .timeout(
+//!             TimeoutLayer::new(Duration::from_secs(60))
+//!                 .method("tools/call", Duration::from_secs(600))
+//!                 .tool("nap", Duration::from_secs(5)), // `nap` gets 5 s
+//!         )
 //!         .progress(ProgressResetLayer::new(Duration::from_secs(30)))
 //!         .serve(rmcp::transport::stdio())
 //!         .await?;
@@ -77,14 +81,21 @@
 //! | what happens | the handler's future | the handler's `ct` | the peer hears |
 //! | --- | --- | --- | --- |
 //! | the peer's `notifications/cancelled` | dropped | fires | nothing (rmcp discards the answer of a cancelled id) |
-//! | the HTTP client disconnects (2026-era, session-less requests) | dropped | fires | nothing (the stream is gone) |
+//! | the HTTP client disconnects (2026-era, session-less requests) | dropped (reason: see [below](#over-streamable-http)) | fires | nothing (the stream is gone) |
 //! | a deadline of the [`TimeoutLayer`] | dropped | fires | a `-32603` error with `data.limit` |
 //! | the progress idle limit or hard maximum | dropped | fires | a `-32603` error with `data.limit` |
 //! | the session ends (stdin closed, `RunningService::cancel`) | dropped once rmcp fires `ct` | fires | what rmcp's drain sends, see below |
 //!
+//! A limit can be set per tool: [`TimeoutLayer::tool`] and
+//! [`ProgressResetLayer::tool`] apply to the `tools/call` of that tool
+//! (the wrapper gives the layers the tool's name, from the params rmcp
+//! decoded), before the `tools/call` entry.
+//!
 //! Each is logged with the request id, method and reason. The handler's
 //! `context.ct` is replaced by the request's cancellation token, so work
-//! it spawned stops in every row.
+//! it spawned stops in every row, and the request's [`Cancellation`] is in
+//! its `context.extensions`: `context.extensions.get::<Cancellation>()`
+//! tells it why its request ended ([`Cancellation::reason`]).
 //!
 //! Progress the handler reports with `peer.notify_progress` restarts the
 //! idle limit when the transport was served through [`Cancellable::serve`]
@@ -99,36 +110,11 @@
 //! [`Cancellable::observe_http`]; a transport served without either is
 //! not checked.
 //!
-//! # Over Streamable HTTP
-//!
-//! rmcp's `StreamableHttpService` (this package's feature `http`, which
-//! enables rmcp's `transport-streamable-http-server` and
-//! `tower-mcp-cancel/http`) serves a [`Cancellable`] like any
-//! handler. Mount it behind [`CancelOnDisconnectLayer::http`]: the layer
-//! puts the exchange's [`Cancellation`] in the HTTP request, rmcp hands the
-//! request's `http::request::Parts` to the handler in `context.extensions`,
-//! and the wrapper races the handler against it, so a client that drops the
-//! exchange drops the handler at once with the reason "client
-//! disconnected" (rmcp's own `ct` would also reach it, later and without a
-//! reason). Requests of a 2025-era session (an `Mcp-Session-Id` header),
-//! whose streams may close without cancelling, are left to rmcp's `ct`.
-//!
-//! ```ignore
-//! let handler = Cancellable::new(tools).timeout(TimeoutLayer::new(Duration::from_secs(60)));
-//! let config = StreamableHttpServerConfig::default()
-//!     .with_legacy_session_mode(false)
-//!     .with_json_response(true);
-//! let mcp = ServiceBuilder::new()
-//!     .layer(CancelOnDisconnectLayer::http())
-//!     .layer(handler.observe_http()) // progress restarts the idle limit
-//!     .service(StreamableHttpService::new(
-//!         move || Ok(handler.clone()),
-//!         Arc::new(NeverSessionManager::default()),
-//!         config,
-//!     ));
-//! ```
-//!
-//! (`examples/rmcp_server.rs --listen`, in this package, serves it in axum.)
+#![cfg_attr(feature = "http", doc = include_str!("http.md"))]
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "# Over Streamable HTTP\n\nWith this package's feature `http`: rmcp's `StreamableHttpService` under the layers (see the docs built with it).\n"
+)]
 //!
 //! # What it does not cover
 //!
@@ -171,6 +157,12 @@
 // docs.rs (`--cfg docsrs`, see Cargo.toml): each feature-gated item says
 // which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The README's code blocks are compiled as doctests (the HTTP one needs
+// the feature).
+#[cfg(all(doctest, feature = "http"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod client;
 mod handler;
@@ -317,12 +309,13 @@ impl<H> Cancellable<H> {
 
 impl<H: ServerHandler> Cancellable<H> {
     /// Runs one call of the handler (`run`, given the handler and the
-    /// context whose `ct` is the request's cancellation token) through the
-    /// layers, raced against rmcp's `ct` and, over 2026-era HTTP, the
+    /// context whose `ct` is the request's cancellation token; `tool`, a
+    /// `tools/call`'s tool) through the layers, raced against rmcp's `ct` and, over 2026-era HTTP, the
     /// disconnect of the request's HTTP exchange.
     fn race<T, F, Fut>(
         &self,
         method: &str,
+        tool: Option<Box<str>>,
         context: RequestContext<RoleServer>,
         run: F,
     ) -> impl Future<Output = Result<T, ErrorData>> + Send + 'static
@@ -336,7 +329,7 @@ impl<H: ServerHandler> Cancellable<H> {
         // must not cancel the exchange that carries its error response.
         let exchange = http_cancellation(&context);
         let cancellation = Cancellation::new();
-        let req = RmcpRequest::new(method, context, cancellation.clone());
+        let req = RmcpRequest::new(method, tool, context, cancellation.clone());
         let handler = Handler {
             run: Some(run),
             handler: self.handler.clone(),
@@ -354,9 +347,16 @@ impl<H: ServerHandler> Cancellable<H> {
             // races the handler against.
             let cause = async {
                 match &exchange {
+                    // A disconnect fires both, rmcp's first (its drop guard
+                    // is inside the exchange's response future): the
+                    // exchange's reason is the one that says why.
                     Some(exchange) => tokio::select! {
+                        biased;
                         reason = exchange.cancelled() => reason,
-                        () = rmcp_ct.cancelled() => CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED)),
+                        () = rmcp_ct.cancelled() => exchange
+                            .reason()
+                            .cloned()
+                            .unwrap_or(CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED))),
                     },
                     None => {
                         rmcp_ct.cancelled().await;

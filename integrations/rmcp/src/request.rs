@@ -1,5 +1,6 @@
 //! One rmcp request as the layers see it: [`RmcpRequest`], a
-//! [`RequestView`] over rmcp's `ClientRequest` and `RequestContext`.
+//! [`RequestView`] over rmcp's `ClientRequest` and `RequestContext`
+//! (method, a `tools/call`'s tool name, id, progress token).
 
 use ::rmcp::model::NumberOrString;
 use ::rmcp::service::RequestContext;
@@ -18,6 +19,9 @@ use tower_mcp_cancel::{Cancellation, RequestView};
 pub struct RmcpRequest {
     pub(super) context: RequestContext<RoleServer>,
     method: Method,
+    /// A `tools/call`'s tool, for the layers' per-tool limits (taken from
+    /// the params rmcp already decoded, which stay with the handler's call).
+    tool: Option<Box<str>>,
     progress_token: Option<ProgressToken>,
     extensions: Extensions,
     cancellation: Cancellation,
@@ -29,23 +33,27 @@ impl std::fmt::Debug for RmcpRequest {
         f.debug_struct("RmcpRequest")
             .field("id", &self.context.id)
             .field("method", &self.method)
+            .field("tool", &self.tool)
             .finish_non_exhaustive()
     }
 }
 
 impl RmcpRequest {
     /// Wraps one call of the handler's `method`; the handler's `context.ct`
-    /// becomes `cancellation`'s token, so it fires for every way the
+    /// becomes `cancellation`'s token (and `cancellation` is in its
+    /// `context.extensions`), so it fires for every way the
     /// request ends early (work the handler spawned still stops through it).
     pub(super) fn new(
         method: &str,
+        tool: Option<Box<str>>,
         mut context: RequestContext<RoleServer>,
         cancellation: Cancellation,
     ) -> Self {
-        context.ct = cancellation.token();
+        adopt(&mut context, &cancellation);
         let progress_token = context.meta.get_progress_token().map(|t| convert(&t.0));
         Self {
             method: Method::new(method),
+            tool,
             progress_token,
             context,
             extensions: Extensions::new(),
@@ -66,6 +74,14 @@ impl RmcpRequest {
     }
 }
 
+/// Makes `cancellation` the handler's: its token is `context.ct`, and it
+/// is in `context.extensions`, where the handler reads why its request
+/// ended ([`Cancellation::reason`]).
+fn adopt(context: &mut RequestContext<RoleServer>, cancellation: &Cancellation) {
+    context.ct = cancellation.token();
+    context.extensions.insert(cancellation.clone());
+}
+
 /// rmcp's id or token (a number or a string) as this crate's.
 pub(super) fn convert<T: From<i64> + From<String>>(v: &NumberOrString) -> T {
     match v {
@@ -80,6 +96,9 @@ impl RequestView for RmcpRequest {
     }
     fn mcp_method(&self) -> Option<Method> {
         Some(self.method.clone())
+    }
+    fn tool_name(&self) -> Option<&str> {
+        self.tool.as_deref()
     }
     fn progress_token(&self) -> Option<&ProgressToken> {
         self.progress_token.as_ref()
@@ -100,7 +119,7 @@ impl RequestView for RmcpRequest {
         Some(&self.cancellation)
     }
     fn set_cancellation(&mut self, cancellation: Cancellation) {
-        self.context.ct = cancellation.token();
+        adopt(&mut self.context, &cancellation);
         self.cancellation = cancellation;
     }
     fn started_at(&mut self) -> Instant {

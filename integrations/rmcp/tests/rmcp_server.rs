@@ -58,6 +58,26 @@ impl Drop for TokenAtDrop {
     }
 }
 
+/// Sends, when dropped, why the request ended, as the request's
+/// `Cancellation` in the handler's `context.extensions` says:
+/// `REASON_CLIENT_DISCONNECTED`, `REASON_RMCP` (rmcp's `ct`, no reason of
+/// its own), `REASON_OTHER`, or `REASON_NONE` (no cancel, or no
+/// `Cancellation` there).
+struct ReasonAtDrop(Events, Value, Option<tower_mcp_cancel::Cancellation>);
+
+impl Drop for ReasonAtDrop {
+    fn drop(&mut self) {
+        use tower_mcp_cancel::CancelReason;
+        let kind = match self.2.as_ref().and_then(|c| c.reason()) {
+            Some(CancelReason::ClientDisconnected) => "REASON_CLIENT_DISCONNECTED",
+            Some(CancelReason::Other(r)) if r.starts_with("rmcp cancelled") => "REASON_RMCP",
+            Some(_) => "REASON_OTHER",
+            None => "REASON_NONE",
+        };
+        let _ = self.0.send((kind, self.1.clone()));
+    }
+}
+
 fn schema() -> Arc<serde_json::Map<String, Value>> {
     Arc::new(json!({"type": "object"}).as_object().unwrap().clone())
 }
@@ -119,6 +139,11 @@ impl ServerHandler for Tools {
                         let _ = context.peer.notify_progress(p).await;
                     }
                 }
+            }
+            "reason" => {
+                let cancellation = context.extensions.get().cloned();
+                let _at_drop = ReasonAtDrop(self.0.clone(), id.clone(), cancellation);
+                std::future::pending::<()>().await;
             }
             "watched" => {
                 let _at_drop = TokenAtDrop(self.0.clone(), id.clone(), context.ct.clone());
@@ -427,6 +452,76 @@ async fn plain_rmcp_runs_a_cancelled_handler_to_its_end() {
     pending.abort();
     // rmcp fired the handler's ct, but nothing dropped its future.
     h.event("DONE", 7).await;
+}
+
+/// A per-tool deadline reaches the layers through rmcp: `slow` (2 s) is
+/// dropped at 2 s, another tool at the `tools/call` deadline (10 s).
+#[tokio::test(start_paused = true)]
+async fn a_tools_deadline_drops_that_tool_and_the_methods_the_others() {
+    let mut h = start(|t| {
+        Some(
+            Cancellable::new(t).timeout(
+                TimeoutLayer::new(Duration::from_secs(60))
+                    .method("tools/call", Duration::from_secs(10))
+                    .tool("slow", Duration::from_secs(2)),
+            ),
+        )
+    })
+    .await;
+    for (id, tool, limit) in [(7, "slow", 2), (8, "spawned", 10)] {
+        let t0 = tokio::time::Instant::now();
+        let err = h
+            .client
+            .clone()
+            .oneshot(call(id, tool, json!({})))
+            .await
+            .unwrap_err();
+        let err = err
+            .downcast_ref::<ErrorObject>()
+            .expect("an error response");
+        assert_eq!(err.data.as_ref().unwrap()["limit"], "timeout", "{err:?}");
+        h.event("DROPPED", id).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(limit), "{tool}");
+    }
+}
+
+/// A per-tool idle limit, likewise.
+#[tokio::test(start_paused = true)]
+async fn a_tools_idle_limit_drops_that_tool_and_the_methods_the_others() {
+    use tower_mcp_cancel::ProgressLimits;
+    let limits = |idle| ProgressLimits {
+        idle: Duration::from_secs(idle),
+        max: Some(Duration::from_secs(600)),
+    };
+    let mut h = start(|t| {
+        Some(
+            Cancellable::new(t).progress(
+                ProgressResetLayer::new(Duration::from_secs(60))
+                    .method("tools/call", limits(10))
+                    .tool("slow", limits(2)),
+            ),
+        )
+    })
+    .await;
+    for (id, tool, limit) in [(7, "slow", 2), (8, "spawned", 10)] {
+        let t0 = tokio::time::Instant::now();
+        let err = h
+            .client
+            .clone()
+            .oneshot(call(id, tool, json!({})))
+            .await
+            .unwrap_err();
+        let err = err
+            .downcast_ref::<ErrorObject>()
+            .expect("an error response");
+        assert_eq!(
+            err.data.as_ref().unwrap()["limit"],
+            "idle timeout",
+            "{err:?}"
+        );
+        h.event("DROPPED", id).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(limit), "{tool}");
+    }
 }
 
 #[cfg(feature = "http")]

@@ -54,6 +54,11 @@
 //! | the progress idle limit or hard maximum | dropped | fires | a `-32603` error with `data.limit` |
 //! | a transport's own token (tower-mcp's HTTP transport on a disconnect) | dropped | fires | nothing, or an error no one reads |
 //!
+//! A limit can be set per tool: [`TimeoutLayer::tool`] and
+//! [`ProgressResetLayer::tool`] apply to the `tools/call` of that tool
+//! (the layers read its name from the request tower-mcp parsed), before
+//! the `tools/call` entry.
+//!
 //! Each is logged with the request id, method and reason. Dropping the
 //! router's future also removes the request from tower-mcp's in-flight
 //! registry (tower-mcp 0.25 untracks a dispatch on drop).

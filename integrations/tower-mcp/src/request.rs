@@ -70,7 +70,8 @@ fn request_id_of(id: &tm::RequestId) -> Option<RequestId> {
     }
 }
 
-/// The id and method from the request, the progress token it carries;
+/// The id, method and (for a `tools/call`) tool from the request, the
+/// progress token it carries;
 /// the [`Cancellation`](tower_mcp_cancel::Cancellation) and
 /// [`ProgressTap`](tower_mcp_cancel::ProgressTap) in the wrapper's
 /// extensions.
@@ -80,6 +81,13 @@ impl RequestView for LayeredRequest {
     }
     fn mcp_method(&self) -> Option<Method> {
         Some(Method::new(self.inner.inner.method_name()))
+    }
+    /// The tool of a `tools/call`, from the request tower-mcp parsed.
+    fn tool_name(&self) -> Option<&str> {
+        match &self.inner.inner {
+            TmRequest::CallTool(params) => Some(&params.name),
+            _ => None,
+        }
     }
     fn progress_token(&self) -> Option<&ProgressToken> {
         self.progress_token.as_ref()

@@ -447,3 +447,65 @@ async fn plain_tower_mcp_runs_a_cancelled_handler_to_its_end() {
     // tower-mcp fired the handler's token, but nothing dropped its future.
     h.event("DONE", 7).await;
 }
+
+/// A per-tool deadline reaches the layers through tower-mcp: `slow` (2 s)
+/// is dropped at 2 s, another tool at the `tools/call` deadline (10 s).
+#[tokio::test(start_paused = true)]
+async fn a_tools_deadline_drops_that_tool_and_the_methods_the_others() {
+    let layer = RouterLayer::new().timeout(
+        TimeoutLayer::new(Duration::from_secs(60))
+            .method("tools/call", Duration::from_secs(10))
+            .tool("slow", Duration::from_secs(2)),
+    );
+    let mut h = start(Some(layer)).await;
+    for (id, tool, limit) in [(7, "slow", 2), (8, "spawned", 10)] {
+        let t0 = tokio::time::Instant::now();
+        let err = h
+            .client
+            .clone()
+            .oneshot(call(id, tool, json!({})))
+            .await
+            .unwrap_err();
+        let err = err
+            .downcast_ref::<ErrorObject>()
+            .expect("an error response");
+        assert_eq!(err.data.as_ref().unwrap()["limit"], "timeout", "{err:?}");
+        h.event("DROPPED", id).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(limit), "{tool}");
+    }
+}
+
+/// A per-tool idle limit, likewise.
+#[tokio::test(start_paused = true)]
+async fn a_tools_idle_limit_drops_that_tool_and_the_methods_the_others() {
+    use tower_mcp_cancel::ProgressLimits;
+    let limits = |idle| ProgressLimits {
+        idle: Duration::from_secs(idle),
+        max: Some(Duration::from_secs(600)),
+    };
+    let layer = RouterLayer::new().progress(
+        ProgressResetLayer::new(Duration::from_secs(60))
+            .method("tools/call", limits(10))
+            .tool("slow", limits(2)),
+    );
+    let mut h = start(Some(layer)).await;
+    for (id, tool, limit) in [(7, "slow", 2), (8, "spawned", 10)] {
+        let t0 = tokio::time::Instant::now();
+        let err = h
+            .client
+            .clone()
+            .oneshot(call(id, tool, json!({})))
+            .await
+            .unwrap_err();
+        let err = err
+            .downcast_ref::<ErrorObject>()
+            .expect("an error response");
+        assert_eq!(
+            err.data.as_ref().unwrap()["limit"],
+            "idle timeout",
+            "{err:?}"
+        );
+        h.event("DROPPED", id).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(limit), "{tool}");
+    }
+}

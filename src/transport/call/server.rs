@@ -38,7 +38,7 @@ use crate::notify::outbox::{Outgoing, Scope};
 use crate::notify::Notifier;
 use crate::observe::record::{Record, SpanParams};
 use crate::observe::{Era, Side, Transport};
-use crate::{CancelReason, Cancellation, McpRequest, RequestView};
+use crate::{CancelReason, Cancellation, McpRequest, MethodPolicy, RequestView};
 
 mod ending;
 
@@ -95,17 +95,27 @@ pub(crate) enum Ending {
 }
 
 /// Builds the request the service sees, with its [`Cancellation`] and a
-/// [`Notifier`] that sends through `scope` into `tx`.
+/// [`Notifier`] that sends through `scope` into `tx`; `view` is what the
+/// decode read of its params (its tool's name is taken from there).
 pub(crate) fn prepare(
     raw: RawRequest,
+    view: &ParamsView<'_>,
     scope: &Scope,
     tx: Option<tokio::sync::mpsc::Sender<Outgoing>>,
 ) -> McpRequest {
     let notifier = Notifier::new(tx, raw.progress_token.clone(), scope.clone());
-    let mut req = McpRequest::from(raw);
+    let mut req = McpRequest::decoded(raw, view);
     req.set_cancellation(scope.cancellation().clone());
     req.extensions_mut().insert(notifier);
     req
+}
+
+/// The cooperative grace of `req` under a transport's `policy`: by its
+/// tool for a `tools/call`, else by its method (none when it has none).
+pub(crate) fn grace_of(policy: &MethodPolicy<Duration>, req: &McpRequest) -> Duration {
+    policy
+        .limit_for_call(Some(req.method()), req.tool_name())
+        .unwrap_or_default()
 }
 
 /// Runs one request to its end: readies and calls `service`, races the call

@@ -272,7 +272,7 @@ fn start_call<S: McpService>(
         ),
     };
     let (scope, queue) = Scope::with_own_queue(cancellation, config.queue);
-    let mut mcp = call::prepare(raw, &scope, None);
+    let mut mcp = call::prepare(raw, view, &scope, None);
     crate::timeout::inherit_budget(&mut mcp, view.budget);
     let mut extensions = parts.extensions;
     extensions.extend(std::mem::take(mcp.extensions_mut()));
@@ -285,10 +285,7 @@ fn start_call<S: McpService>(
     let grace = if is_listen {
         std::time::Duration::ZERO
     } else {
-        config
-            .grace
-            .limit_for(Some(mcp.method()))
-            .unwrap_or_default()
+        call::grace_of(&config.grace, &mcp)
     };
     let call = call::run(
         inner,

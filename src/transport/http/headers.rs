@@ -12,12 +12,9 @@ pub(crate) const MCP_PROTOCOL_VERSION_HEADER: HeaderName =
 /// server on `initialize`, sent back by the client on every later request
 /// (see [`SessionLimits`](super::SessionLimits)).
 pub(crate) const MCP_SESSION_ID_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
-/// The `Mcp-Name` request header (`tools/call`, `resources/read`, `prompts/get`,
-/// and the tasks extension's `tasks/get`, `tasks/update`, `tasks/cancel`).
-pub(crate) const MCP_NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 /// The prefix of the `Mcp-Param-{Name}` headers, as the spec writes it.
 pub(crate) const MCP_PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
-pub(crate) use crate::protocol::MCP_METHOD_HEADER;
+pub(crate) use crate::protocol::{MCP_METHOD_HEADER, MCP_NAME_HEADER};
 
 /// Asks nginx-style proxies not to buffer an SSE response.
 pub(crate) const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");

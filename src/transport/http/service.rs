@@ -343,7 +343,9 @@ impl<S> StreamableHttpService<S> {
         self
     }
 
-    /// The cooperative grace of cancelled requests, by method (default
+    /// The cooperative grace of cancelled requests, by method, and by tool
+    /// for a `tools/call` (a [tool entry](crate::MethodPolicy::tool) comes before the
+    /// `tools/call` entry; default
     /// zero for every method: none, a cancel drops the handler future at
     /// once; an entry of
     /// [`method_unlimited`](crate::MethodPolicy::method_unlimited) also

@@ -370,12 +370,9 @@ impl Connection {
             }
         };
         let is_listen = raw.method == jsonrpc::SUBSCRIPTIONS_LISTEN;
-        let grace = self
-            .grace
-            .limit_for(Some(raw.method.as_str()))
-            .unwrap_or_default();
         let scope = Scope::new(guard.cancellation().clone());
-        let mut req = call::prepare(raw, &scope, Some(self.tx.clone()));
+        let mut req = call::prepare(raw, &view, &scope, Some(self.tx.clone()));
+        let grace = call::grace_of(&self.grace, &req);
         crate::timeout::inherit_budget(&mut req, view.budget);
         let call = call::run(
             service.clone(),

@@ -3,7 +3,8 @@
 //! crate's `HttpClient` (2026-07-28): a server deadline and a client that
 //! goes away drop the handler; progress in the response body keeps a
 //! request alive and silence ends it; progress that does not increase and
-//! anything of a request after its answer are not sent.
+//! anything of a request after its answer are not sent; a client that goes
+//! away drops the handler with or without the layer, which adds the reason.
 
 use std::sync::Arc;
 
@@ -79,32 +80,49 @@ fn record<B: http_body::Body<Data = bytes::Bytes>>(
 }
 
 async fn serve_tools(wrap: impl FnOnce(Tools) -> Cancellable<Tools>) -> Served {
+    serve_tools_behind(wrap, true, true).await
+}
+
+/// [`serve_tools`], behind `CancelOnDisconnectLayer::http()` or not, with
+/// JSON responses or SSE streams.
+async fn serve_tools_behind(
+    wrap: impl FnOnce(Tools) -> Cancellable<Tools>,
+    cancel_on_disconnect: bool,
+    json_response: bool,
+) -> Served {
     let (tx, events) = mpsc::unbounded_channel();
     let release = Arc::new(tokio::sync::Notify::new());
     let handler = wrap(Tools(tx, release.clone()));
     let observe = handler.observe_http();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
-        .with_json_response(true);
+        .with_json_response(json_response);
     let wire = Arc::new(Mutex::new(Vec::new()));
     let log = wire.clone();
-    let mcp = ServiceBuilder::new()
-        // What leaves the server: every body frame, as it is polled.
-        .map_response(move |res| record(log.clone(), res))
-        .layer(CancelOnDisconnectLayer::http())
-        .layer(observe)
-        .service(StreamableHttpService::new(
-            move || Ok(handler.clone()),
-            Arc::new(NeverSessionManager::default()),
-            config,
-        ));
+    let rmcp = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(
-        listener,
-        mcp,
-        tokio_util::sync::CancellationToken::new(),
-    ));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    if cancel_on_disconnect {
+        let mcp = ServiceBuilder::new()
+            // What leaves the server: every body frame, as it is polled.
+            .map_response(move |res| record(log.clone(), res))
+            .layer(CancelOnDisconnectLayer::http())
+            .layer(observe)
+            .service(rmcp);
+        tokio::spawn(serve(listener, mcp, shutdown));
+    } else {
+        let mcp = ServiceBuilder::new()
+            .map_response(move |res| record(log.clone(), res))
+            .map_err(|e: std::convert::Infallible| -> tower::BoxError { match e {} })
+            .layer(observe)
+            .service(rmcp);
+        tokio::spawn(serve(listener, mcp, shutdown));
+    }
     let client = HttpClient::new(format!("http://{addr}/mcp").parse().unwrap());
     Served {
         client,
@@ -223,4 +241,55 @@ async fn nothing_of_a_request_is_sent_after_its_answer_even_by_a_task_it_spawned
         after.is_empty(),
         "progress sent after the answer: {after:?}"
     );
+}
+
+/// Calls the `reason` tool (it never ends; JSON responses or SSE) and goes
+/// away after 200 ms;
+/// why the handler's request ended, as its `Cancellation` said when the
+/// handler was dropped.
+async fn reason_of_a_disconnect(cancel_on_disconnect: bool, json_response: bool) -> &'static str {
+    let mut s = serve_tools_behind(Cancellable::new, cancel_on_disconnect, json_response).await;
+    let svc = TimeoutLayer::new(Duration::from_millis(200)).layer(s.client);
+    let err = svc.oneshot(call(7, "reason", json!({}))).await.unwrap_err();
+    assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
+    // Both at the handler's drop, in either order.
+    let (mut dropped, mut reason) = (false, None);
+    while !(dropped && reason.is_some()) {
+        let (k, i) = s.events.recv().await.expect("server gone");
+        if i != json!(7) {
+            continue;
+        }
+        assert_ne!(k, "DONE");
+        dropped |= k == "DROPPED";
+        if k.starts_with("REASON_") {
+            reason = Some(k);
+        }
+    }
+    reason.unwrap()
+}
+
+/// What the docs say of `CancelOnDisconnectLayer::http` in front of rmcp's
+/// `StreamableHttpService`: without it, a client that goes away still
+/// drops the handler (rmcp's `ct`), with rmcp's reasonless cancel...
+#[tokio::test]
+async fn without_the_layer_a_disconnect_drops_the_handler_through_rmcps_ct() {
+    for json_response in [true, false] {
+        assert_eq!(
+            reason_of_a_disconnect(false, json_response).await,
+            "REASON_RMCP",
+            "JSON responses: {json_response}"
+        );
+    }
+}
+
+/// ...and with it, the request's reason is the disconnect.
+#[tokio::test]
+async fn with_the_layer_a_disconnect_drops_the_handler_with_its_reason() {
+    for json_response in [true, false] {
+        assert_eq!(
+            reason_of_a_disconnect(true, json_response).await,
+            "REASON_CLIENT_DISCONNECTED",
+            "JSON responses: {json_response}"
+        );
+    }
 }

@@ -177,7 +177,9 @@ impl StdioServer {
         self
     }
 
-    /// The cooperative grace of cancelled requests, by method (default
+    /// The cooperative grace of cancelled requests, by method, and by tool
+    /// for a `tools/call` (a [tool entry](MethodPolicy::tool) comes before the
+    /// `tools/call` entry; default
     /// zero for every method: none, a cancel drops the handler future at
     /// once; an entry of
     /// [`method_unlimited`](MethodPolicy::method_unlimited) also means
@@ -203,7 +205,9 @@ impl StdioServer {
     /// use tower_mcp_cancel::MethodPolicy;
     ///
     /// let server = StdioServer::new().grace(
-    ///     MethodPolicy::new(Duration::from_millis(500)).method("tools/call", Duration::from_secs(5)),
+    ///     MethodPolicy::new(Duration::from_millis(500))
+    ///         .method("tools/call", Duration::from_secs(5))
+    ///         .tool("export", Duration::from_secs(30)),
     /// );
     /// ```
     #[must_use]
