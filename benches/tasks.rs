@@ -57,7 +57,7 @@ type Svc = BoxCloneSyncService<McpRequest, Value, BoxError>;
 /// The tasks layer over a handler: `wait` never ends (until dropped),
 /// anything else answers at once.
 fn server(drops: mpsc::UnboundedSender<Instant>) -> (Svc, TasksLayer) {
-    let tasks = TasksLayer::new()
+    let tasks = TasksLayer::with_store(MemoryStore::with_capacity(1 << 20))
         .tool("wait", TaskPolicy::optional())
         .max_tasks(1 << 20);
     let svc = ServiceBuilder::new()
