@@ -1,0 +1,245 @@
+//! The checker against servers that break exactly one rule each (the
+//! `fixture_server` example), and against the crate's own example servers,
+//! which must pass every check with `--strict`.
+//!
+//! The runs are serialized: the CPU-time check compares a server's CPU use
+//! before and after a cancel, which other runs on the same cores would blur.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+/// One run at a time (see the module's doc).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The slow operation of both the fixture and the example servers.
+const SLOW: &str = "slow seconds=0.5 interval_ms=50";
+
+/// The example `name` of `package`, built now if `cargo test` did not build it.
+fn example(package: &str, features: &str, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", package, "--example", name]);
+        if !features.is_empty() {
+            cmd.args(["--features", features]);
+        }
+        let status = cmd
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+        assert!(status.success(), "building the example {name} failed");
+    }
+    bin
+}
+
+fn fixture() -> PathBuf {
+    example("mcp-cancel-check", "", "fixture_server")
+}
+
+/// Runs the checker with `args`; its exit status and its JSON report.
+fn check(args: &[&str]) -> (i32, Value) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_mcp-cancel-check"))
+        .args(["--json", "--quiet", "--burst", "10"])
+        .args(args)
+        .output()
+        .expect("run mcp-cancel-check");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not a JSON report ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().expect("an exit status"), report)
+}
+
+/// The checks with `outcome`, as `(id, rule)`.
+fn with_outcome<'a>(report: &'a Value, outcome: &str) -> Vec<(&'a str, &'a str)> {
+    report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["outcome"] == outcome)
+        .map(|c| (c["id"].as_str().unwrap(), c["rule"].as_str().unwrap()))
+        .collect()
+}
+
+/// Runs the fixture broken on `mode` and asserts that the checks that fail
+/// are exactly the ones that test `rule`'s `expected` ids.
+fn fails_only(mode: &str, expected: &[&str], rule: &str, status: i32) {
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--cpu",
+        "spin seconds=3",
+        "--",
+        fixture.to_str().unwrap(),
+        "--break",
+        mode,
+    ]);
+    let failed = with_outcome(&report, "fail");
+    let ids: Vec<&str> = failed.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, expected, "{mode}: {report:#}");
+    assert!(failed.iter().all(|(_, r)| *r == rule), "{mode}: {report:#}");
+    assert_eq!(code, status, "{mode}: {report:#}");
+}
+
+#[test]
+fn answer_after_cancel_fails_no_response_only() {
+    fails_only(
+        "answer-after-cancel",
+        &[
+            "cancel.no-response",
+            "cancel.right-behind",
+            "cancel.burst-no-response",
+        ],
+        "no-response-after-cancel",
+        1,
+    );
+}
+
+#[test]
+fn error_on_cancel_fails_no_response_only() {
+    fails_only(
+        "error-on-cancel",
+        &[
+            "cancel.no-response",
+            "cancel.right-behind",
+            "cancel.burst-no-response",
+        ],
+        "no-response-after-cancel",
+        1,
+    );
+}
+
+#[test]
+fn progress_after_cancel_fails_progress_stops_only() {
+    fails_only(
+        "progress-after-cancel",
+        &["cancel.progress-stops"],
+        "no-progress-after-cancel",
+        1,
+    );
+}
+
+#[test]
+fn cpu_after_cancel_fails_work_stops_only_and_only_strictly() {
+    // A SHOULD: exit status 1 under --strict (fails_only passes it).
+    fails_only(
+        "cpu-after-cancel",
+        &["cancel.work-stops-cpu"],
+        "work-stops-on-cancel",
+        1,
+    );
+}
+
+/// Every check passes, or is skipped for a reason other than a missing tool.
+fn passes_all(args: &[&str], era: &str) {
+    let (code, report) = check(args);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert!(
+        report["target"].as_str().unwrap().contains(era),
+        "{report:#}"
+    );
+    let passed: Vec<&str> = with_outcome(&report, "pass")
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    for id in [
+        "cancel.no-response",
+        "cancel.progress-stops",
+        "cancel.right-behind",
+        "cancel.burst-healthy",
+    ] {
+        assert!(passed.contains(&id), "{id} did not pass: {report:#}");
+    }
+}
+
+#[test]
+fn honest_fixture_passes_every_check_including_cpu() {
+    let fixture = fixture();
+    let args = [
+        "--strict",
+        "--slow",
+        SLOW,
+        "--cpu",
+        "spin seconds=3",
+        "--",
+        fixture.to_str().unwrap(),
+    ];
+    passes_all(&args, "2026-07-28");
+    let (_, report) = check(&args);
+    assert!(
+        with_outcome(&report, "pass").contains(&("cancel.work-stops-cpu", "work-stops-on-cancel"))
+    );
+}
+
+#[test]
+fn legacy_fixture_is_checked_after_an_initialize_handshake() {
+    let fixture = fixture();
+    passes_all(
+        &[
+            "--strict",
+            "--slow",
+            SLOW,
+            "--",
+            fixture.to_str().unwrap(),
+            "--legacy",
+        ],
+        "2025",
+    );
+}
+
+#[test]
+fn example_stdio_server_passes_strictly() {
+    let server = example("tower-mcp-cancel", "stdio,http", "stdio_server");
+    passes_all(
+        &["--strict", "--slow", SLOW, "--", server.to_str().unwrap()],
+        "2026-07-28",
+    );
+}
+
+#[test]
+fn no_tool_no_false_failure() {
+    // Without --slow the tool checks are skipped, not failed.
+    let fixture = fixture();
+    let (code, report) = check(&["--strict", "--", fixture.to_str().unwrap()]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(with_outcome(&report, "fail").is_empty(), "{report:#}");
+    assert!(with_outcome(&report, "skip")
+        .iter()
+        .any(|(id, _)| *id == "cancel.no-response"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mcp-cancel-check"))
+            .args(args)
+            .output()
+            .expect("run mcp-cancel-check")
+            .status
+            .code()
+    };
+    assert_eq!(run(&[]), Some(2));
+    assert_eq!(run(&["--slow", "k=v", "--", "x"]), Some(2));
+    assert_eq!(run(&["--burst", "0", "--", "x"]), Some(2));
+}
