@@ -20,9 +20,11 @@ use std::time::Duration;
 
 use clap::Parser;
 
+mod evidence;
 mod http;
 mod mcp;
 mod procfs;
+mod rawhttp;
 mod report;
 mod session;
 mod stdio;
@@ -51,9 +53,17 @@ struct Cli {
     /// at the cancel (stdio on Linux; default: the slow one).
     #[arg(long, value_name = "TOOL ARGS", value_parser = ToolSpec::parse)]
     cpu: Option<ToolSpec>,
+    /// The protocol era to speak: auto (server/discover, else the 2025
+    /// initialize handshake), 2026 or 2025.
+    #[arg(long, value_name = "ERA", default_value = "auto", value_parser = parse_era)]
+    era: EraChoice,
     /// Streamable HTTP endpoint to check, instead of a stdio server command.
     #[arg(long, value_name = "URL", conflicts_with = "server")]
     url: Option<String>,
+    /// With --url: the server's process id (a server on this machine,
+    /// Linux), whose CPU time and memory show whether cancelled work stops.
+    #[arg(long, value_name = "PID", requires = "url")]
+    pid: Option<u32>,
     /// Print the results as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -81,9 +91,24 @@ struct Cli {
     server: Vec<String>,
 }
 
+/// `--era`: `None` is auto.
+#[derive(Clone, Copy, Debug)]
+struct EraChoice(Option<mcp::Era>);
+
+fn parse_era(s: &str) -> Result<EraChoice, String> {
+    match s {
+        "auto" => Ok(EraChoice(None)),
+        "2026" | "2026-07-28" => Ok(EraChoice(Some(mcp::Era::Modern))),
+        "2025" | "2025-11-25" => Ok(EraChoice(Some(mcp::Era::Legacy))),
+        other => Err(format!("unknown era {other:?}: auto, 2026 or 2025")),
+    }
+}
+
 /// What the checks are run with.
 #[derive(Debug)]
 pub(crate) struct Config {
+    /// The era to speak, when forced.
+    pub(crate) era: Option<mcp::Era>,
     /// The slow operation.
     pub(crate) slow: Option<ToolSpec>,
     /// The progress operation, if other than the slow one.
@@ -137,6 +162,7 @@ async fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let cfg = Config {
+        era: cli.era.0,
         slow: cli.slow,
         progress: cli.progress,
         cpu: cli.cpu,
@@ -147,7 +173,7 @@ async fn main() -> ExitCode {
         quiet: cli.quiet,
     };
     let report = match &cli.url {
-        Some(url) => http::run(&cfg, url).await,
+        Some(url) => http::run(&cfg, url, cli.pid).await,
         None => stdio::run(&cfg, &cli.server).await,
     };
     let report = match report {

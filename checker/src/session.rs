@@ -73,8 +73,12 @@ pub(crate) struct CancelledCall {
 
 impl Session {
     /// Starts `command` and finds its era: `server/discover` (2026-07-28),
-    /// else the `initialize` handshake.
-    pub(crate) async fn start(command: &[String], bound: Duration) -> Result<Self, String> {
+    /// else the `initialize` handshake; `era` forces one.
+    pub(crate) async fn start(
+        command: &[String],
+        era: Option<Era>,
+        bound: Duration,
+    ) -> Result<Self, String> {
         let (program, args) = command.split_first().ok_or("no server command")?;
         let mut cmd = Command::new(program);
         cmd.args(args)
@@ -111,11 +115,14 @@ impl Session {
             capabilities: Value::Null,
             next: AtomicU64::new(1),
         };
-        session.handshake(bound).await?;
+        session.handshake(era, bound).await?;
         Ok(session)
     }
 
-    async fn handshake(&mut self, bound: Duration) -> Result<(), String> {
+    async fn handshake(&mut self, era: Option<Era>, bound: Duration) -> Result<(), String> {
+        if era == Some(Era::Legacy) {
+            return self.initialize(bound).await;
+        }
         let probe = self.request("server/discover", json!({}), false);
         let probed =
             tokio::time::timeout(PROBE.min(bound), self.client.clone().oneshot(probe.request))
@@ -142,6 +149,14 @@ impl Session {
             // No answer in time, or an odd one: a 2025 server, perhaps.
             Ok(Ok(_)) | Err(_) => {}
         }
+        if era == Some(Era::Modern) {
+            return Err("the server does not answer server/discover as a 2026-07-28 server".into());
+        }
+        self.initialize(bound).await
+    }
+
+    /// The 2025 handshake: `initialize`, then `notifications/initialized`.
+    async fn initialize(&mut self, bound: Duration) -> Result<(), String> {
         self.era = Era::Legacy;
         let init = self.request("initialize", mcp::initialize_params(), false);
         let answer = tokio::time::timeout(bound, self.client.clone().oneshot(init.request))
@@ -152,6 +167,11 @@ impl Session {
         self.client
             .notify("notifications/initialized", &json!({}))
             .map_err(|e| format!("cannot send notifications/initialized: {e}"))
+    }
+
+    /// Whether the connection is gone (the server exited, or closed its output).
+    pub(crate) fn gone(&self) -> bool {
+        self.client.is_closed()
     }
 
     /// Whether the server declared the tools capability.

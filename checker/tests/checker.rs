@@ -243,3 +243,96 @@ fn usage_errors_exit_2() {
     assert_eq!(run(&["--slow", "k=v", "--", "x"]), Some(2));
     assert_eq!(run(&["--burst", "0", "--", "x"]), Some(2));
 }
+
+/// The example HTTP server, on a free port; its process and its URL.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start() -> Self {
+        use std::io::BufRead;
+        let bin = example("tower-mcp-cancel", "stdio,http", "http_server");
+        let mut child = Command::new(bin)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start http_server");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the server's first line");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        Self { child, url }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn example_http_server_passes_strictly_over_h1_and_h2() {
+    let server = HttpServer::start();
+    let pid = server.child.id().to_string();
+    let (code, report) = check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--url",
+        &server.url,
+        "--pid",
+        &pid,
+    ]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    let passed: Vec<&str> = with_outcome(&report, "pass")
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    for id in [
+        "http.header-mismatch",
+        "http.close-mid-stream.h1",
+        "http.close-mid-stream.h2",
+        "cancel.burst-healthy",
+        "cancel.burst-resources",
+    ] {
+        assert!(passed.contains(&id), "{id} did not pass: {report:#}");
+    }
+}
+
+#[test]
+fn unreachable_url_is_an_error_not_a_pass() {
+    // A port nothing listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-cancel-check"))
+        .args([
+            "--quiet",
+            "--check-timeout",
+            "5s",
+            "--url",
+            &format!("http://127.0.0.1:{port}/mcp"),
+        ])
+        .output()
+        .expect("run mcp-cancel-check");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+}
