@@ -13,14 +13,14 @@ use std::time::Duration;
 use http::Uri;
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tower::{BoxError, ServiceExt};
+use tower::ServiceExt;
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::http::{HttpClient, ServerEra};
 use tower_mcp_cancel::{CancelReason, Cancellation, McpRequest, ProgressObserver};
 
 use crate::mcp::{self, Era};
 use crate::procfs;
-use crate::rawhttp::{self, Close, Closed, Version};
+use crate::rawhttp::{self, Close, Closing, Version};
 use crate::report::{rules, Check, Evidence, Report, Rule};
 use crate::tool::ToolSpec;
 use crate::Config;
@@ -53,13 +53,9 @@ fn builder(uri: &Uri) -> tower_mcp_cancel::transport::http::HttpClientBuilder {
 async fn call(client: &HttpClient, req: McpRequest, bound: Duration) -> Result<Value, String> {
     match tokio::time::timeout(bound, client.clone().oneshot(req)).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(describe(&e)),
+        Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {bound:?}")),
     }
-}
-
-fn describe(e: &BoxError) -> String {
-    e.to_string()
 }
 
 /// Whether the server answers a `ping` (with anything) within `bound`.
@@ -292,9 +288,9 @@ async fn stream_close(
         );
         let closed = rawhttp::call_and_close(v, req, close, cfg.check_timeout).await;
         out.push(match closed {
-            Closed::Missed(why) => Check::skip(&id, rules::STREAM_CLOSE, format!("could not close {what}: {why}")),
-            Closed::Failed(why) => Check::fail(&id, rules::STREAM_CLOSE, why),
-            Closed::Closed => match responsive(client, cfg.check_timeout).await {
+            Closing::Missed(why) => Check::skip(&id, rules::STREAM_CLOSE, format!("could not close {what}: {why}")),
+            Closing::Failed(why) => Check::fail(&id, rules::STREAM_CLOSE, why),
+            Closing::Done => match responsive(client, cfg.check_timeout).await {
                 Err(e) => Check::fail(&id, rules::STREAM_CLOSE, format!("after the close: {e}")),
                 Ok(()) => Check::pass(
                     &id,

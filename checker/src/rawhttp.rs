@@ -47,9 +47,9 @@ pub(crate) enum Close {
 
 /// What happened to a raw call the checker closed.
 #[derive(Debug)]
-pub(crate) enum Closed {
+pub(crate) enum Closing {
     /// Closed as asked.
-    Closed,
+    Done,
     /// The moment could not be had (why).
     Missed(String),
     /// The request failed (why).
@@ -115,23 +115,23 @@ pub(crate) async fn call_and_close(
     req: Request<Full<Bytes>>,
     close: Close,
     bound: Duration,
-) -> Closed {
+) -> Closing {
     let client = client(version);
     let start = Instant::now();
     let mut pending = Box::pin(client.request(req));
     let response = match close {
         Close::BeforeFirstMessage(after) => tokio::select! {
             r = &mut pending => r,
-            () = tokio::time::sleep(after) => return Closed::Closed,
+            () = tokio::time::sleep(after) => return Closing::Done,
         },
         Close::MidStream(_) => match tokio::time::timeout(bound, &mut pending).await {
             Ok(r) => r,
-            Err(_) => return Closed::Missed(format!("no response head within {bound:?}")),
+            Err(_) => return Closing::Missed(format!("no response head within {bound:?}")),
         },
     };
     let mut response = match response {
         Ok(r) => r,
-        Err(e) => return Closed::Failed(format!("the request failed: {e}")),
+        Err(e) => return Closing::Failed(format!("the request failed: {e}")),
     };
     let sse = response
         .headers()
@@ -148,7 +148,7 @@ pub(crate) async fn call_and_close(
         match tokio::time::timeout_at(until, body.frame()).await {
             Err(_) => break None,
             Ok(None) => break Some(false),
-            Ok(Some(Err(e))) => return Closed::Failed(format!("the stream failed: {e}")),
+            Ok(Some(Err(e))) => return Closing::Failed(format!("the stream failed: {e}")),
             Ok(Some(Ok(frame))) => {
                 if frame.data_ref().is_some_and(|d| has_message(d)) {
                     break Some(true);
@@ -157,19 +157,19 @@ pub(crate) async fn call_and_close(
         }
     };
     match (close, message) {
-        (Close::BeforeFirstMessage(_), None) => Closed::Closed,
+        (Close::BeforeFirstMessage(_), None) => Closing::Done,
         (Close::BeforeFirstMessage(_), Some(_)) => {
-            Closed::Missed("a message came on the stream before the close".into())
+            Closing::Missed("a message came on the stream before the close".into())
         }
-        (Close::MidStream(_), Some(true)) if sse => Closed::Closed,
+        (Close::MidStream(_), Some(true)) if sse => Closing::Done,
         // A whole JSON answer is no stream: nothing left to close.
         (Close::MidStream(_), Some(true)) => {
-            Closed::Missed("the server answered with a whole JSON body, not a stream".into())
+            Closing::Missed("the server answered with a whole JSON body, not a stream".into())
         }
         (Close::MidStream(_), Some(false)) => {
-            Closed::Missed("the stream ended before its first message".into())
+            Closing::Missed("the stream ended before its first message".into())
         }
-        (Close::MidStream(_), None) => Closed::Missed("no message on the stream in time".into()),
+        (Close::MidStream(_), None) => Closing::Missed("no message on the stream in time".into()),
     }
 }
 
