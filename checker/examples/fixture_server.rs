@@ -19,7 +19,8 @@
 //!   burning the core until its time is up.
 //!
 //! `--legacy` makes it a 2025-era server: `server/discover` is unknown, an
-//! `initialize` handshake is expected.
+//! `initialize` handshake is expected. `--no-tools` declares no tools
+//! capability (the tools still answer: the checker must not call them).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,6 +71,11 @@ impl Out {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let legacy = args.iter().any(|a| a == "--legacy");
+    let capabilities = if args.iter().any(|a| a == "--no-tools") {
+        json!({})
+    } else {
+        json!({"tools": {}})
+    };
     let mode = match args
         .iter()
         .position(|a| a == "--break")
@@ -112,11 +118,11 @@ async fn main() {
             (None, _) => {}
             (Some(id), "server/discover") if !legacy => out.result(
                 id,
-                json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "serverInfo": {"name": "fixture", "version": "0"}}),
+                json!({"supportedVersions": ["2026-07-28"], "capabilities": capabilities, "serverInfo": {"name": "fixture", "version": "0"}}),
             ),
             (Some(id), "initialize") => out.result(
                 id,
-                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "fixture", "version": "0"}}),
+                json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": {"name": "fixture", "version": "0"}}),
             ),
             (Some(id), "ping") => out.result(id, json!({})),
             (Some(id), "tools/call") => call(id.clone(), &msg["params"], mode, &jobs, &out),

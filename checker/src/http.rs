@@ -80,11 +80,13 @@ pub(crate) async fn run(cfg: &Config, url: &str, pid: Option<u32>) -> Result<Rep
     let era = negotiate(cfg, &h1).await?;
     let h2 = if era == Era::Modern {
         let h2 = builder(&uri).http2_prior_knowledge().build();
-        match responsive(&h2, Duration::from_secs(5)).await {
-            Ok(()) => Ok(h2),
-            Err(e) => Err(format!(
-                "the server does not speak HTTP/2 with prior knowledge (h2c): {e}"
-            )),
+        let ping = McpRequest::without_id("ping").with_params(json!({}));
+        let no = "the server does not speak HTTP/2 with prior knowledge (h2c)";
+        match tokio::time::timeout(Duration::from_secs(5), h2.clone().oneshot(ping)).await {
+            Ok(Ok(_)) => Ok(h2),
+            Ok(Err(e)) if e.is::<ErrorObject>() => Ok(h2),
+            Ok(Err(e)) => Err(format!("{no}: {e}")),
+            Err(_) => Err(format!("{no}: no answer in 5 s")),
         }
     } else {
         Err("a 2025 session is checked over HTTP/1.1 only".into())

@@ -117,9 +117,10 @@ impl Log {
     }
 
     /// Copies lines from `from` to `to`, logging each as going `dir`; stops
-    /// at the end of `from` or when `to` fails (then `to` is dropped, which
-    /// closes it). Lines are bounded: a longer one is passed on and logged
-    /// as a string of its first bytes.
+    /// at the end of `from` or when `to` fails (then `to` is shut down,
+    /// which closes it). Bytes are passed on as they come; a line longer
+    /// than [`MAX_LOGGED_LINE`] is passed on whole but logged as a note of
+    /// its length, so that a peer cannot make the log grow without bound.
     pub(crate) async fn relay(
         self,
         dir: Dir,
@@ -128,20 +129,45 @@ impl Log {
     ) {
         let mut from = BufReader::new(from);
         let mut line = Vec::new();
+        let mut length = 0usize;
         loop {
-            line.clear();
-            match from.read_until(b'\n', &mut line).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+            let buf = match from.fill_buf().await {
+                Ok([]) | Err(_) => break,
+                Ok(buf) => buf,
+            };
+            let (n, line_end) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            let room = MAX_LOGGED_LINE.saturating_sub(line.len()).min(n);
+            line.extend_from_slice(&buf[..room]);
+            length += n;
+            // A line is logged before its end is passed on: its time is
+            // then before anything the peer does in answer to it.
+            if line_end {
+                if length > MAX_LOGGED_LINE {
+                    let note = format!("\"(a line of {length} bytes, not logged)\"");
+                    self.push(dir, note.as_bytes());
+                } else {
+                    self.push(dir, &line);
+                }
+                line.clear();
+                length = 0;
             }
-            self.push(dir, &line);
-            if to.write_all(&line).await.is_err() || to.flush().await.is_err() {
+            if to.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+            from.consume(n);
+            if line_end && to.flush().await.is_err() {
                 break;
             }
         }
         let _ = to.shutdown().await;
     }
 }
+
+/// The longest line the log keeps (longer ones are passed on, not logged).
+pub(crate) const MAX_LOGGED_LINE: usize = 4 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -173,6 +199,80 @@ mod tests {
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[0].method(), Some("ping"));
         assert_eq!(entries[1].msg, json!("not json"));
+    }
+
+    /// A writer that notes, at each line's end, how many lines the log holds.
+    struct Witness {
+        log: Log,
+        seen: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl AsyncWrite for Witness {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            if buf.ends_with(b"\n") {
+                let n = self.log.snapshot().len();
+                self.seen.lock().unwrap().push(n);
+            }
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_is_logged_before_it_is_passed_on() {
+        // Else an answer to it could be logged before it, and a response
+        // to a cancel would look like one that came before the cancel.
+        let log = Log::new();
+        let seen = Arc::default();
+        let to = Witness {
+            log: log.clone(),
+            seen: Arc::clone(&seen),
+        };
+        let from: &[u8] = b"{\"a\":1}\n{\"b\":2}\n";
+        log.clone().relay(Dir::Out, from, to).await;
+        assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_huge_line_is_passed_on_but_not_logged() {
+        let log = Log::new();
+        let (mut client, relay_in) = tokio::io::duplex(1 << 16);
+        let (relay_out, mut server) = tokio::io::duplex(1 << 16);
+        let task = tokio::spawn(log.clone().relay(Dir::In, relay_in, relay_out));
+        let huge = vec![b'x'; MAX_LOGGED_LINE + 10];
+        let reader = tokio::spawn(async move {
+            let mut all = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut server, &mut all)
+                .await
+                .unwrap();
+            all
+        });
+        let tail = b"\n{\"id\":1,\"result\":{}}\n";
+        client.write_all(&huge).await.unwrap();
+        client.write_all(tail).await.unwrap();
+        drop(client);
+        task.await.unwrap();
+        let passed = reader.await.unwrap();
+        assert_eq!(passed.len(), huge.len() + tail.len());
+        let entries = log.snapshot();
+        assert_eq!(entries.len(), 2);
+        assert!(entries[0].msg.as_str().unwrap().contains("not logged"));
+        assert_eq!(entries[1].response_id(), Some(&json!(1)));
     }
 
     #[tokio::test]

@@ -230,6 +230,36 @@ fn no_tool_no_false_failure() {
 }
 
 #[test]
+fn no_tools_capability_no_tool_checks() {
+    // The fixture's tools still answer (and would fail, broken): a server
+    // that declares no tools capability is not called, nor failed, for tools.
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--",
+        fixture.to_str().unwrap(),
+        "--no-tools",
+        "--break",
+        "answer-after-cancel",
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(with_outcome(&report, "fail").is_empty(), "{report:#}");
+    let skipped = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "cancel.no-response")
+        .expect("cancel.no-response listed");
+    assert_eq!(skipped["outcome"], "skip");
+    assert!(skipped["detail"]
+        .as_str()
+        .unwrap()
+        .contains("no tools capability"));
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_mcp-cancel-check"))

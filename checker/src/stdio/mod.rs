@@ -83,6 +83,9 @@ const TOOL_CHECKS: &[(&str, crate::report::Rule)] = &[
 ];
 
 async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<Check>) {
+    if s.gone() {
+        return;
+    }
     cfg.say(&format!("baseline: {slow}, uncancelled"));
     let base = baseline(cfg, s, slow, out).await;
     if let Some(p) = cfg.progress.as_ref().filter(|p| *p != slow) {
@@ -103,6 +106,9 @@ async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<C
         (d / 3).max(Duration::from_millis(20))
     });
 
+    if s.gone() {
+        return;
+    }
     cfg.say(&format!(
         "cancel {slow} at its first progress, watch {window:?}"
     ));
