@@ -340,7 +340,7 @@ async fn drop_call(client: &HttpClient, tool: &ToolSpec, after: Duration) -> Opt
     let mut call = Box::pin(client.clone().oneshot(req));
     tokio::select! {
         r = &mut call => Some(match r {
-            Ok(v) => format!("it answered before the cancel: {}", crate::session::short(&v)),
+            Ok(v) => format!("it answered before the cancel: {}", crate::report::short(&v)),
             Err(e) => format!("it ended before the cancel: {e}"),
         }),
         () = tokio::time::sleep(after) => {
@@ -432,7 +432,7 @@ async fn header_mismatch(cfg: &Config, t: &Target, out: &mut Vec<Check>) {
                 rule,
                 format!(
                     "Mcp-Method: tools/list on a ping: {status} with {}",
-                    crate::session::short(&Value::from(body))
+                    crate::report::short(&Value::from(body))
                 ),
             ),
         },

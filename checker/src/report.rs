@@ -161,6 +161,20 @@ pub(crate) mod rules {
     };
 }
 
+/// A value, shortened for a report line.
+pub(crate) fn short(v: &Value) -> String {
+    let mut s = v.to_string();
+    if s.len() > 120 {
+        let mut cut = 117;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
 /// One check's result.
 #[derive(Clone, Debug)]
 pub(crate) struct Check {

@@ -15,6 +15,7 @@ use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{CancelReason, Cancellation, McpRequest};
 
 use crate::mcp::{self, Era};
+use crate::report::short;
 use crate::wire::{Dir, Entry, Log};
 
 /// How long the era probe (`server/discover`) may take before the
@@ -278,28 +279,41 @@ impl Session {
     }
 
     /// Ends the session: the server's stdin is closed (the stdio transport's
-    /// shutdown); it gets four seconds to exit, then it is killed.
+    /// shutdown); it gets four seconds to exit. Then its process group (on
+    /// Unix: the group it was started in, with whatever it started, such as
+    /// the real server behind a launcher) gets SIGTERM, and two seconds
+    /// later whatever is left is killed.
     pub(crate) async fn close(mut self) {
         let _ = self.client.shutdown().await;
-        match tokio::time::timeout(Duration::from_secs(4), self.child.wait()).await {
-            Ok(_) => {}
-            Err(_) => {
-                let _ = self.child.kill().await;
+        let exited = tokio::time::timeout(Duration::from_secs(4), self.child.wait())
+            .await
+            .is_ok();
+        #[cfg(unix)]
+        if let Some(pid) = self.pid {
+            signal_group(pid, rustix::process::Signal::TERM);
+        }
+        if !exited
+            && tokio::time::timeout(Duration::from_secs(2), self.child.wait())
+                .await
+                .is_err()
+        {
+            #[cfg(unix)]
+            if let Some(pid) = self.pid {
+                signal_group(pid, rustix::process::Signal::KILL);
             }
+            let _ = self.child.kill().await;
         }
     }
 }
 
-/// A value, shortened for a report line.
-pub(crate) fn short(v: &Value) -> String {
-    let mut s = v.to_string();
-    if s.len() > 120 {
-        let mut cut = 117;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
+/// Sends `signal` to the process group `pid` leads (the server's, started
+/// with `process_group(0)`); a group that is gone is no error.
+#[cfg(unix)]
+fn signal_group(pid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, signal);
     }
-    s
 }

@@ -366,3 +366,41 @@ fn unreachable_url_is_an_error_not_a_pass() {
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn what_the_server_started_ends_with_the_run() {
+    // A launcher's child (here a `sleep` the server's shell leaves behind)
+    // is in the server's process group, which is ended after the run.
+    let fixture = fixture();
+    let dir = std::env::temp_dir().join(format!("mcc-group-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("sleep.pid");
+    let script = format!(
+        "sleep 300 >/dev/null 2>&1 & echo $! > '{}'; exec '{}'",
+        pid_file.display(),
+        fixture.display()
+    );
+    let (code, report) = check(&["--", "sh", "-c", &script]);
+    assert_eq!(code, 0, "{report:#}");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    // Gone, or a zombie waiting for init to reap it: bounded wait for an
+    // outside process, polled.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!alive(), "the server's child {pid} outlived the run");
+}

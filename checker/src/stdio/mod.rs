@@ -13,8 +13,9 @@ use tokio::time::Instant;
 
 use crate::evidence;
 use crate::procfs;
+use crate::report::short;
 use crate::report::{rules, Check, Evidence, Report};
-use crate::session::{short, CancelledCall, Session, Trigger};
+use crate::session::{CancelledCall, Session, Trigger};
 use crate::tool::ToolSpec;
 use crate::wire::{Dir, Entry};
 use crate::Config;

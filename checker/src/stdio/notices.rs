@@ -6,8 +6,9 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::GONE;
+use crate::report::short;
 use crate::report::{rules, Check, Evidence, Outcome, Rule};
-use crate::session::{short, Session};
+use crate::session::Session;
 use crate::wire::{Dir, Entry};
 use crate::Config;
 
