@@ -70,8 +70,7 @@ async fn responsive(client: &HttpClient, bound: Duration) -> Result<(), String> 
 }
 
 /// Runs every HTTP check against `url`.
-pub(crate) async fn run(cfg: &Config, url: &str, pid: Option<u32>) -> Result<Report, String> {
-    let uri: Uri = url.parse().map_err(|e| format!("bad --url {url:?}: {e}"))?;
+pub(crate) async fn run(cfg: &Config, uri: Uri, pid: Option<u32>) -> Result<Report, String> {
     cfg.say(&format!("probing {uri}"));
     let h1 = match cfg.era {
         Some(Era::Modern) => builder(&uri).stateful_fallback(false).build(),

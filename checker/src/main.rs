@@ -41,7 +41,7 @@ use tool::ToolSpec;
     after_help = "Examples:\n  mcp-cancel-check --slow \"slow seconds=2\" -- my-server --stdio\n  mcp-cancel-check --slow \"slow seconds=2\" --url http://127.0.0.1:8080/mcp --json"
 )]
 struct Cli {
-    /// A slow operation to call and cancel: "<tool> [key=value…]" (a value
+    /// A slow operation to call and cancel: "TOOL [KEY=VALUE…]" (a value
     /// that parses as JSON is JSON, else a string). Without it, the checks
     /// that need a tool are skipped.
     #[arg(long, value_name = "TOOL ARGS", value_parser = ToolSpec::parse)]
@@ -58,8 +58,8 @@ struct Cli {
     #[arg(long, value_name = "ERA", default_value = "auto", value_parser = parse_era)]
     era: EraChoice,
     /// Streamable HTTP endpoint to check, instead of a stdio server command.
-    #[arg(long, value_name = "URL", conflicts_with = "server")]
-    url: Option<String>,
+    #[arg(long, value_name = "URL", conflicts_with = "server", value_parser = parse_url)]
+    url: Option<::http::Uri>,
     /// With --url: the server's process id (a server on this machine,
     /// Linux), whose CPU time and memory show whether cancelled work stops.
     #[arg(long, value_name = "PID", requires = "url")]
@@ -89,6 +89,16 @@ struct Cli {
     /// The stdio server command and its arguments, after `--`.
     #[arg(last = true, value_name = "SERVER COMMAND")]
     server: Vec<String>,
+}
+
+/// `--url`: an absolute `http://` URL (`https://` is not built in).
+fn parse_url(s: &str) -> Result<::http::Uri, String> {
+    let uri: ::http::Uri = s.parse().map_err(|e| format!("{e}"))?;
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(_)) => Ok(uri),
+        (Some("https"), _) => Err("https is not supported by this build: use http://".into()),
+        _ => Err("expected http://host[:port]/path".into()),
+    }
 }
 
 /// `--era`: `None` is auto.
@@ -173,7 +183,7 @@ async fn main() -> ExitCode {
         quiet: cli.quiet,
     };
     let report = match &cli.url {
-        Some(url) => http::run(&cfg, url, cli.pid).await,
+        Some(url) => http::run(&cfg, url.clone(), cli.pid).await,
         None => stdio::run(&cfg, &cli.server).await,
     };
     let report = match report {
@@ -226,5 +236,11 @@ mod tests {
         assert_eq!(bad.unwrap_err().exit_code(), 2);
         let both = Cli::try_parse_from(["mcp-cancel-check", "--url", "http://x/mcp", "--", "srv"]);
         assert!(both.is_err());
+        for bad in ["not a url", "/mcp", "https://x/mcp", "ftp://x/mcp"] {
+            let e = Cli::try_parse_from(["mcp-cancel-check", "--url", bad]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+        }
+        let ok = Cli::try_parse_from(["mcp-cancel-check", "--url", "http://127.0.0.1:8080/mcp"]);
+        assert!(ok.is_ok());
     }
 }
