@@ -3,12 +3,15 @@
 # interop peers (tests/interop/, pinned there), and writes checker/RESULTS.md.
 #
 #   bash tests/interop/install.sh && bash checker/results.sh
+#   bash checker/results.sh --check   # for CI: writes nothing; fails when a
+#                                     # row's outcome counts differ from the
+#                                     # page's, or this crate's rows fail a check
 #
 # Needs Linux (/proc, for the CPU-time and memory checks), node and the
 # interop installs. Each row's exact command is in the page it writes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT="$PWD"
+MODE="${1:-write}"
 cargo build -q --features stdio,http --examples
 cargo build -q -p tower-mcp-cancel-rmcp --features http --example rmcp_server
 cargo build -q -p mcp-cancel-check
@@ -86,7 +89,7 @@ http_row "Python SDK, 2025 path (py/legacy_server.py)" "mcp 2.3.0" "$SLOW" -- "$
 row "server-everything (TypeScript SDK v1), stdio" "server-everything 2026.8.31" -- --slow "$EVERYTHING_SLOW" -- node "$I/node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio
 http_row "server-everything (TypeScript SDK v1), streamableHttp" "server-everything 2026.8.31" "$EVERYTHING_SLOW" -- node "$I/node_modules/@modelcontextprotocol/server-everything/dist/index.js" streamableHttp
 
-python3 - "$OUT" "$n" >checker/RESULTS.md <<'PY'
+python3 - "$OUT" "$n" >"$OUT/RESULTS.md" <<'PY'
 import json, sys, os
 out, n = sys.argv[1], int(sys.argv[2])
 rows = []
@@ -140,4 +143,20 @@ print("`PORT` is any free port.\n")
 for label, version, cmd, r in rows:
     print(f"- {label}: `{cmd}`")
 PY
-echo "wrote checker/RESULTS.md" >&2
+if [ "$MODE" != --check ]; then
+    cp "$OUT/RESULTS.md" checker/RESULTS.md
+    echo "wrote checker/RESULTS.md" >&2
+    exit 0
+fi
+# The summary rows (server, version, transport, counts), as checked in and as now.
+rows() { grep -E '^\| [^-]' "$1" | tail -n +2; }
+if ! diff <(rows checker/RESULTS.md) <(rows "$OUT/RESULTS.md") >&2; then
+    sed -n '/^## Failures/,/^## Commands/p' "$OUT/RESULTS.md" >&2
+    echo "checker/RESULTS.md: a row changed (above: < checked in, > now); rerun bash checker/results.sh and review" >&2
+    exit 1
+fi
+if rows "$OUT/RESULTS.md" | grep '^| tower-mcp-cancel examples' | grep -vq '| 0 / 0 |'; then
+    echo "this crate's own example servers fail a check: see the failures above" >&2
+    exit 1
+fi
+echo "checker/RESULTS.md: every row as checked in" >&2
