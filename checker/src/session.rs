@@ -133,13 +133,6 @@ impl Session {
                 self.capabilities = r["capabilities"].clone();
                 return Ok(());
             }
-            Ok(Ok(r)) if r["supportedVersions"].is_array() => {
-                return Err(format!(
-                    "the server supports {}, not {}",
-                    r["supportedVersions"],
-                    mcp::MODERN
-                ))
-            }
             Ok(Err(e)) => match e.downcast_ref::<ErrorObject>() {
                 Some(o) if mcp::is_modern_error(o) => {
                     return Err(format!("server/discover refused: {o}"))
@@ -147,7 +140,8 @@ impl Session {
                 Some(_) => {}
                 None => return Err(format!("the server did not answer server/discover: {e}")),
             },
-            // No answer in time, or an odd one: a 2025 server, perhaps.
+            // No answer in time, an odd one, or versions without 2026-07-28:
+            // the 2025 handshake, then.
             Ok(Ok(_)) | Err(_) => {}
         }
         if era == Some(Era::Modern) {
