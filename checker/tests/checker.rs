@@ -274,18 +274,24 @@ fn usage_errors_exit_2() {
     assert_eq!(run(&["--burst", "0", "--", "x"]), Some(2));
 }
 
-/// The example HTTP server, on a free port; its process and its URL.
+/// An HTTP server on a free port (it prints `listening on <url>` first);
+/// its process and its URL.
 struct HttpServer {
     child: std::process::Child,
     url: String,
 }
 
 impl HttpServer {
+    /// The crate's example HTTP server.
     fn start() -> Self {
-        use std::io::BufRead;
         let bin = example("tower-mcp-cancel", "stdio,http", "http_server");
+        Self::run(bin, &["--listen", "127.0.0.1:0"])
+    }
+
+    fn run(bin: PathBuf, args: &[&str]) -> Self {
+        use std::io::BufRead;
         let mut child = Command::new(bin)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -343,6 +349,51 @@ fn example_http_server_passes_strictly_over_h1_and_h2() {
     ] {
         assert!(passed.contains(&id), "{id} did not pass: {report:#}");
     }
+}
+
+/// Runs the checker against the HTTP fixture (broken on `args`), with its
+/// CPU-bound tool and its pid.
+fn check_http_fixture(args: &[&str]) -> (i32, Value) {
+    let server = HttpServer::run(example("mcp-cancel-check", "", "fixture_http"), args);
+    let pid = server.child.id().to_string();
+    let url = server.url.clone();
+    check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--cpu",
+        "spin seconds=3",
+        "--url",
+        &url,
+        "--pid",
+        &pid,
+    ])
+}
+
+#[test]
+fn http_fixture_passes_with_its_cpu_stopping_at_the_close() {
+    let (code, report) = check_http_fixture(&[]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert!(
+        with_outcome(&report, "pass").contains(&("cancel.work-stops-cpu", "work-stops-on-cancel")),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn http_fixture_whose_work_runs_on_fails_work_stops_only() {
+    let (code, report) = check_http_fixture(&["--break", "cpu-after-cancel"]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("cancel.work-stops-cpu", "work-stops-on-cancel")],
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "a failed SHOULD under --strict: {report:#}");
 }
 
 #[test]
