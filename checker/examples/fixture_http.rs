@@ -6,17 +6,24 @@
 //! client closes its stream, nothing more is sent, but the core keeps
 //! burning (only the server's CPU time shows it).
 //!
+//! `--legacy` makes it look like a 2025-only server: a 2026-07-28 request
+//! outside a session gets a plain `400` (no JSON-RPC error), so a client
+//! falls back to `initialize` and a session, whose POSTed
+//! `notifications/cancelled` then cancel.
+//!
 //! ```text
-//! fixture_http [--break cpu-after-cancel]    # prints "listening on http://127.0.0.1:PORT/mcp"
+//! fixture_http [--legacy] [--break cpu-after-cancel]    # prints "listening on http://127.0.0.1:PORT/mcp"
 //! ```
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::{Either, Full};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use tower::{service_fn, BoxError, ServiceBuilder};
+use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
-use tower_mcp_cancel::transport::http::{serve, StreamableHttpService};
+use tower_mcp_cancel::transport::http::{serve, SessionLimits, StreamableHttpService};
 use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest, RequestContext};
 
 #[tokio::main]
@@ -25,14 +32,40 @@ async fn main() {
     let stack = ServiceBuilder::new()
         .layer(CancelOnDisconnectLayer::new())
         .service(service_fn(move |req: McpRequest| handle(req, broken)));
+    let legacy = std::env::args().any(|a| a == "--legacy");
     let shutdown = CancellationToken::new();
-    let mcp = StreamableHttpService::new(stack).shutdown(shutdown.clone());
+    let mcp = StreamableHttpService::new(stack)
+        .stateful_sessions(SessionLimits::new())
+        .shutdown(shutdown.clone());
+    // The 2025-only face: a modern request outside a session is refused
+    // the way a 2025 server refuses it (no modern JSON-RPC error).
+    let front = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let mcp = mcp.clone();
+        async move {
+            let modern = req
+                .headers()
+                .get("mcp-protocol-version")
+                .is_some_and(|v| v == "2026-07-28");
+            if legacy && modern && req.headers().get("mcp-session-id").is_none() {
+                let refused = http::Response::builder()
+                    .status(400)
+                    .body(Either::Right(Full::new(Bytes::from_static(
+                        b"Bad Request: no session",
+                    ))))
+                    .expect("a static response");
+                return Ok::<_, BoxError>(refused);
+            }
+            // The adapter never fails: its errors are HTTP responses.
+            let response = mcp.oneshot(req).await.unwrap_or_else(|e| match e {});
+            Ok(response.map(Either::Left))
+        }
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind a free port");
     let addr = listener.local_addr().expect("the bound address");
     println!("listening on http://{addr}/mcp");
-    serve(listener, mcp, shutdown).await;
+    serve(listener, front, shutdown).await;
 }
 
 async fn handle(req: McpRequest, broken: bool) -> Result<Value, BoxError> {
@@ -40,6 +73,11 @@ async fn handle(req: McpRequest, broken: bool) -> Result<Value, BoxError> {
         "server/discover" => Ok(json!({
             "resultType": "complete",
             "supportedVersions": ["2026-07-28"],
+            "capabilities": { "tools": {} },
+            "serverInfo": { "name": "fixture-http", "version": "0" },
+        })),
+        "initialize" => Ok(json!({
+            "protocolVersion": "2025-11-25",
             "capabilities": { "tools": {} },
             "serverInfo": { "name": "fixture-http", "version": "0" },
         })),

@@ -397,6 +397,36 @@ fn http_fixture_whose_work_runs_on_fails_work_stops_only() {
 }
 
 #[test]
+fn http_fixture_in_a_2025_session_passes_its_posted_cancel() {
+    let (code, report) = check_http_fixture(&["--legacy"]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert!(
+        report["target"].as_str().unwrap().contains("2025"),
+        "{report:#}"
+    );
+    let passed = with_outcome(&report, "pass");
+    for id in ["http.session-cancel", "cancel.work-stops-cpu"] {
+        assert!(passed.iter().any(|(p, _)| *p == id), "{id}: {report:#}");
+    }
+}
+
+#[test]
+fn http_fixture_in_a_2025_session_whose_work_runs_on_fails_work_stops_only() {
+    let (code, report) = check_http_fixture(&["--legacy", "--break", "cpu-after-cancel"]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("cancel.work-stops-cpu", "work-stops-on-cancel")],
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "{report:#}");
+}
+
+#[test]
 fn unreachable_url_is_an_error_not_a_pass() {
     // A port nothing listens on (bound, then closed).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
