@@ -21,7 +21,7 @@ use tower_mcp_cancel::{CancelReason, Cancellation, McpRequest, ProgressObserver}
 use crate::mcp::{self, Era};
 use crate::procfs;
 use crate::rawhttp::{self, Close, Closing, Version};
-use crate::report::{rules, Check, Evidence, Report, Rule};
+use crate::report::{rules, Check, Evidence, Report, Rule, RunError};
 use crate::tool::ToolSpec;
 use crate::Config;
 
@@ -70,7 +70,7 @@ async fn responsive(client: &HttpClient, bound: Duration) -> Result<(), String> 
 }
 
 /// Runs every HTTP check against `url`.
-pub(crate) async fn run(cfg: &Config, uri: Uri, pid: Option<u32>) -> Result<Report, String> {
+pub(crate) async fn run(cfg: &Config, uri: Uri, pid: Option<u32>) -> Result<Report, RunError> {
     cfg.say(&format!("probing {uri}"));
     let h1 = match cfg.era {
         Some(Era::Modern) => builder(&uri).stateful_fallback(false).build(),

@@ -190,7 +190,8 @@ async fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("mcp-cancel-check: {e}");
-            return ExitCode::from(1);
+            let usage = matches!(e, report::RunError::Usage(_));
+            return ExitCode::from(if usage { 2 } else { 1 });
         }
     };
     let mut stdout = std::io::stdout();

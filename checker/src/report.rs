@@ -240,6 +240,29 @@ impl Check {
     }
 }
 
+/// Why a run produced no report.
+#[derive(Debug)]
+pub(crate) enum RunError {
+    /// The command line names no server that can run (exit status 2).
+    Usage(String),
+    /// The server could not be talked to (exit status 1).
+    Server(String),
+}
+
+impl From<String> for RunError {
+    fn from(why: String) -> Self {
+        RunError::Server(why)
+    }
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Usage(why) | RunError::Server(why) => f.write_str(why),
+        }
+    }
+}
+
 /// What the run found about the server, and its checks.
 #[derive(Debug, Default)]
 pub(crate) struct Report {

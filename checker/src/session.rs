@@ -15,7 +15,7 @@ use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{CancelReason, Cancellation, McpRequest};
 
 use crate::mcp::{self, Era};
-use crate::report::short;
+use crate::report::{short, RunError};
 use crate::wire::{Dir, Entry, Log};
 
 /// How long the era probe (`server/discover`) may take before the
@@ -79,8 +79,10 @@ impl Session {
         command: &[String],
         era: Option<Era>,
         bound: Duration,
-    ) -> Result<Self, String> {
-        let (program, args) = command.split_first().ok_or("no server command")?;
+    ) -> Result<Self, RunError> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| RunError::Usage("no server command".into()))?;
         let mut cmd = Command::new(program);
         cmd.args(args)
             .stdin(Stdio::piped())
@@ -92,11 +94,11 @@ impl Session {
         cmd.process_group(0);
         let mut child = cmd
             .spawn()
-            .map_err(|e| format!("cannot start {program:?}: {e}"))?;
+            .map_err(|e| RunError::Usage(format!("cannot start {program:?}: {e}")))?;
         let pid = child.id();
         let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
             (Some(i), Some(o)) => (i, o),
-            _ => return Err("the child's stdin/stdout are not piped".into()),
+            _ => return Err("the child's stdin/stdout are not piped".to_owned().into()),
         };
         let log = Log::new();
         let (client_end, relay_end) = tokio::io::duplex(1 << 16);

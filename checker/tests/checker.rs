@@ -272,6 +272,8 @@ fn usage_errors_exit_2() {
     assert_eq!(run(&[]), Some(2));
     assert_eq!(run(&["--slow", "k=v", "--", "x"]), Some(2));
     assert_eq!(run(&["--burst", "0", "--", "x"]), Some(2));
+    // A server command that cannot be started is the user's to fix.
+    assert_eq!(run(&["--", "/nonexistent/mcp-server"]), Some(2));
 }
 
 /// An HTTP server on a free port (it prints `listening on <url>` first);

@@ -13,8 +13,7 @@ use tokio::time::Instant;
 
 use crate::evidence;
 use crate::procfs;
-use crate::report::short;
-use crate::report::{rules, Check, Evidence, Report};
+use crate::report::{rules, short, Check, Evidence, Report, RunError};
 use crate::session::{CancelledCall, Session, Trigger};
 use crate::tool::ToolSpec;
 use crate::wire::{Dir, Entry};
@@ -33,7 +32,7 @@ struct Baseline {
 }
 
 /// Runs every stdio check against `command`.
-pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, String> {
+pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, RunError> {
     cfg.say(&format!("starting {}", command.join(" ")));
     let s = Session::start(command, cfg.era, cfg.check_timeout).await?;
     let mut report = Report {
