@@ -1,0 +1,228 @@
+//! A small stdio MCP server for the checker's own tests, that breaks exactly
+//! one cancellation rule when asked to (`--break RULE`), so the tests can
+//! show the checker fails it on that rule and passes it on the rest.
+//!
+//! ```text
+//! fixture_server [--legacy] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel]
+//! ```
+//!
+//! Tools: `slow {seconds, interval_ms}` sleeps in steps, with progress when
+//! asked; `spin {seconds}` burns one core. Without `--break`, a cancel stops
+//! either one at once and nothing more is sent for it. The breaks:
+//!
+//! * `answer-after-cancel`: `slow` stops its progress at the cancel but
+//!   still answers when its time is up;
+//! * `error-on-cancel`: `slow` answers the cancel with an error response;
+//! * `progress-after-cancel`: `slow` sends no answer after the cancel, but
+//!   its work (and its progress) runs on;
+//! * `cpu-after-cancel`: `spin` sends nothing after the cancel, but keeps
+//!   burning the core until its time is up.
+//!
+//! `--legacy` makes it a 2025-era server: `server/discover` is unknown, an
+//! `initialize` handshake is expected. `--no-tools` declares no tools
+//! capability (the tools still answer: the checker must not call them).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Break {
+    None,
+    AnswerAfterCancel,
+    ErrorOnCancel,
+    ProgressAfterCancel,
+    CpuAfterCancel,
+}
+
+/// A call in flight.
+struct Job {
+    /// Set by the cancel.
+    cancelled: Arc<AtomicBool>,
+    /// The async work, aborted by an honest cancel.
+    abort: tokio::task::AbortHandle,
+    /// Whether it is `spin`.
+    spin: bool,
+}
+
+type Jobs = Arc<Mutex<HashMap<String, Job>>>;
+
+#[derive(Clone)]
+struct Out(mpsc::UnboundedSender<String>);
+
+impl Out {
+    fn send(&self, v: Value) {
+        let _ = self.0.send(v.to_string());
+    }
+    fn result(&self, id: &Value, result: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    }
+    fn error(&self, id: &Value, code: i64, message: &str) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}));
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let legacy = args.iter().any(|a| a == "--legacy");
+    let capabilities = if args.iter().any(|a| a == "--no-tools") {
+        json!({})
+    } else {
+        json!({"tools": {}})
+    };
+    let mode = match args
+        .iter()
+        .position(|a| a == "--break")
+        .map(|i| args.get(i + 1).map(String::as_str))
+    {
+        None => Break::None,
+        Some(Some("answer-after-cancel")) => Break::AnswerAfterCancel,
+        Some(Some("error-on-cancel")) => Break::ErrorOnCancel,
+        Some(Some("progress-after-cancel")) => Break::ProgressAfterCancel,
+        Some(Some("cpu-after-cancel")) => Break::CpuAfterCancel,
+        Some(other) => {
+            eprintln!("fixture_server: unknown --break {other:?}");
+            std::process::exit(2);
+        }
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(line) = rx.recv().await {
+            if stdout
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+            let _ = stdout.flush().await;
+        }
+    });
+    let out = Out(tx);
+    let jobs: Jobs = Arc::default();
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let method = msg["method"].as_str().unwrap_or_default();
+        match (msg.get("id"), method) {
+            (None, "notifications/cancelled") => cancel(&msg["params"]["requestId"], mode, &jobs, &out),
+            (None, _) => {}
+            (Some(id), "server/discover") if !legacy => out.result(
+                id,
+                json!({"supportedVersions": ["2026-07-28"], "capabilities": capabilities, "serverInfo": {"name": "fixture", "version": "0"}}),
+            ),
+            (Some(id), "initialize") => out.result(
+                id,
+                json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": {"name": "fixture", "version": "0"}}),
+            ),
+            (Some(id), "ping") => out.result(id, json!({})),
+            (Some(id), "tools/call") => call(id.clone(), &msg["params"], mode, &jobs, &out),
+            (Some(id), _) => out.error(id, -32601, "Method not found"),
+        }
+    }
+    drop(out);
+    let _ = writer.await;
+}
+
+fn cancel(id: &Value, mode: Break, jobs: &Jobs, out: &Out) {
+    let Some(job) = jobs.lock().unwrap().remove(&id.to_string()) else {
+        return;
+    };
+    job.cancelled.store(true, Ordering::SeqCst);
+    let keeps_running = if job.spin {
+        mode == Break::CpuAfterCancel
+    } else {
+        matches!(mode, Break::AnswerAfterCancel | Break::ProgressAfterCancel)
+    };
+    if !keeps_running {
+        job.abort.abort();
+    }
+    if mode == Break::ErrorOnCancel && !job.spin {
+        out.error(id, -32800, "Request cancelled");
+    }
+}
+
+fn call(id: Value, params: &Value, mode: Break, jobs: &Jobs, out: &Out) {
+    let args = &params["arguments"];
+    let seconds = args["seconds"].as_f64().unwrap_or(1.0).clamp(0.0, 600.0);
+    let token = params["_meta"]["progressToken"].clone();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let key = id.to_string();
+    // Held while the work is spawned and listed, so that it cannot end (and
+    // unlist itself) before it is listed.
+    let mut listed = jobs.lock().unwrap();
+    let (out2, flag, key2) = (out.clone(), cancelled.clone(), key.clone());
+    let jobs2 = jobs.clone();
+    let spin = params["name"] == "spin";
+    let task = match params["name"].as_str() {
+        Some("slow") => {
+            let interval = Duration::from_secs_f64(
+                args["interval_ms"]
+                    .as_f64()
+                    .unwrap_or(100.0)
+                    .clamp(1.0, 60_000.0)
+                    / 1000.0,
+            );
+            let steps = ((seconds / interval.as_secs_f64()).ceil() as u64).max(1);
+            tokio::spawn(async move {
+                for i in 1..=steps {
+                    tokio::time::sleep(interval).await;
+                    let quiet = flag.load(Ordering::SeqCst) && mode != Break::ProgressAfterCancel;
+                    if !token.is_null() && !quiet {
+                        out2.send(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                            "params": {"progressToken": token, "progress": i, "total": steps}}));
+                    }
+                }
+                jobs2.lock().unwrap().remove(&key2);
+                if !flag.load(Ordering::SeqCst) || mode == Break::AnswerAfterCancel {
+                    out2.result(
+                        &id,
+                        json!({"content": [{"type": "text", "text": "slept"}], "isError": false}),
+                    );
+                }
+            })
+        }
+        Some("spin") => tokio::spawn(async move {
+            let stop = flag.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let end = Instant::now() + Duration::from_secs_f64(seconds);
+                let mut x: u64 = 1;
+                while Instant::now() < end
+                    && (mode == Break::CpuAfterCancel || !stop.load(Ordering::Relaxed))
+                {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::black_box(x);
+                }
+            })
+            .await;
+            jobs2.lock().unwrap().remove(&key2);
+            if !flag.load(Ordering::SeqCst) {
+                out2.result(
+                    &id,
+                    json!({"content": [{"type": "text", "text": "spun"}], "isError": false}),
+                );
+            }
+        }),
+        _ => {
+            out.error(&id, -32602, "Unknown tool");
+            return;
+        }
+    };
+    listed.insert(
+        key,
+        Job {
+            cancelled,
+            abort: task.abort_handle(),
+            spin,
+        },
+    );
+}

@@ -1,0 +1,387 @@
+//! The checks' results: what each one found, the table a person reads, the
+//! JSON a machine reads, and the exit status.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+/// How strongly the spec asks for what a check looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// MUST / MUST NOT.
+    Must,
+    /// SHOULD / SHOULD NOT.
+    Should,
+}
+
+impl Level {
+    fn as_str(self) -> &'static str {
+        match self {
+            Level::Must => "MUST",
+            Level::Should => "SHOULD",
+        }
+    }
+}
+
+/// What a check found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The server did what the rule asks, as far as the check could see.
+    Pass,
+    /// The server broke the rule.
+    Fail,
+    /// The check could not run (and says why in its detail).
+    Skip,
+}
+
+impl Outcome {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Fail => "fail",
+            Outcome::Skip => "skip",
+        }
+    }
+}
+
+/// How strong the evidence behind an outcome is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Evidence {
+    /// Observed directly where the rule applies (the wire, the process's CPU time).
+    Strong,
+    /// Seen indirectly, or in a window that may not cover every case.
+    Weak,
+    /// Nothing was observed (a skipped check).
+    None,
+}
+
+impl Evidence {
+    fn as_str(self) -> &'static str {
+        match self {
+            Evidence::Strong => "strong",
+            Evidence::Weak => "weak",
+            Evidence::None => "none",
+        }
+    }
+}
+
+/// A rule of the spec, as the checks cite it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rule {
+    /// A short stable name (several checks may test one rule).
+    pub(crate) key: &'static str,
+    /// Where the spec says it: `page § section`.
+    pub(crate) cites: &'static str,
+    /// Its level.
+    pub(crate) level: Level,
+}
+
+/// The rules the checks cite, each in one place.
+pub(crate) mod rules {
+    use super::{Level, Rule};
+
+    /// No response, nor any other message, for a request after its cancel.
+    pub(crate) const NO_RESPONSE: Rule = Rule {
+        key: "no-response-after-cancel",
+        cites: "transports-stdio § Cancellation (MUST NOT send any further messages); cancellation § Behavior Requirements",
+        level: Level::Must,
+    };
+    /// No progress for a request after its cancel.
+    pub(crate) const NO_PROGRESS: Rule = Rule {
+        key: "no-progress-after-cancel",
+        cites: "transports-stdio § Cancellation (MUST NOT send any further messages)",
+        level: Level::Must,
+    };
+    /// The work of a cancelled request stops.
+    pub(crate) const WORK_STOPS: Rule = Rule {
+        key: "work-stops-on-cancel",
+        cites: "cancellation § Behavior Requirements (SHOULD stop processing); transports-stdio § Cancellation",
+        level: Level::Should,
+    };
+    /// The resources of cancelled requests are freed.
+    pub(crate) const RESOURCES_FREED: Rule = Rule {
+        key: "resources-freed",
+        cites: "cancellation § Behavior Requirements (SHOULD free associated resources)",
+        level: Level::Should,
+    };
+    /// A cancel for an unknown request or a malformed one is ignored.
+    pub(crate) const INVALID_IGNORED: Rule = Rule {
+        key: "invalid-cancel-ignored",
+        cites: "cancellation § Error Handling (SHOULD be ignored)",
+        level: Level::Should,
+    };
+    /// A cancel that crosses the response, or follows its request at once, is handled.
+    pub(crate) const RACES: Rule = Rule {
+        key: "races-handled",
+        cites:
+            "cancellation § Timing Considerations (MUST handle these race conditions gracefully)",
+        level: Level::Must,
+    };
+    /// Progress names a token of a request in flight.
+    pub(crate) const PROGRESS_TOKEN: Rule = Rule {
+        key: "progress-token",
+        cites: "progress § Behavior Requirements (MUST only reference tokens provided in an active request)",
+        level: Level::Must,
+    };
+    /// Progress values increase.
+    pub(crate) const PROGRESS_INCREASES: Rule = Rule {
+        key: "progress-increases",
+        cites: "progress § Progress Flow (the progress value MUST increase)",
+        level: Level::Must,
+    };
+    /// No progress after the response.
+    pub(crate) const PROGRESS_STOPS: Rule = Rule {
+        key: "progress-stops-at-response",
+        cites: "progress § Implementation Notes (MUST stop after completion)",
+        level: Level::Must,
+    };
+    /// A server sends `notifications/cancelled` only to end a `subscriptions/listen`.
+    pub(crate) const SERVER_CANCEL: Rule = Rule {
+        key: "server-cancel-listen-only",
+        cites: "cancellation § Behavior Requirements (server-sent cancellations MUST reference a subscriptions/listen)",
+        level: Level::Must,
+    };
+    /// Over Streamable HTTP, a closed response stream cancels its request.
+    pub(crate) const STREAM_CLOSE: Rule = Rule {
+        key: "stream-close-cancels",
+        cites: "transports-streamable-http § Cancellation (MUST treat a closed stream as cancellation); cancellation § Transport-Specific Cancellation",
+        level: Level::Must,
+    };
+    /// A 2025 session's POSTed `notifications/cancelled` is taken.
+    pub(crate) const SESSION_CANCEL: Rule = Rule {
+        key: "session-cancel",
+        cites: "2025-11-25 cancellation § Behavior Requirements (SHOULD stop processing); transports-streamable-http § Backward Compatibility",
+        level: Level::Should,
+    };
+    /// Headers that contradict the body are refused with 400 and -32020.
+    pub(crate) const HEADER_MISMATCH: Rule = Rule {
+        key: "header-mismatch-refused",
+        cites: "transports-streamable-http § Server Validation (MUST return 400 with -32020)",
+        level: Level::Must,
+    };
+}
+
+/// A value, shortened for a report line.
+pub(crate) fn short(v: &Value) -> String {
+    let mut s = v.to_string();
+    if s.len() > 120 {
+        let mut cut = 117;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+/// One check's result.
+#[derive(Clone, Debug)]
+pub(crate) struct Check {
+    /// Its id (`cancel.no-response`).
+    pub(crate) id: String,
+    /// The rule it tests.
+    pub(crate) rule: Rule,
+    /// What it found.
+    pub(crate) outcome: Outcome,
+    /// How strong that is.
+    pub(crate) evidence: Evidence,
+    /// What was seen, in a sentence.
+    pub(crate) detail: String,
+}
+
+impl Check {
+    /// A passed check.
+    pub(crate) fn pass(
+        id: &str,
+        rule: Rule,
+        evidence: Evidence,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self::new(id, rule, Outcome::Pass, evidence, detail)
+    }
+
+    /// A failed check.
+    pub(crate) fn fail(id: &str, rule: Rule, detail: impl Into<String>) -> Self {
+        Self::new(id, rule, Outcome::Fail, Evidence::Strong, detail)
+    }
+
+    /// A check that could not run, and why.
+    pub(crate) fn skip(id: &str, rule: Rule, why: impl Into<String>) -> Self {
+        Self::new(id, rule, Outcome::Skip, Evidence::None, why)
+    }
+
+    fn new(
+        id: &str,
+        rule: Rule,
+        outcome: Outcome,
+        evidence: Evidence,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            id: id.to_owned(),
+            rule,
+            outcome,
+            evidence,
+            detail: detail.into(),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "rule": self.rule.key,
+            "cites": self.rule.cites,
+            "level": self.rule.level.as_str(),
+            "outcome": self.outcome.as_str(),
+            "evidence": self.evidence.as_str(),
+            "detail": self.detail,
+        })
+    }
+}
+
+/// Why a run produced no report.
+#[derive(Debug)]
+pub(crate) enum RunError {
+    /// The command line names no server that can run (exit status 2).
+    Usage(String),
+    /// The server could not be talked to (exit status 1).
+    Server(String),
+}
+
+impl From<String> for RunError {
+    fn from(why: String) -> Self {
+        RunError::Server(why)
+    }
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Usage(why) | RunError::Server(why) => f.write_str(why),
+        }
+    }
+}
+
+/// What the run found about the server, and its checks.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    /// The transport and era, as detected (`stdio, 2026-07-28`).
+    pub(crate) target: String,
+    /// The checks, in the order they ran.
+    pub(crate) checks: Vec<Check>,
+}
+
+impl Report {
+    /// The exit status: 1 when a MUST failed (with `strict`, also a SHOULD), else 0.
+    pub(crate) fn exit_code(&self, strict: bool) -> u8 {
+        let failed = self
+            .checks
+            .iter()
+            .any(|c| c.outcome == Outcome::Fail && (strict || c.rule.level == Level::Must));
+        u8::from(failed)
+    }
+
+    /// The machine-readable report.
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "target": self.target,
+            "checks": self.checks.iter().map(Check::to_json).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The table a person reads; ANSI colours only when `colour`.
+    pub(crate) fn table(&self, colour: bool) -> String {
+        let paint = |outcome: &Outcome| {
+            let word = match outcome {
+                Outcome::Pass => "PASS",
+                Outcome::Fail => "FAIL",
+                Outcome::Skip => "SKIP",
+            };
+            if !colour {
+                return word.to_owned();
+            }
+            let code = match outcome {
+                Outcome::Pass => "32",
+                Outcome::Fail => "31",
+                Outcome::Skip => "33",
+            };
+            format!("\x1b[{code}m{word}\x1b[0m")
+        };
+        let width = self.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
+        let mut out = format!("mcp-cancel-check: {}\n", self.target);
+        for c in &self.checks {
+            let _ = writeln!(
+                out,
+                "{}  {:<6}  {:<width$}  {:<6}  {}",
+                paint(&c.outcome),
+                c.rule.level.as_str(),
+                c.id,
+                c.evidence.as_str(),
+                c.detail,
+            );
+            let _ = writeln!(out, "{:<w$}{}", "", c.rule.cites, w = 4 + 2 + 6 + 2);
+        }
+        let count = |o: Outcome| self.checks.iter().filter(|c| c.outcome == o).count();
+        let _ = writeln!(
+            out,
+            "{} passed, {} failed, {} skipped",
+            count(Outcome::Pass),
+            count(Outcome::Fail),
+            count(Outcome::Skip)
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(level_failed: Option<Level>) -> Report {
+        let mut r = Report {
+            target: "stdio".into(),
+            checks: vec![Check::pass("a", rules::RACES, Evidence::Strong, "ok")],
+        };
+        if let Some(level) = level_failed {
+            let rule = if level == Level::Must {
+                rules::NO_RESPONSE
+            } else {
+                rules::WORK_STOPS
+            };
+            r.checks.push(Check::fail("b", rule, "broke it"));
+        }
+        r.checks
+            .push(Check::skip("c", rules::SERVER_CANCEL, "cannot"));
+        r
+    }
+
+    #[test]
+    fn exit_status_by_level_and_strictness() {
+        assert_eq!(report(None).exit_code(false), 0);
+        assert_eq!(report(None).exit_code(true), 0);
+        assert_eq!(report(Some(Level::Must)).exit_code(false), 1);
+        assert_eq!(report(Some(Level::Should)).exit_code(false), 0);
+        assert_eq!(report(Some(Level::Should)).exit_code(true), 1);
+    }
+
+    #[test]
+    fn json_carries_id_rule_level_outcome_evidence() {
+        let v = report(Some(Level::Must)).to_json();
+        let b = &v["checks"][1];
+        assert_eq!(b["id"], "b");
+        assert_eq!(b["rule"], "no-response-after-cancel");
+        assert_eq!(b["level"], "MUST");
+        assert_eq!(b["outcome"], "fail");
+        assert_eq!(b["evidence"], "strong");
+        assert_eq!(v["checks"][2]["outcome"], "skip");
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        let r = report(Some(Level::Must));
+        assert!(!r.table(false).contains('\x1b'));
+        assert!(r.table(true).contains("\x1b[31mFAIL"));
+        assert!(r.table(false).contains("1 passed, 1 failed, 1 skipped"));
+    }
+}

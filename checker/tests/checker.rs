@@ -1,0 +1,489 @@
+//! The checker against servers that break exactly one rule each (the
+//! `fixture_server` example), and against the crate's own example servers,
+//! which must pass every check with `--strict`.
+//!
+//! The runs are serialized: the CPU-time check compares a server's CPU use
+//! before and after a cancel, which other runs on the same cores would blur.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+/// One run at a time (see the module's doc).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The slow operation of both the fixture and the example servers.
+const SLOW: &str = "slow seconds=0.5 interval_ms=50";
+
+/// The example `name` of `package`, built now if `cargo test` did not build it.
+fn example(package: &str, features: &str, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", package, "--example", name]);
+        if !features.is_empty() {
+            cmd.args(["--features", features]);
+        }
+        let status = cmd
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+        assert!(status.success(), "building the example {name} failed");
+    }
+    bin
+}
+
+fn fixture() -> PathBuf {
+    example("mcp-cancel-check", "", "fixture_server")
+}
+
+/// Runs the checker with `args`; its exit status and its JSON report.
+fn check(args: &[&str]) -> (i32, Value) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_mcp-cancel-check"))
+        .args(["--json", "--quiet", "--burst", "10"])
+        .args(args)
+        .output()
+        .expect("run mcp-cancel-check");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not a JSON report ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().expect("an exit status"), report)
+}
+
+/// The checks with `outcome`, as `(id, rule)`.
+fn with_outcome<'a>(report: &'a Value, outcome: &str) -> Vec<(&'a str, &'a str)> {
+    report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["outcome"] == outcome)
+        .map(|c| (c["id"].as_str().unwrap(), c["rule"].as_str().unwrap()))
+        .collect()
+}
+
+/// Runs the fixture broken on `mode` and asserts that the checks that fail
+/// are exactly the ones that test `rule`'s `expected` ids.
+fn fails_only(mode: &str, expected: &[&str], rule: &str, status: i32) {
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--cpu",
+        "spin seconds=3",
+        "--",
+        fixture.to_str().unwrap(),
+        "--break",
+        mode,
+    ]);
+    let failed = with_outcome(&report, "fail");
+    let ids: Vec<&str> = failed.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, expected, "{mode}: {report:#}");
+    assert!(failed.iter().all(|(_, r)| *r == rule), "{mode}: {report:#}");
+    assert_eq!(code, status, "{mode}: {report:#}");
+}
+
+#[test]
+fn answer_after_cancel_fails_no_response_only() {
+    fails_only(
+        "answer-after-cancel",
+        &[
+            "cancel.no-response",
+            "cancel.right-behind",
+            "cancel.burst-no-response",
+        ],
+        "no-response-after-cancel",
+        1,
+    );
+}
+
+#[test]
+fn error_on_cancel_fails_no_response_only() {
+    fails_only(
+        "error-on-cancel",
+        &[
+            "cancel.no-response",
+            "cancel.right-behind",
+            "cancel.burst-no-response",
+        ],
+        "no-response-after-cancel",
+        1,
+    );
+}
+
+#[test]
+fn progress_after_cancel_fails_progress_stops_only() {
+    fails_only(
+        "progress-after-cancel",
+        &["cancel.progress-stops"],
+        "no-progress-after-cancel",
+        1,
+    );
+}
+
+#[test]
+fn cpu_after_cancel_fails_work_stops_only_and_only_strictly() {
+    // A SHOULD: exit status 1 under --strict (fails_only passes it).
+    fails_only(
+        "cpu-after-cancel",
+        &["cancel.work-stops-cpu"],
+        "work-stops-on-cancel",
+        1,
+    );
+}
+
+/// Every check passes, or is skipped for a reason other than a missing tool.
+fn passes_all(args: &[&str], era: &str) {
+    let (code, report) = check(args);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert!(
+        report["target"].as_str().unwrap().contains(era),
+        "{report:#}"
+    );
+    let passed: Vec<&str> = with_outcome(&report, "pass")
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    for id in [
+        "cancel.no-response",
+        "cancel.progress-stops",
+        "cancel.right-behind",
+        "cancel.burst-healthy",
+    ] {
+        assert!(passed.contains(&id), "{id} did not pass: {report:#}");
+    }
+}
+
+#[test]
+fn honest_fixture_passes_every_check_including_cpu() {
+    let fixture = fixture();
+    let args = [
+        "--strict",
+        "--slow",
+        SLOW,
+        "--cpu",
+        "spin seconds=3",
+        "--",
+        fixture.to_str().unwrap(),
+    ];
+    passes_all(&args, "2026-07-28");
+    let (_, report) = check(&args);
+    assert!(
+        with_outcome(&report, "pass").contains(&("cancel.work-stops-cpu", "work-stops-on-cancel"))
+    );
+}
+
+#[test]
+fn legacy_fixture_is_checked_after_an_initialize_handshake() {
+    let fixture = fixture();
+    passes_all(
+        &[
+            "--strict",
+            "--slow",
+            SLOW,
+            "--",
+            fixture.to_str().unwrap(),
+            "--legacy",
+        ],
+        "2025",
+    );
+}
+
+#[test]
+fn example_stdio_server_passes_strictly() {
+    let server = example("tower-mcp-cancel", "stdio,http", "stdio_server");
+    passes_all(
+        &["--strict", "--slow", SLOW, "--", server.to_str().unwrap()],
+        "2026-07-28",
+    );
+}
+
+#[test]
+fn no_tool_no_false_failure() {
+    // Without --slow the tool checks are skipped, not failed.
+    let fixture = fixture();
+    let (code, report) = check(&["--strict", "--", fixture.to_str().unwrap()]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(with_outcome(&report, "fail").is_empty(), "{report:#}");
+    assert!(with_outcome(&report, "skip")
+        .iter()
+        .any(|(id, _)| *id == "cancel.no-response"));
+}
+
+#[test]
+fn no_tools_capability_no_tool_checks() {
+    // The fixture's tools still answer (and would fail, broken): a server
+    // that declares no tools capability is not called, nor failed, for tools.
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--",
+        fixture.to_str().unwrap(),
+        "--no-tools",
+        "--break",
+        "answer-after-cancel",
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(with_outcome(&report, "fail").is_empty(), "{report:#}");
+    let skipped = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "cancel.no-response")
+        .expect("cancel.no-response listed");
+    assert_eq!(skipped["outcome"], "skip");
+    assert!(skipped["detail"]
+        .as_str()
+        .unwrap()
+        .contains("no tools capability"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mcp-cancel-check"))
+            .args(args)
+            .output()
+            .expect("run mcp-cancel-check")
+            .status
+            .code()
+    };
+    assert_eq!(run(&[]), Some(2));
+    assert_eq!(run(&["--slow", "k=v", "--", "x"]), Some(2));
+    assert_eq!(run(&["--burst", "0", "--", "x"]), Some(2));
+    // A server command that cannot be started is the user's to fix.
+    assert_eq!(run(&["--", "/nonexistent/mcp-server"]), Some(2));
+}
+
+/// An HTTP server on a free port (it prints `listening on <url>` first);
+/// its process and its URL.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    /// The crate's example HTTP server.
+    fn start() -> Self {
+        let bin = example("tower-mcp-cancel", "stdio,http", "http_server");
+        Self::run(bin, &["--listen", "127.0.0.1:0"])
+    }
+
+    fn run(bin: PathBuf, args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start http_server");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the server's first line");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        Self { child, url }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn example_http_server_passes_strictly_over_h1_and_h2() {
+    let server = HttpServer::start();
+    let pid = server.child.id().to_string();
+    let (code, report) = check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--url",
+        &server.url,
+        "--pid",
+        &pid,
+    ]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    let passed: Vec<&str> = with_outcome(&report, "pass")
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    for id in [
+        "http.header-mismatch",
+        "http.close-mid-stream.h1",
+        "http.close-mid-stream.h2",
+        "cancel.burst-healthy",
+        "cancel.burst-resources",
+    ] {
+        assert!(passed.contains(&id), "{id} did not pass: {report:#}");
+    }
+}
+
+/// Runs the checker against the HTTP fixture (broken on `args`), with its
+/// CPU-bound tool and its pid.
+fn check_http_fixture(args: &[&str]) -> (i32, Value) {
+    let server = HttpServer::run(example("mcp-cancel-check", "", "fixture_http"), args);
+    let pid = server.child.id().to_string();
+    let url = server.url.clone();
+    check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--cpu",
+        "spin seconds=3",
+        "--url",
+        &url,
+        "--pid",
+        &pid,
+    ])
+}
+
+#[test]
+fn http_fixture_passes_with_its_cpu_stopping_at_the_close() {
+    let (code, report) = check_http_fixture(&[]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert!(
+        with_outcome(&report, "pass").contains(&("cancel.work-stops-cpu", "work-stops-on-cancel")),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn http_fixture_whose_work_runs_on_fails_work_stops_only() {
+    let (code, report) = check_http_fixture(&["--break", "cpu-after-cancel"]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("cancel.work-stops-cpu", "work-stops-on-cancel")],
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "a failed SHOULD under --strict: {report:#}");
+}
+
+#[test]
+fn http_fixture_in_a_2025_session_passes_its_posted_cancel() {
+    let (code, report) = check_http_fixture(&["--legacy"]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert!(
+        report["target"].as_str().unwrap().contains("2025"),
+        "{report:#}"
+    );
+    let passed = with_outcome(&report, "pass");
+    for id in ["http.session-cancel", "cancel.work-stops-cpu"] {
+        assert!(passed.iter().any(|(p, _)| *p == id), "{id}: {report:#}");
+    }
+}
+
+#[test]
+fn http_fixture_in_a_2025_session_whose_work_runs_on_fails_work_stops_only() {
+    let (code, report) = check_http_fixture(&["--legacy", "--break", "cpu-after-cancel"]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("cancel.work-stops-cpu", "work-stops-on-cancel")],
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "{report:#}");
+}
+
+#[test]
+fn unreachable_url_is_an_error_not_a_pass() {
+    // A port nothing listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-cancel-check"))
+        .args([
+            "--quiet",
+            "--check-timeout",
+            "5s",
+            "--url",
+            &format!("http://127.0.0.1:{port}/mcp"),
+        ])
+        .output()
+        .expect("run mcp-cancel-check");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn what_the_server_started_ends_with_the_run() {
+    // A launcher's child (here a `sleep` the server's shell leaves behind)
+    // is in the server's process group, which is ended after the run.
+    let fixture = fixture();
+    let dir = std::env::temp_dir().join(format!("mcc-group-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("sleep.pid");
+    let script = format!(
+        "sleep 300 >/dev/null 2>&1 & echo $! > '{}'; exec '{}'",
+        pid_file.display(),
+        fixture.display()
+    );
+    let (code, report) = check(&["--", "sh", "-c", &script]);
+    assert_eq!(code, 0, "{report:#}");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    // Gone, or a zombie waiting for init to reap it: bounded wait for an
+    // outside process, polled.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!alive(), "the server's child {pid} outlived the run");
+}
