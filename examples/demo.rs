@@ -1,7 +1,8 @@
 //! The main demo: the three layers at work, each step printing what happened.
 //!
-//! Run with `cargo run --features stdio,http --example demo` (without the
-//! features, the transport steps 5 and 6 are skipped). It takes no flags
+//! Run with `cargo run --features stdio,http,tasks --example demo` (without
+//! the features, the transport steps 5 and 6 and the tasks step 7 are
+//! skipped). It takes no flags
 //! (`--help` says so; any other argument is refused with exit status 2).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +12,9 @@ use std::time::{Duration, Instant};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 #[cfg(feature = "stdio")]
 mod common;
+#[cfg(all(feature = "tasks", feature = "http"))]
+#[path = "common/demo_tasks.rs"]
+mod demo_tasks;
 use tower::BoxError;
 use tower_mcp_cancel::{
     CancelOnDisconnectLayer, CancelReason, Cancellation, Cancelled, Elapsed, McpRequest,
@@ -143,6 +147,12 @@ async fn main() {
     println!("\n5. (skipped: the Streamable HTTP transport needs `--features http`)");
     #[cfg(not(feature = "stdio"))]
     println!("\n6. (skipped: the stdio transport needs `--features stdio`)");
+
+    // 7. Tasks: cancelling a task is dropping its future too.
+    #[cfg(all(feature = "tasks", feature = "http"))]
+    demo_tasks::tasks_part().await;
+    #[cfg(not(all(feature = "tasks", feature = "http")))]
+    println!("\n7. (skipped: tasks need `--features http,tasks`)");
 
     println!("\ndone.");
 }

@@ -38,7 +38,10 @@
 //! cancellation instead of dying with the work in flight.
 //!
 //! The call itself ([`call_tool`]) takes any `Service<McpRequest>`, so other
-//! transports plug in beside stdio. `--help` lists the flags; an unknown
+//! transports plug in beside stdio. Built with the `tasks` feature, it
+//! declares the tasks extension: a server that answers with a task is
+//! polled to the task's end (its status in the bar), and a timeout or
+//! Ctrl-C sends `tasks/cancel` before it exits. `--help` lists the flags; an unknown
 //! flag or a malformed value is refused with a usage line and exit status 2.
 
 #[path = "common/cli.rs"]
@@ -315,6 +318,7 @@ pub async fn call_tool<S>(
     limits: Limits,
     bar: ProgressBar,
     cancellation: Cancellation,
+    #[cfg(feature = "tasks")] tasks: tower_mcp_cancel::tasks::TaskCallLayer,
 ) -> Result<Value, BoxError>
 where
     S: Service<McpRequest, Response = Value, Error = BoxError> + Clone + Send + 'static,
@@ -344,6 +348,13 @@ where
             }
         }));
     let mut stack: BoxCloneService<McpRequest, Value, BoxError> = BoxCloneService::new(svc);
+    // A server that answers with a task (the tasks extension): polled to
+    // its end, shown in the bar; a timeout or Ctrl-C drops the call, which
+    // sends `tasks/cancel`.
+    #[cfg(feature = "tasks")]
+    if era == Era::Modern {
+        stack = BoxCloneService::new(ServiceBuilder::new().layer(tasks).service(stack));
+    }
     if let Some(idle) = limits.idle {
         stack = BoxCloneService::new(
             ServiceBuilder::new()
@@ -508,6 +519,8 @@ where
     };
     let bar = progress_bar();
     let cancellation = Cancellation::new();
+    #[cfg(feature = "tasks")]
+    let tasks = tower_mcp_cancel::tasks::TaskCallLayer::new();
     let call = call_tool(
         svc,
         era,
@@ -516,6 +529,8 @@ where
         args.limits,
         bar.clone(),
         cancellation.clone(),
+        #[cfg(feature = "tasks")]
+        tasks.clone(),
     );
     let mut call = Box::pin(call);
     let outcome = tokio::select! {
@@ -534,6 +549,9 @@ where
                 "interrupted by the user (Ctrl-C)".into(),
             ));
             drop(call);
+            // A task the call made gets its tasks/cancel before we exit.
+            #[cfg(feature = "tasks")]
+            tasks.cancels_sent().await;
             say(&format!("interrupted; {how}"));
             ExitCode::from(130)
         }
@@ -549,6 +567,8 @@ where
             }
         }
         Some(Err(e)) if e.is::<Elapsed>() => {
+            #[cfg(feature = "tasks")]
+            tasks.cancels_sent().await;
             say(&format!("{e}; {how}"));
             ExitCode::from(124)
         }

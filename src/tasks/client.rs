@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde_json::{json, Map, Value};
+use tokio_util::task::TaskTracker;
 use tower::{Service, ServiceExt};
 use tower_layer::Layer;
 
 use super::record::{CLIENT_CAPABILITIES_META, EXTENSION};
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
-use crate::{McpRequest, ProgressTap};
+use crate::jsonrpc::ProgressToken;
+use crate::{McpRequest, ProgressObserver, ProgressTap};
 
 /// Answers a task's input requests: given the new outstanding requests (by
 /// key), resolves to the answers to send with `tasks/update`.
@@ -64,6 +66,8 @@ struct Config {
     max_poll: Duration,
     cancel_timeout: Duration,
     input: Option<InputHandler>,
+    /// The background `tasks/cancel`s, for [`TaskCallLayer::cancels_sent`].
+    cancels: TaskTracker,
 }
 
 /// Marks a request whose caller wants the `CreateTaskResult` itself rather
@@ -98,6 +102,7 @@ impl TaskCallLayer {
                 max_poll: Duration::from_secs(5),
                 cancel_timeout: Duration::from_secs(5),
                 input: None,
+                cancels: TaskTracker::new(),
             }),
         }
     }
@@ -118,6 +123,18 @@ impl TaskCallLayer {
     pub fn cancel_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.config).cancel_timeout = timeout;
         self
+    }
+
+    /// Resolves once every `tasks/cancel` that this layer's services sent
+    /// in the background so far was answered or gave up (each is bounded by
+    /// the [`cancel_timeout`](Self::cancel_timeout)): for a program that
+    /// exits right after it dropped a call, so that its task is cancelled
+    /// rather than left to run to its TTL.
+    pub async fn cancels_sent(&self) {
+        let cancels = &self.config.cancels;
+        cancels.close();
+        cancels.wait().await;
+        cancels.reopen();
     }
 
     /// Answers the task's input requests: `handler` gets each new
@@ -196,7 +213,15 @@ where
             return Box::pin(async move { Err(e) });
         }
         let keep = req.extensions().get::<KeepTaskHandle>().is_some();
-        let tap = req.progress_tap().cloned();
+        // A tap of the layer above, or one of our own for the caller's
+        // observer (a transport makes its own, below, which we cannot see).
+        let tap = req.progress_tap().cloned().or_else(|| {
+            let observer = req.extensions().get::<ProgressObserver>()?.clone();
+            Some(ProgressTap::new(
+                ProgressToken::from("task"),
+                Some(observer),
+            ))
+        });
         let config = self.config.clone();
         let call = inner.call(req);
         Box::pin(async move {
@@ -215,6 +240,7 @@ where
                 inner: Some(inner.clone()),
                 id: id.clone(),
                 timeout: config.cancel_timeout,
+                tracker: config.cancels.clone(),
             };
             let out = follow(&mut inner, &config, &id, answer, tap.as_ref()).await;
             if out.is_ok() {
@@ -308,13 +334,17 @@ where
     loop {
         let change = (task["statusMessage"].clone(), task["lastUpdatedAt"].clone());
         if last_change.as_ref() != Some(&change) {
-            if let (Some(tap), Some(_)) = (tap, last_change.as_ref()) {
+            if let Some(tap) = tap {
                 let next = tap.last().map_or(1.0, |p| p.floor() + 1.0);
-                tap.record(
-                    next,
-                    None,
-                    task["statusMessage"].as_str().map(str::to_owned),
-                );
+                let message = match task["statusMessage"].as_str() {
+                    Some(m) => m.to_owned(),
+                    None => format!(
+                        "task {}: {}",
+                        crate::sanitize::for_log(id),
+                        task["status"].as_str().unwrap_or("?")
+                    ),
+                };
+                tap.record(next, None, Some(message));
             }
             last_change = Some(change);
         }
@@ -418,6 +448,7 @@ where
     inner: Option<S>,
     id: String,
     timeout: Duration,
+    tracker: TaskTracker,
 }
 
 impl<S> Drop for CancelOnDrop<S>
@@ -435,16 +466,19 @@ where
         };
         let req = task_request("tasks/cancel", &self.id, None);
         let (id, timeout) = (std::mem::take(&mut self.id), self.timeout);
-        runtime.spawn(async move {
-            match tokio::time::timeout(timeout, inner.oneshot(req)).await {
-                Ok(Ok(_)) => {
-                    tracing::debug!(task_id = %id, "task cancelled (tasks/cancel acknowledged)")
+        self.tracker.spawn_on(
+            async move {
+                match tokio::time::timeout(timeout, inner.oneshot(req)).await {
+                    Ok(Ok(_)) => {
+                        tracing::debug!(task_id = %id, "task cancelled (tasks/cancel acknowledged)")
+                    }
+                    Ok(Err(_)) => tracing::debug!(task_id = %id, "tasks/cancel failed"),
+                    Err(_) => {
+                        tracing::debug!(task_id = %id, "tasks/cancel unanswered within its timeout")
+                    }
                 }
-                Ok(Err(_)) => tracing::debug!(task_id = %id, "tasks/cancel failed"),
-                Err(_) => {
-                    tracing::debug!(task_id = %id, "tasks/cancel unanswered within its timeout")
-                }
-            }
-        });
+            },
+            &runtime,
+        );
     }
 }
