@@ -42,6 +42,13 @@ type InputHandler =
 /// A request carrying [`KeepTaskHandle`] in its extensions gets the
 /// `CreateTaskResult` itself, for a caller that polls on its own.
 ///
+/// A call dropped before its `CreateTaskResult` arrived has no task id to
+/// cancel here. Over stdio, `StdioClient` sends `tasks/cancel` when that
+/// late answer comes; over Streamable HTTP the drop closes the response
+/// stream, and the server's [`TasksLayer`](super::TasksLayer) drops the
+/// work of a task it has not announced yet — one announced in the very
+/// instant the stream closed runs to its TTL.
+///
 /// ```
 /// use std::time::Duration;
 /// use tower::{service_fn, ServiceBuilder};
@@ -123,6 +130,11 @@ impl TaskCallLayer {
     pub fn cancel_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.config).cancel_timeout = timeout;
         self
+    }
+
+    #[cfg(test)]
+    pub(crate) fn cancel_timeout_value(&self) -> Duration {
+        self.config.cancel_timeout
     }
 
     /// Resolves once every `tasks/cancel` that this layer's services sent

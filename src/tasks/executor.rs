@@ -322,6 +322,7 @@ impl Runner {
             let finished = tokio::time::timeout(grace, work.as_mut()).await.is_ok();
             let what = if finished { "finished" } else { "dropped" };
             tracing::Span::current().record("mcp.grace", what);
+            count_grace(what);
             tracing::debug!(target: "tower_mcp_cancel::task", grace = what, "task grace over");
         }
         drop(work);
@@ -350,3 +351,11 @@ fn count(outcome: &'static str) {
 
 #[cfg(not(feature = "metrics"))]
 fn count(_outcome: &'static str) {}
+
+#[cfg(feature = "metrics")]
+fn count_grace(what: &'static str) {
+    metrics::counter!("mcp.server.tasks.grace", "mcp.grace" => what).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn count_grace(_what: &'static str) {}

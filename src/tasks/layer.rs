@@ -22,7 +22,7 @@ use super::store::{MemoryStore, TaskStore};
 /// tasks: its store and the executor that runs their work.
 #[derive(Clone)]
 pub struct TasksLayer {
-    shared: Shared,
+    pub(crate) shared: Shared,
 }
 
 impl fmt::Debug for TasksLayer {

@@ -66,7 +66,9 @@
 //! `shutdown`, `store_error`) and, for a stopped task with a grace,
 //! `mcp.grace` (`finished` or `dropped`); an `info` event when it is
 //! created and when it ends. With the `metrics` feature, the counter
-//! `mcp.server.tasks` counts them by `mcp.task.outcome` (and `created`).
+//! `mcp.server.tasks` counts them by `mcp.task.outcome` (and `created`),
+//! and `mcp.server.tasks.grace` the graces of stopped tasks by `mcp.grace`
+//! (`finished`, `dropped`).
 
 mod client;
 mod context;

@@ -2,11 +2,12 @@
 //! ([`calls`]), and both over Streamable HTTP on loopback ([`http`]): a
 //! task is one call to its client, dropping that call cancels the task and
 //! drops the server's work, the `Mcp-Name` routing header is sent and
-//! checked.
+//! checked; the example binaries with `--tasks` ([`examples`]).
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod calls;
 mod common;
+mod examples;
 mod http;

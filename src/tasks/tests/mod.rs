@@ -406,3 +406,37 @@ async fn progress_becomes_the_status_message_and_nothing_else() {
 }
 
 mod races;
+
+/// SECURITY.md's table of limits states the tasks' defaults: it must say
+/// what the code does.
+#[test]
+fn the_security_table_states_the_tasks_defaults() {
+    const SECURITY: &str = include_str!("../../../SECURITY.md");
+    let default_of = |limit: &str| {
+        let row = SECURITY
+            .lines()
+            .find(|l| l.starts_with("| ") && l[2..].starts_with(limit))
+            .unwrap_or_else(|| panic!("no row for {limit}"));
+        row.split('|').nth(2).unwrap().trim().to_owned()
+    };
+    let layer = TasksLayer::new();
+    let run = &layer.shared.config.run;
+    let secs = |d: Duration| format!("{} s", d.as_secs());
+    assert_eq!(
+        default_of("tasks running per tasks layer"),
+        run.max_tasks.to_string()
+    );
+    assert_eq!(
+        default_of("task records in the in-memory store"),
+        MemoryStore::DEFAULT_CAPACITY.to_string()
+    );
+    assert_eq!(
+        default_of("a task's time to live"),
+        secs(layer.shared.config.ttl.unwrap())
+    );
+    assert_eq!(default_of("an ended task's record"), secs(run.retention));
+    assert_eq!(
+        default_of("the task client's background"),
+        secs(TaskCallLayer::new().cancel_timeout_value())
+    );
+}
