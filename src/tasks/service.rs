@@ -1,4 +1,4 @@
-//! [`Tasks`]: the service [`TasksLayer`] makes, and what it answers.
+//! [`Tasks`]: the service [`TasksLayer`](super::TasksLayer) makes, and what it answers.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use crate::jsonrpc::ErrorObject;
 use crate::notify::TaskSink;
 use crate::{CancelReason, McpRequest, RequestView};
 
-/// The service of a [`TasksLayer`] over `S`.
+/// The service of a [`TasksLayer`](super::TasksLayer) over `S`.
 #[derive(Clone)]
 pub struct Tasks<S> {
     inner: S,
