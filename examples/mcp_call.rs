@@ -310,6 +310,9 @@ fn is_modern_error(e: &ErrorObject) -> bool {
 /// `limits`, drawing progress on `bar`; the request carries `cancellation`,
 /// which holds the reason the call is dropped for (a limit's, or the
 /// caller's when it cancels it before dropping the call).
+// The tasks feature adds the eighth: the layer whose background cancels
+// `main` waits for before it exits.
+#[allow(clippy::too_many_arguments)]
 pub async fn call_tool<S>(
     svc: S,
     era: Era,
