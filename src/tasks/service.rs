@@ -245,15 +245,6 @@ where
             }
         })
     }
-}
-
-impl<S> Tasks<S>
-where
-    S: Service<McpRequest>,
-    S::Response: Serialize + Send + 'static,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
     /// A `subscriptions/listen` that asks for task ids only is served here
     /// (`notifications/tasks`); one that asks for other notifications too
     /// goes to the inner service, which does not acknowledge the task ids.
