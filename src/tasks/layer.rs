@@ -93,7 +93,7 @@ impl TasksLayer {
             }),
             store: watched.clone(),
             watched,
-            executor: Executor::default(),
+            executor: Executor::new(owner_id()),
         }
     }
 
@@ -208,6 +208,17 @@ impl TasksLayer {
             executor: self.executor.clone(),
         }
     }
+}
+
+/// A new owner id: random, as task ids are; should the OS random source
+/// fail, the process id and the time, unique enough among replicas.
+fn owner_id() -> String {
+    super::service::mint_id().unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{:x}-{nanos:x}", std::process::id())
+    })
 }
 
 impl<S> Layer<S> for TasksLayer {

@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
 use super::layer::TasksLayer;
+use super::owner::TaskSignal;
 use super::record::{TaskChange, TaskEnd, TaskRecord};
 use super::store::{StoreError, TaskStore};
 use crate::error::BoxError;
@@ -80,6 +82,22 @@ impl TaskStore for Watched {
             out
         })
     }
+
+    fn signal_owner<'a>(
+        &'a self,
+        owner: &'a str,
+        signal: TaskSignal,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.signal_owner(owner, signal)
+    }
+
+    fn owner_signals(&self, owner: &str) -> Option<BoxStream<'static, TaskSignal>> {
+        self.inner.owner_signals(owner)
+    }
+
+    fn owner_alive<'a>(&'a self, owner: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.owner_alive(owner)
+    }
 }
 
 /// Serves a `subscriptions/listen` that asked only for task ids: the
@@ -96,7 +114,7 @@ pub(crate) async fn listen(
     let mut changes = layer.watched.subscribe();
     let mut agreed = Vec::new();
     for id in ids {
-        if let Ok(Some(r)) = layer.store.get(&id).await {
+        if let Ok(Some(r)) = layer.read(&id).await {
             if layer.visible(&r, principal.as_ref()) && !agreed.contains(&id) {
                 agreed.push(id);
             }

@@ -406,3 +406,4 @@ async fn progress_becomes_the_status_message_and_nothing_else() {
 }
 
 mod races;
+mod replicas;
