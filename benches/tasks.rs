@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::tasks::{MemoryStore, TaskPolicy, TasksLayer, EXTENSION};
+use tower_mcp_cancel::tasks::{TaskPolicy, TasksLayer, EXTENSION};
 use tower_mcp_cancel::transport::http::{serve, HttpClient, StreamableHttpService};
 use tower_mcp_cancel::McpRequest;
 
@@ -159,7 +159,10 @@ where
         send(client, make()).await;
     }
     let (wall, cpu) = (wall.elapsed(), cpu_time().saturating_sub(cpu));
-    (n as f64 / wall.as_secs_f64(), Duration::from_secs_f64(cpu.as_secs_f64() / n as f64))
+    (
+        n as f64 / wall.as_secs_f64(),
+        Duration::from_secs_f64(cpu.as_secs_f64() / n as f64),
+    )
 }
 
 fn main() {
