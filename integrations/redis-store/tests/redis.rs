@@ -441,3 +441,50 @@ async fn tasks_update_on_replica_a_answers_the_input_waiting_on_replica_b() {
     .expect("B's handler got the answer");
     assert_eq!(done["result"]["content"][0]["text"], "Ada");
 }
+
+#[tokio::test]
+async fn a_crashed_replicas_task_reads_failed_once_its_lease_lapsed() {
+    let Some(redis) = Redis::start() else { return };
+    // The crashed replica: it created its task (and so took its lease), and
+    // never refreshed the lease again.
+    let crashed = RedisStore::builder(redis.url())
+        .lease(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let record: tower_mcp_cancel::tasks::TaskRecord = serde_json::from_value(json!({
+        "id": "0123456789abcdef0123456789abcdef", "status": "working",
+        "status_message": null, "created_at_ms": 1, "updated_at_ms": 1,
+        "ttl_ms": null, "poll_interval_ms": 100, "input_requests": {},
+        "result": null, "error": null, "principal": null, "owner": "crashed-replica"
+    }))
+    .unwrap();
+    crashed.create(record).await.unwrap();
+    let mut on_a = stack(replica(store(&redis).await), sleeper);
+    let id = "0123456789abcdef0123456789abcdef";
+    let got = send(&mut on_a, task_req(1, "tasks/get", id, json!({})))
+        .await
+        .unwrap();
+    assert_eq!(got["status"], "working", "within its lease: {got}");
+    let got = timeout(BOUND, async {
+        loop {
+            let got = send(&mut on_a, task_req(2, "tasks/get", id, json!({})))
+                .await
+                .unwrap();
+            if got["status"] != "working" {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("failed after the lease");
+    assert_eq!(got["status"], "failed", "{got}");
+    assert!(
+        got["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("went away"),
+        "{got}"
+    );
+}
