@@ -193,3 +193,63 @@ async fn through_a_balancer_without_stickiness_two_replicas_are_one_server_for_t
         .expect("b drained");
     shutdown.cancel();
 }
+
+#[tokio::test]
+async fn a_listen_on_one_replica_hears_the_changes_of_a_task_running_on_the_other() {
+    use http_body_util::BodyExt;
+    let Some(redis) = Redis::start() else { return };
+    let shutdown = CancellationToken::new();
+    let (mut one, _, _) = replica(&redis, &shutdown).await;
+    let two = StreamableHttpService::new(
+        ServiceBuilder::new()
+            .layer(
+                TasksLayer::with_store(RedisStore::connect(redis.url()).await.unwrap())
+                    .poll_interval(Duration::from_millis(20)),
+            )
+            .service(service_fn(support::sleeper)),
+    );
+    let create = McpRequest::without_id("tools/call")
+        .with_params(declared(json!({"name": "sleep", "arguments": {"ms": 300}})));
+    let created = one.ready().await.unwrap().call(create).await.unwrap();
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    let mut params = declared(json!({"notifications": {"taskIds": [id]}}));
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": params});
+    let listen = http::Request::post("http://127.0.0.1/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_string(),
+        )))
+        .unwrap();
+    let res = two.oneshot(listen).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let mut text = String::new();
+    timeout(BOUND, async {
+        loop {
+            let frame = body.frame().await.expect("the stream stays open").unwrap();
+            if let Ok(data) = frame.into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+            let completed = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .any(|d| {
+                    serde_json::from_str::<Value>(d.trim()).is_ok_and(|m| {
+                        m["method"] == "notifications/tasks" && m["params"]["status"] == "completed"
+                    })
+                });
+            if completed {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the other replica's end was heard: {text}"));
+    assert!(text.contains(&id), "{text}");
+    shutdown.cancel();
+}
