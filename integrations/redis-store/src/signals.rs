@@ -61,17 +61,7 @@ impl RedisStore {
         let mut conn = self.conn();
         let (raw,): (Vec<(String, String)>,) =
             bounded(self.shared.settings.timeout, pipe.query_async(&mut conn)).await?;
-        if raw.is_empty() {
-            return Ok(None);
-        }
-        let answers: Map<String, Value> = raw
-            .into_iter()
-            .filter_map(|(k, v)| Some((k, serde_json::from_str(&v).ok()?)))
-            .collect();
-        Ok(Some(TaskSignal::Input {
-            id: id.to_owned(),
-            answers,
-        }))
+        Ok(input(id.to_owned(), raw))
     }
 
     /// Refreshes `owner`'s lease, then re-reads its live tasks: an ended
@@ -103,16 +93,34 @@ impl RedisStore {
             redis::cmd("MGET").arg(&keys).query_async(&mut conn),
         )
         .await?;
-        for (id, raw) in ids.iter().zip(raws) {
+        let mut live = Vec::new();
+        for (id, raw) in ids.into_iter().zip(raws) {
             let ended = raw
                 .and_then(|r| serde_json::from_str::<TaskRecord>(&r).ok())
                 .is_none_or(|r| r.status.is_terminal());
             if ended {
                 if let Some(owned) = self.owned().get_mut(owner) {
-                    owned.remove(id);
+                    owned.remove(&id);
                 }
-                out.push_back(TaskSignal::Cancel { id: id.clone() });
-            } else if let Some(input) = self.take_inbox(id).await? {
+                out.push_back(TaskSignal::Cancel { id });
+            } else {
+                live.push(id);
+            }
+        }
+        // Every live task's inbox, read and emptied in one round trip.
+        if live.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for id in &live {
+            let inbox = self.inbox_key(id);
+            pipe.hgetall(&inbox).del(&inbox).ignore();
+        }
+        let inboxes: Vec<Vec<(String, String)>> =
+            bounded(settings.timeout, pipe.query_async(&mut conn)).await?;
+        for (id, raw) in live.into_iter().zip(inboxes) {
+            if let Some(input) = input(id, raw) {
                 out.push_back(input);
             }
         }
@@ -125,6 +133,16 @@ impl RedisStore {
         bounded(timeout, pubsub.subscribe(self.channel(owner))).await?;
         Ok(pubsub.into_on_message())
     }
+}
+
+/// The answers read from task `id`'s inbox, if any (an unreadable one is
+/// skipped: the client's answer came through this crate, as JSON).
+fn input(id: String, raw: Vec<(String, String)>) -> Option<TaskSignal> {
+    let answers: Map<String, Value> = raw
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, serde_json::from_str(&v).ok()?)))
+        .collect();
+    (!answers.is_empty()).then_some(TaskSignal::Input { id, answers })
 }
 
 /// What the owner's stream keeps between two signals.

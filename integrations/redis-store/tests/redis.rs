@@ -488,3 +488,60 @@ async fn a_crashed_replicas_task_reads_failed_once_its_lease_lapsed() {
         "{got}"
     );
 }
+
+#[tokio::test]
+async fn an_input_answer_whose_message_was_lost_is_delivered_by_the_reread() {
+    let Some(redis) = Redis::start() else { return };
+    let a = replica(store(&redis).await);
+    let b_store = RedisStore::builder(redis.url())
+        .reread(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let mut on_a = stack(a, sleeper);
+    let mut on_b = stack(replica(b_store), |req: McpRequest| async move {
+        let task = tower_mcp_cancel::tasks::TaskContext::of(&req).unwrap();
+        let answer = task
+            .input("name", json!({"method": "elicitation/create"}))
+            .await?;
+        Ok(json!({"content": [{"type": "text", "text": answer["content"]["name"]}]}))
+    });
+    let id = create(&mut on_b, call(1, "slow", json!({}))).await;
+    wait_subscribed(&redis, 1).await;
+    timeout(BOUND, async {
+        loop {
+            let got = send(&mut on_a, task_req(2, "tasks/get", &id, json!({})))
+                .await
+                .unwrap();
+            if got["status"] == "input_required" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("input_required");
+    // B hears nothing until its next re-read: the message is lost.
+    redis
+        .command(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"))
+        .await;
+    let answer =
+        json!({"inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}});
+    send(&mut on_a, task_req(3, "tasks/update", &id, answer))
+        .await
+        .unwrap();
+    let done = timeout(BOUND, async {
+        loop {
+            let got = send(&mut on_a, task_req(4, "tasks/get", &id, json!({})))
+                .await
+                .unwrap();
+            if got["status"] == "completed" {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("delivered by the re-read");
+    assert_eq!(done["result"]["content"][0]["text"], "Ada");
+}
