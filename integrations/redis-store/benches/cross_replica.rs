@@ -118,12 +118,25 @@ async fn main() {
 
     let me = std::process::id().to_string();
     let server = redis.pid().map(|p| p.to_string()).unwrap_or_default();
-    for (name, l) in [
-        ("memory", layer(tower_mcp_cancel::tasks::MemoryStore::new())),
-        ("redis", layer(store().await.unwrap())),
-    ] {
+    let runner = stack(layer(store().await.unwrap()), sleeper);
+    let cases = [
+        (
+            "memory",
+            layer(tower_mcp_cancel::tasks::MemoryStore::new()),
+            None,
+        ),
+        ("redis", layer(store().await.unwrap()), None),
+        // Read on another replica: the owner's lease is checked too.
+        (
+            "redis, task on another replica",
+            layer(store().await.unwrap()),
+            Some(runner),
+        ),
+    ];
+    for (name, l, owner) in cases {
         let mut svc = stack(l.clone(), sleeper);
-        let id = create(&mut svc, call(1, "sleep", json!({"ms": 600_000}))).await;
+        let mut creator = owner.unwrap_or_else(|| svc.clone());
+        let id = create(&mut creator, call(1, "sleep", json!({"ms": 600_000}))).await;
         let (c0, r0, t0) = (cpu(&me), cpu(&server), Instant::now());
         for n in 0..n_get {
             send(&mut svc, task_req(n, "tasks/get", &id, json!({})))
@@ -137,13 +150,13 @@ async fn main() {
             "tasks/get {name}: {:.0} req/s, CPU per request {:.1} us in the server process{}",
             n / wall.as_secs_f64(),
             cpu_us / n,
-            if name == "redis" {
+            if name.starts_with("redis") {
                 format!(" + {:.1} us in redis-server", redis_us / n)
             } else {
                 String::new()
             }
         );
-        send(&mut svc, task_req(0, "tasks/cancel", &id, json!({})))
+        send(&mut creator, task_req(0, "tasks/cancel", &id, json!({})))
             .await
             .unwrap();
     }
