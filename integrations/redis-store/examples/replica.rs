@@ -12,7 +12,10 @@
 //! the tasks extension. With `--events`, its work prints `DONE <id>` when
 //! it ends and `DROPPED <id>` when it is dropped (a `tasks/cancel` on any
 //! replica, its TTL), keyed by the id of the request that created it.
-//! `--task-ttl SECONDS` sets the TTL (default 600).
+//! It also prints `RUNS <taskId>` when the work of a call that may become a
+//! task starts, and `SERVED <method> <taskId>` for each `tasks/*` request
+//! it answers. `--task-ttl SECONDS` sets the TTL (default 600), `--lease
+//! SECONDS` the owner lease (default 10).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -20,7 +23,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tower::{service_fn, BoxError, ServiceBuilder};
-use tower_mcp_cancel::tasks::{TaskPolicy, TasksLayer};
+use tower_mcp_cancel::tasks::{TaskContext, TaskPolicy, TasksLayer};
 use tower_mcp_cancel::transport::http::{serve, StreamableHttpService};
 use tower_mcp_cancel::McpRequest;
 use tower_mcp_cancel_redis::RedisStore;
@@ -63,6 +66,9 @@ async fn tool(req: McpRequest, events: bool) -> Result<Value, BoxError> {
                 .unwrap_or(5.0)
                 .clamp(0.0, 86_400.0);
             let id = req.id().map(|i| i.to_string()).unwrap_or_default();
+            if let (true, Some(task)) = (events, TaskContext::of(&req)) {
+                println!("RUNS {}", task.id());
+            }
             let mut event = Event {
                 id,
                 done: false,
@@ -93,7 +99,17 @@ async fn main() {
         None => Duration::from_secs(600),
     };
     let events = flag("--events");
-    let store = RedisStore::connect(url)
+    let mut store = RedisStore::builder(url);
+    if let Some(s) = arg("--lease") {
+        let lease = s
+            .parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .unwrap_or_else(|| exit(format!("bad --lease {s:?}: seconds expected")));
+        store = store.lease(lease);
+    }
+    let store = store
+        .connect()
         .await
         .unwrap_or_else(|e| exit(format!("cannot use Redis: {e}")));
     let tasks = TasksLayer::with_store(store)
@@ -101,6 +117,16 @@ async fn main() {
         .ttl(Some(ttl));
     let svc = StreamableHttpService::new(
         ServiceBuilder::new()
+            .map_request(move |req: McpRequest| {
+                if events && req.method().starts_with("tasks/") {
+                    let id = req
+                        .params_as::<Value>()
+                        .ok()
+                        .and_then(|p| p["taskId"].as_str().map(str::to_owned));
+                    println!("SERVED {} {}", req.method(), id.unwrap_or_default());
+                }
+                req
+            })
             .layer(tasks)
             .service(service_fn(move |req| tool(req, events))),
     );
