@@ -42,9 +42,8 @@ impl RedisStore {
                 for (key, answer) in &answers {
                     pipe.hset(&inbox, key, answer.to_string()).ignore();
                 }
-                let keep = settings.backstop.max(settings.lease);
-                pipe.pexpire(&inbox, i64::try_from(keep.as_millis()).unwrap_or(i64::MAX))
-                    .ignore();
+                let keep = crate::store::millis(settings.backstop.max(settings.lease));
+                pipe.pexpire(&inbox, keep.cast_signed()).ignore();
                 pipe.publish(channel, format!("{INPUT}{id}")).ignore();
                 bounded(settings.timeout, pipe.exec_async(&mut conn)).await
             }
@@ -69,7 +68,7 @@ impl RedisStore {
     async fn tick(&self, owner: &str, out: &mut VecDeque<TaskSignal>) -> Result<(), StoreError> {
         let settings = &self.shared.settings;
         let mut conn = self.conn();
-        let lease = u64::try_from(settings.lease.as_millis()).unwrap_or(u64::MAX);
+        let lease = crate::store::millis(settings.lease);
         bounded(
             settings.timeout,
             conn.set_options::<_, _, ()>(

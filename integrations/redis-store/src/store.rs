@@ -26,6 +26,10 @@ end
 return 1
 ";
 
+/// The longest lease, re-read period and timeout (a longer setting is
+/// taken as this).
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
 /// How many times a change is read again when another writer changed the
 /// record first, before the call fails.
 const MAX_RETRIES: usize = 64;
@@ -86,27 +90,29 @@ impl RedisStoreBuilder {
     /// How long an owner's lease lasts without a refresh (default 10 s):
     /// this long after a replica went away, its unfinished tasks read
     /// `failed`. The owner refreshes it every third of it (or every
-    /// [`reread`](Self::reread) period, if shorter).
+    /// [`reread`](Self::reread) period, if shorter). Taken between 3 ms and
+    /// a day.
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.settings.lease = lease.max(Duration::from_millis(3));
+        self.settings.lease = lease.clamp(Duration::from_millis(3), DAY);
         self
     }
 
     /// How often an owner re-reads its live tasks (default 1 s): the bound
     /// on delivering a cancel or an input answer whose pub/sub message was
-    /// lost.
+    /// lost. Taken between 1 ms and a day.
     #[must_use]
     pub fn reread(mut self, period: Duration) -> Self {
-        self.settings.reread = period.max(Duration::from_millis(1));
+        self.settings.reread = period.clamp(Duration::from_millis(1), DAY);
         self
     }
 
     /// The most one Redis command, or connecting, may take (default 2 s):
-    /// past it the call fails with [`StoreError::Unavailable`].
+    /// past it the call fails with [`StoreError::Unavailable`]. Taken
+    /// between 1 ms and a day.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.settings.timeout = timeout.max(Duration::from_millis(1));
+        self.settings.timeout = timeout.clamp(Duration::from_millis(1), DAY);
         self
     }
 
@@ -168,8 +174,16 @@ fn corrupt(id: &str, e: serde_json::Error) -> StoreError {
     StoreError::Unavailable(format!("the record of task {id:?} is not readable: {e}").into())
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+/// The longest expiry this store asks of Redis (100 years): a longer
+/// setting (`Duration::MAX` for "forever") is taken as this, where Redis
+/// would refuse it.
+const MAX_PX: u64 = 100 * 365 * 24 * 3600 * 1000;
+
+/// `d` in milliseconds for `PX`: at least 1, at most [`MAX_PX`].
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, MAX_PX)
 }
 
 impl RedisStore {
@@ -228,7 +242,7 @@ impl RedisStore {
                 .created_at_ms
                 .saturating_add(ttl)
                 .saturating_add(millis(self.shared.settings.backstop));
-            end.saturating_sub(now_ms()).max(1)
+            end.saturating_sub(now_ms()).clamp(1, MAX_PX)
         })
     }
 
@@ -372,7 +386,7 @@ impl TaskStore for RedisStore {
                 let mut conn = self.conn();
                 let _ = bounded(
                     self.shared.settings.timeout,
-                    conn.pexpire::<_, ()>(self.inbox_key(id), millis(retain) as i64),
+                    conn.pexpire::<_, ()>(self.inbox_key(id), millis(retain).cast_signed()),
                 )
                 .await;
             }
