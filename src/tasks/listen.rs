@@ -143,7 +143,13 @@ pub(crate) async fn listen(
         let ctx = &ctx;
         async move { ctx.notify("notifications/tasks", &params).await }
     };
-    let period = layer.config.run.poll_interval.max(Duration::from_millis(1));
+    // Remote changes are noticed within a polling interval, and within a
+    // minute whatever the interval (which may be `Duration::MAX`).
+    let period = layer
+        .config
+        .run
+        .poll_interval
+        .clamp(Duration::from_millis(1), Duration::from_secs(60));
     let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
