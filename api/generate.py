@@ -22,6 +22,7 @@ PACKAGES = [
     ("tower-mcp-cancel", "tower_mcp_cancel"),
     ("tower-mcp-cancel-rmcp", "tower_mcp_cancel_rmcp"),
     ("tower-mcp-cancel-tower-mcp", "tower_mcp_cancel_tower_mcp"),
+    ("tower-mcp-cancel-redis", "tower_mcp_cancel_redis"),
 ]
 
 KINDS = {

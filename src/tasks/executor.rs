@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, Once, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use super::context::{Phase, TaskCore};
 use super::record::{TaskEnd, TaskRecord};
-use super::store::StoreError;
+use super::store::{StoreError, TaskSignal};
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
 use crate::CancelReason;
@@ -38,16 +38,38 @@ pub(crate) struct RunSettings {
 }
 
 /// The tasks running in this process. Clones share them.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Executor {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
-struct Inner {
+pub(crate) struct Inner {
     tasks: Mutex<HashMap<String, Arc<TaskCore>>>,
     /// Woken when the last task ended.
     idle: Notify,
+    /// This executor's owner id (random): records of its tasks name it.
+    owner: String,
+    /// Whether the loop that takes the owner's signals runs.
+    signals: Once,
+    /// Fired when the executor is gone: the signal loop ends.
+    stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskCore>>> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The running task `id`.
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<TaskCore>> {
+        self.lock().get(id).cloned()
+    }
 }
 
 impl fmt::Debug for Executor {
@@ -71,11 +93,26 @@ enum Stop {
 }
 
 impl Executor {
+    /// An executor with no task, owner `owner`.
+    pub(crate) fn new(owner: String) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                tasks: Mutex::default(),
+                idle: Notify::new(),
+                owner,
+                signals: Once::new(),
+                stop: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// This executor's owner id.
+    pub(crate) fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskCore>>> {
-        self.inner
-            .tasks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.inner.lock()
     }
 
     /// How many tasks run.
@@ -85,7 +122,7 @@ impl Executor {
 
     /// The running task `id`.
     pub(crate) fn get(&self, id: &str) -> Option<Arc<TaskCore>> {
-        self.lock().get(id).cloned()
+        self.inner.get(id)
     }
 
     /// Resolves once no task runs.
@@ -131,6 +168,23 @@ impl Executor {
             tasks.insert(core.id.clone(), core.clone());
         }
         core.set_phase(Phase::Promoted);
+        // With the first task (inside the runtime that runs it), the loop
+        // that takes what other replicas signal to this owner.
+        self.inner.signals.call_once(|| {
+            let executor = Arc::downgrade(&self.inner);
+            tokio::spawn(super::owner::run_signals(
+                core.store.clone(),
+                self.inner.owner.clone(),
+                move |signal| match executor.upgrade() {
+                    Some(inner) => {
+                        deliver(&inner, signal);
+                        true
+                    }
+                    None => false,
+                },
+                self.inner.stop.clone(),
+            ));
+        });
         let (tx, rx) = oneshot::channel();
         let span = tracing::info_span!(
             target: "tower_mcp_cancel::task",
@@ -359,3 +413,23 @@ fn count_grace(what: &'static str) {
 
 #[cfg(not(feature = "metrics"))]
 fn count_grace(_what: &'static str) {}
+
+/// Delivers one signal to a task of this executor (none: nothing to do;
+/// a signal may come twice, the second finds nothing waiting).
+fn deliver(inner: &Inner, signal: TaskSignal) {
+    match signal {
+        TaskSignal::Cancel { id } => {
+            if let Some(core) = inner.get(&id) {
+                core.cancellation
+                    .cancel(CancelReason::peer(Some("tasks/cancel on another replica")));
+            }
+        }
+        TaskSignal::Input { id, answers } => {
+            if let Some(core) = inner.get(&id) {
+                for (key, tx) in core.take_pending(&answers) {
+                    let _ = tx.send(answers.get(&key).cloned().unwrap_or_default());
+                }
+            }
+        }
+    }
+}

@@ -29,6 +29,19 @@
 //! * the [shutdown](TasksLayer::shutdown) token stops every task after the
 //!   drain grace, and [`TasksHandle::drained`] says when they all ended.
 //!
+//! # Several replicas
+//!
+//! A task's work runs on the replica that created it; its `tasks/*` may
+//! land on any replica behind a balancer. With a [`TaskStore`] shared by
+//! the replicas (e.g. the `tower-mcp-cancel-redis` package), each layer is
+//! an *owner* with a random id, named in its tasks' records
+//! ([`TaskRecord::owner`]): a `tasks/cancel` or `tasks/update` served by
+//! another replica is written to the store and signalled to the owner
+//! ([`TaskSignal`]), whose executor stops the work or hands the answers to
+//! the waiting handler; and a task whose owner's lease lapsed reads
+//! `failed` ("its server went away") instead of `working` forever. The
+//! in-memory store is one process's: it needs none of this.
+//!
 //! A request that did not declare the extension never gets a task (a tool
 //! whose policy is [`required`](TaskPolicy::required) is refused `-32021`),
 //! nor may it use `tasks/*` (`-32021`). `server/discover` answers carry the
@@ -76,6 +89,7 @@ mod executor;
 pub mod future;
 mod layer;
 mod listen;
+mod owner;
 mod policy;
 mod record;
 mod service;
@@ -86,10 +100,11 @@ pub use client::{KeepTaskHandle, TaskCall, TaskCallLayer};
 pub use context::{InputError, TaskContext};
 pub use future::TasksResponse;
 pub use layer::{TasksHandle, TasksLayer};
+
 pub use policy::TaskPolicy;
 pub use record::{TaskChange, TaskEnd, TaskRecord, TaskStatus, EXTENSION};
 pub use service::Tasks;
-pub use store::{MemoryStore, StoreError, TaskStore};
+pub use store::{MemoryStore, StoreError, TaskSignal, TaskStore};
 
 #[cfg(test)]
 mod tests;

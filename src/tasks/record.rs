@@ -87,6 +87,13 @@ pub struct TaskRecord {
     /// [`TasksLayer::bind`](super::TasksLayer::bind)): a request that binds
     /// to another principal sees no such task.
     pub principal: Option<String>,
+    /// The replica whose [`TasksLayer`](super::TasksLayer) runs the task's
+    /// work (its random owner id): where a `tasks/cancel` or `tasks/update`
+    /// served by another replica is signalled, and whose lease says whether
+    /// the work still runs (see [`TaskStore`](super::TaskStore)). Absent in
+    /// records written before owners existed.
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 impl TaskRecord {
@@ -109,6 +116,7 @@ impl TaskRecord {
             result: None,
             error: None,
             principal,
+            owner: None,
         }
     }
 
@@ -241,6 +249,21 @@ pub enum TaskEnd {
     Cancelled(Option<String>),
 }
 
+/// A task id: 128 bits from the operating system's random source, as 32
+/// lowercase hex digits.
+pub(crate) fn mint_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    let mut id = String::with_capacity(32);
+    for b in bytes {
+        id.push(char::from(HEX[usize::from(b >> 4)]));
+        id.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    Ok(id)
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -307,6 +330,17 @@ mod tests {
         r.apply(&TaskChange::AnswerInputs(vec!["b".into()]));
         assert_eq!(r.status, TaskStatus::Working);
         assert!(r.to_json(None).get("inputRequests").is_none());
+    }
+
+    #[test]
+    fn a_record_without_an_owner_reads_as_one_without() {
+        let mut r = record();
+        r.owner = Some("replica-a".into());
+        let mut v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["owner"], "replica-a");
+        v.as_object_mut().unwrap().remove("owner");
+        let back: TaskRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(back.owner, None);
     }
 
     #[test]

@@ -14,8 +14,9 @@ use tower_service::Service;
 use super::context::{TaskContext, TaskCore};
 use super::future::{promote, ResponseFuture, TasksResponse};
 use super::policy::Mode;
-use super::record::{TaskChange, TaskEnd, TaskRecord, EXTENSION};
+use super::record::{mint_id, TaskChange, TaskEnd, TaskRecord, EXTENSION};
 use super::shared::Shared;
+use super::store::{StoreError, TaskSignal};
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
 use crate::notify::TaskSink;
@@ -188,12 +189,13 @@ where
         req.set_cancellation(core.cancellation.clone());
         req.extensions_mut().insert(TaskContext::new(core.clone()));
         req.extensions_mut().insert(TaskSink(core.clone()));
-        let record = TaskRecord::new(
+        let mut record = TaskRecord::new(
             core.id.clone(),
             config.ttl,
             config.run.poll_interval,
             principal,
         );
+        record.owner = Some(self.layer.executor.owner().to_owned());
         let work = self.inner.call(req);
         ResponseFuture::boxed(promote(
             self.layer.clone(),
@@ -223,11 +225,7 @@ where
         let answers = p.input_responses.unwrap_or_default();
         let layer = self.layer.clone();
         ResponseFuture::boxed(async move {
-            let store = &layer.store;
-            let record = store
-                .get(&id)
-                .await
-                .map_err(|e| ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()))?;
+            let record = layer.read(&id).await.map_err(store_error)?;
             let record = match record {
                 Some(r) if layer.visible(&r, principal.as_ref()) => r,
                 _ => return Err(unknown_task().into()),
@@ -299,34 +297,57 @@ struct NotificationsPeek {
 
 /// `tasks/cancel`: the task's end is `cancelled` at once (first writer
 /// wins: a task already ended keeps its end, and the ack is the same),
-/// then its work is stopped: token, grace, drop.
+/// then its work is stopped: token, grace, drop — here, or on the replica
+/// that runs it, told through the store.
 async fn cancel(layer: &Shared, record: &TaskRecord) -> Result<(), BoxError> {
     if record.status.is_terminal() {
         return Ok(());
     }
     let end = TaskEnd::Cancelled(Some("cancelled by the client (tasks/cancel)".into()));
-    layer
+    let ended = layer
         .store
         .finish(&record.id, end, layer.config.run.retention)
         .await
-        .map_err(|e| ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()))?;
+        .map_err(store_error)?;
     if let Some(core) = layer.executor.get(&record.id) {
         core.cancellation
             .cancel(CancelReason::peer(Some("tasks/cancel")));
+    } else if let (true, Some(owner)) = (ended, remote_owner(layer, record)) {
+        // The cancel is recorded: a lost signal is found by the owner's
+        // re-read of its tasks, so a failed send still acks.
+        let signal = TaskSignal::Cancel {
+            id: record.id.clone(),
+        };
+        if let Err(e) = layer.store.signal_owner(owner, signal).await {
+            tracing::debug!(target: "tower_mcp_cancel::task", error = %e, "owner not signalled");
+        }
     }
     Ok(())
 }
 
+/// The owner of `record` when it is another replica.
+fn remote_owner<'r>(layer: &Shared, record: &'r TaskRecord) -> Option<&'r str> {
+    record
+        .owner
+        .as_deref()
+        .filter(|o| *o != layer.executor.owner())
+}
+
+fn store_error(e: StoreError) -> ErrorObject {
+    ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string())
+}
+
 /// `tasks/update`: the answers to outstanding input requests go to the
-/// waiting handler; keys not outstanding are ignored. The answered keys
-/// leave the record before the ack.
+/// waiting handler (here, or on the replica that runs it, through the
+/// store); keys not outstanding are ignored. The answered keys leave the
+/// record before the ack.
 async fn update(
     layer: &Shared,
     record: &TaskRecord,
     answers: &Map<String, Value>,
 ) -> Result<(), BoxError> {
     let Some(core) = layer.executor.get(&record.id) else {
-        return Ok(());
+        return update_remote(layer, record, answers).await;
     };
     let taken = core.take_pending(answers);
     if taken.is_empty() {
@@ -337,24 +358,46 @@ async fn update(
         .store
         .update(&record.id, TaskChange::AnswerInputs(keys))
         .await
-        .map_err(|e| ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()))?;
+        .map_err(store_error)?;
     for (key, tx) in taken {
         let _ = tx.send(answers.get(&key).cloned().unwrap_or_default());
     }
     Ok(())
 }
 
-/// A task id: 128 bits from the operating system's random source, as 32
-/// lowercase hex digits.
-fn mint_id() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)?;
-    let mut id = String::with_capacity(32);
-    for b in bytes {
-        id.push(char::from(HEX[usize::from(b >> 4)]));
-        id.push(char::from(HEX[usize::from(b & 0xf)]));
+/// `tasks/update` for a task another replica runs: the answers to its
+/// outstanding requests are handed to the store for the owner first, then
+/// their keys leave the record.
+async fn update_remote(
+    layer: &Shared,
+    record: &TaskRecord,
+    answers: &Map<String, Value>,
+) -> Result<(), BoxError> {
+    let Some(owner) = remote_owner(layer, record) else {
+        return Ok(());
+    };
+    let outstanding: Map<String, Value> = answers
+        .iter()
+        .filter(|(k, _)| record.input_requests.contains_key(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if outstanding.is_empty() {
+        return Ok(());
     }
-    Ok(id)
+    let keys = outstanding.keys().cloned().collect();
+    let signal = TaskSignal::Input {
+        id: record.id.clone(),
+        answers: outstanding,
+    };
+    layer
+        .store
+        .signal_owner(owner, signal)
+        .await
+        .map_err(store_error)?;
+    layer
+        .store
+        .update(&record.id, TaskChange::AnswerInputs(keys))
+        .await
+        .map_err(store_error)?;
+    Ok(())
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";

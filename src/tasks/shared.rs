@@ -9,9 +9,11 @@ use std::time::Duration;
 use http::Extensions;
 
 use super::executor::{Executor, RunSettings};
+use super::owner::OWNER_GONE;
 use super::policy::TaskPolicy;
-use super::record::TaskRecord;
-use super::store::{TaskStore, Watched};
+use super::record::{mint_id, TaskEnd, TaskRecord};
+use super::store::{StoreError, TaskSignal, TaskStore, Watched};
+use crate::jsonrpc::ErrorObject;
 
 /// Binds a task to whoever created it.
 type Bind = Arc<dyn Fn(&Extensions) -> Option<String> + Send + Sync>;
@@ -68,7 +70,7 @@ impl Shared {
             }),
             store: watched.clone(),
             watched,
-            executor: Executor::default(),
+            executor: Executor::new(owner_id()),
         }
     }
 
@@ -81,4 +83,47 @@ impl Shared {
     pub(crate) fn principal(&self, extensions: &Extensions) -> Option<String> {
         self.config.bind.as_ref().and_then(|b| b(extensions))
     }
+}
+
+impl Shared {
+    /// Task `id` as a `tasks/*` request sees it: a task that has not ended
+    /// and whose owner (another replica) lost its lease is ended `failed`
+    /// first (first writer wins: an end recorded meanwhile stays).
+    pub(crate) async fn read(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let record = self.store.get(id).await?;
+        let Some(r) = &record else {
+            return Ok(None);
+        };
+        let foreign = r.owner.as_deref().filter(|o| *o != self.executor.owner());
+        let Some(owner) = foreign else {
+            return Ok(record);
+        };
+        if r.status.is_terminal() || self.store.owner_alive(owner).await? {
+            return Ok(record);
+        }
+        let end = TaskEnd::Failed(ErrorObject::new(ErrorObject::INTERNAL_ERROR, OWNER_GONE));
+        if self
+            .store
+            .finish(id, end, self.config.run.retention)
+            .await?
+        {
+            // A slow owner stops the work when it hears (or re-reads) it.
+            let signal = TaskSignal::Cancel { id: id.to_owned() };
+            if let Err(e) = self.store.signal_owner(owner, signal).await {
+                tracing::debug!(target: "tower_mcp_cancel::task", error = %e, "owner not signalled");
+            }
+        }
+        self.store.get(id).await
+    }
+}
+
+/// A new owner id: random, as task ids are; should the OS random source
+/// fail, the process id and the time, unique enough among replicas.
+fn owner_id() -> String {
+    mint_id().unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{:x}-{nanos:x}", std::process::id())
+    })
 }

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -29,6 +31,31 @@ use super::record::{TaskChange, TaskEnd, TaskRecord};
 ///   terminal status never changes.
 /// * A record is kept for `retain` after its end, then it is gone: `get`
 ///   returns `None`.
+///
+/// # Several replicas
+///
+/// A store shared by several processes also carries what one replica asks
+/// of the replica that runs a task, its *owner* ([`TaskRecord::owner`]:
+/// each [`TasksLayer`](super::TasksLayer) is one, with a random id), and
+/// says whether that owner is still there. The three methods for it have
+/// defaults for a store of one process, where every owner is local:
+/// nothing to deliver, every owner alive.
+/// * [`signal_owner`](Self::signal_owner) carries a [`TaskSignal`] to the
+///   owner: a `tasks/cancel` (after the store recorded the task
+///   `cancelled`) and the answers of a `tasks/update` (after which the
+///   answered keys leave the record).
+/// * [`owner_signals`](Self::owner_signals) is the owner's side: a stream
+///   the owner's executor polls from its first task on, for as long as its
+///   layer lives. A signal must reach it even when a message is lost on
+///   the way (e.g. a periodic re-read of the owner's tasks: a task ended in
+///   the store is a [`TaskSignal::Cancel`]); a signal may come twice. While
+///   it is polled, the store keeps the owner's *lease* alive.
+/// * [`owner_alive`](Self::owner_alive) tells whether an owner's lease
+///   holds; the layer ends the unfinished task of an owner whose lease
+///   lapsed `failed` ("its server went away") when a `tasks/*` request
+///   reads it, instead of reporting it `working` forever. A store must
+///   take the lease of a record's owner no later than it creates the
+///   record.
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new record. Fails with [`StoreError::Full`] when the store
     /// has no room for it.
@@ -56,6 +83,55 @@ pub trait TaskStore: Send + Sync + 'static {
         end: TaskEnd,
         retain: Duration,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Carries `signal` to `owner`, the replica running the task (see
+    /// [above](#several-replicas)). The default does nothing: in one
+    /// process, every task's owner is local and is reached directly.
+    fn signal_owner<'a>(
+        &'a self,
+        owner: &'a str,
+        signal: TaskSignal,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (owner, signal);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The signals for `owner`'s tasks, for its executor to act on; polling
+    /// the stream keeps `owner`'s lease alive (see
+    /// [above](#several-replicas)). `None` (the default): this store
+    /// carries no signals.
+    fn owner_signals(&self, owner: &str) -> Option<BoxStream<'static, TaskSignal>> {
+        let _ = owner;
+        None
+    }
+
+    /// Whether `owner`'s lease holds (the default: always, every owner is
+    /// in this process).
+    fn owner_alive<'a>(&'a self, owner: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = owner;
+        Box::pin(async { Ok(true) })
+    }
+}
+
+/// What a replica asks of the replica that runs a task.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TaskSignal {
+    /// Task `id` has ended in the store (`tasks/cancel`, or its owner's
+    /// lease lapsed): stop its work (token, grace, drop).
+    Cancel {
+        /// The task.
+        id: String,
+    },
+    /// `tasks/update` answered these outstanding input requests of task
+    /// `id` (by key): the handler's waiting
+    /// [`TaskContext::input`](super::TaskContext::input) calls resolve.
+    Input {
+        /// The task.
+        id: String,
+        /// The answers, by input key.
+        answers: Map<String, Value>,
+    },
 }
 
 /// A store operation failed.
@@ -314,6 +390,22 @@ impl TaskStore for Watched {
             }
             out
         })
+    }
+
+    fn signal_owner<'a>(
+        &'a self,
+        owner: &'a str,
+        signal: TaskSignal,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.signal_owner(owner, signal)
+    }
+
+    fn owner_signals(&self, owner: &str) -> Option<BoxStream<'static, TaskSignal>> {
+        self.inner.owner_signals(owner)
+    }
+
+    fn owner_alive<'a>(&'a self, owner: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.owner_alive(owner)
     }
 }
 

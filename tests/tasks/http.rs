@@ -217,3 +217,42 @@ async fn a_listen_for_task_ids_gets_each_change_as_notifications_tasks() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_listen_under_the_longest_polling_interval_still_hears_a_change() {
+    let probes = Probes::default();
+    let tasks = TasksLayer::new()
+        .default_policy(TaskPolicy::optional())
+        .poll_interval(Duration::MAX);
+    let svc = endpoint(tasks, &probes);
+    let create = post(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 300}}),
+        Some("sleep"),
+    );
+    let (_, created) = send(&svc, create).await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let listen = post(
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": [id]}}),
+        None,
+    );
+    let res = svc.clone().oneshot(listen).await.unwrap();
+    let mut body = res.into_body();
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let frame = body.frame().await.expect("the stream stays open").unwrap();
+            if let Ok(data) = frame.into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+            if sse_messages(&text).iter().any(|m| {
+                m["method"] == "notifications/tasks" && m["params"]["status"] == "completed"
+            }) {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no completion heard: {text}"));
+}

@@ -440,3 +440,5 @@ fn the_security_table_states_the_tasks_defaults() {
         secs(TaskCallLayer::new().cancel_timeout_value())
     );
 }
+
+mod replicas;

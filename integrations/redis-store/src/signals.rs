@@ -1,0 +1,227 @@
+//! Signals to a task's owner: `PUBLISH` on the owner's channel (at most
+//! once), and the owner's periodic re-read of its live tasks and their
+//! inboxes (which finds what a lost message carried), with the refresh of
+//! its lease.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use redis::aio::PubSubStream;
+use redis::AsyncCommands;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+use tower_mcp_cancel::tasks::{StoreError, TaskRecord, TaskSignal};
+
+use crate::store::{bounded, RedisStore};
+
+const CANCEL: &str = "c:";
+const INPUT: &str = "i:";
+
+impl RedisStore {
+    /// Sends `signal` to `owner`: a cancel is a message (the record, ended
+    /// already, is what a re-read finds); input answers go to the task's
+    /// inbox first, then a message says so.
+    pub(crate) async fn signal(&self, owner: &str, signal: TaskSignal) -> Result<(), StoreError> {
+        let settings = &self.shared.settings;
+        let mut conn = self.conn();
+        let channel = self.channel(owner);
+        match signal {
+            TaskSignal::Cancel { id } => {
+                bounded(
+                    settings.timeout,
+                    conn.publish::<_, _, ()>(channel, format!("{CANCEL}{id}")),
+                )
+                .await
+            }
+            TaskSignal::Input { id, answers } => {
+                let inbox = self.inbox_key(&id);
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                for (key, answer) in &answers {
+                    pipe.hset(&inbox, key, answer.to_string()).ignore();
+                }
+                let keep = crate::store::millis(settings.backstop.max(settings.lease));
+                pipe.pexpire(&inbox, keep.cast_signed()).ignore();
+                pipe.publish(channel, format!("{INPUT}{id}")).ignore();
+                bounded(settings.timeout, pipe.exec_async(&mut conn)).await
+            }
+            // A signal this store does not know has nothing to carry.
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the answers in task `id`'s inbox (read and emptied at once).
+    async fn take_inbox(&self, id: &str) -> Result<Option<TaskSignal>, StoreError> {
+        let inbox = self.inbox_key(id);
+        let mut pipe = redis::pipe();
+        pipe.atomic().hgetall(&inbox).del(&inbox).ignore();
+        let mut conn = self.conn();
+        let (raw,): (Vec<(String, String)>,) =
+            bounded(self.shared.settings.timeout, pipe.query_async(&mut conn)).await?;
+        Ok(input(id.to_owned(), raw))
+    }
+
+    /// Refreshes `owner`'s lease, then re-reads its live tasks: an ended
+    /// (or expired) record is a cancel, a non-empty inbox the answers.
+    async fn tick(&self, owner: &str, out: &mut VecDeque<TaskSignal>) -> Result<(), StoreError> {
+        let settings = &self.shared.settings;
+        let mut conn = self.conn();
+        let lease = crate::store::millis(settings.lease);
+        bounded(
+            settings.timeout,
+            conn.set_options::<_, _, ()>(
+                self.lease_key(owner),
+                1,
+                redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(lease)),
+            ),
+        )
+        .await?;
+        let ids: Vec<String> = self
+            .owned()
+            .get(owner)
+            .map(|ids| ids.iter().cloned().collect())
+            .unwrap_or_default();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| self.record_key(id)).collect();
+        let raws: Vec<Option<String>> = bounded(
+            settings.timeout,
+            redis::cmd("MGET").arg(&keys).query_async(&mut conn),
+        )
+        .await?;
+        let mut live = Vec::new();
+        for (id, raw) in ids.into_iter().zip(raws) {
+            let ended = raw
+                .and_then(|r| serde_json::from_str::<TaskRecord>(&r).ok())
+                .is_none_or(|r| r.status.is_terminal());
+            if ended {
+                if let Some(owned) = self.owned().get_mut(owner) {
+                    owned.remove(&id);
+                }
+                out.push_back(TaskSignal::Cancel { id });
+            } else {
+                live.push(id);
+            }
+        }
+        // Every live task's inbox, read and emptied in one round trip.
+        if live.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for id in &live {
+            let inbox = self.inbox_key(id);
+            pipe.hgetall(&inbox).del(&inbox).ignore();
+        }
+        let inboxes: Vec<Vec<(String, String)>> =
+            bounded(settings.timeout, pipe.query_async(&mut conn)).await?;
+        for (id, raw) in live.into_iter().zip(inboxes) {
+            if let Some(input) = input(id, raw) {
+                out.push_back(input);
+            }
+        }
+        Ok(())
+    }
+
+    async fn subscribe(&self, owner: &str) -> Result<PubSubStream, StoreError> {
+        let timeout = self.shared.settings.timeout;
+        let mut pubsub = bounded(timeout, self.shared.client.get_async_pubsub()).await?;
+        bounded(timeout, pubsub.subscribe(self.channel(owner))).await?;
+        Ok(pubsub.into_on_message())
+    }
+}
+
+/// The answers read from task `id`'s inbox, if any (an unreadable one is
+/// skipped: the client's answer came through this crate, as JSON).
+fn input(id: String, raw: Vec<(String, String)>) -> Option<TaskSignal> {
+    let answers: Map<String, Value> = raw
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, serde_json::from_str(&v).ok()?)))
+        .collect();
+    (!answers.is_empty()).then_some(TaskSignal::Input { id, answers })
+}
+
+/// What the owner's stream keeps between two signals.
+struct State {
+    store: RedisStore,
+    owner: String,
+    messages: Option<PubSubStream>,
+    due: VecDeque<TaskSignal>,
+    next_tick: Instant,
+    period: Duration,
+}
+
+/// The signals for `owner`: messages as they come, and every period the
+/// lease refreshed and the live tasks re-read (a lost subscription is
+/// re-made then, and the re-read finds what it missed).
+pub(crate) fn stream(store: RedisStore, owner: String) -> BoxStream<'static, TaskSignal> {
+    let settings = &store.shared.settings;
+    let period = settings.reread.min(settings.lease / 3);
+    let state = State {
+        store,
+        owner,
+        messages: None,
+        due: VecDeque::new(),
+        next_tick: Instant::now(),
+        period,
+    };
+    futures_util::stream::unfold(state, |mut s| async move {
+        let signal = s.next().await;
+        Some((signal, s))
+    })
+    .boxed()
+}
+
+impl State {
+    async fn next(&mut self) -> TaskSignal {
+        loop {
+            if let Some(signal) = self.due.pop_front() {
+                return signal;
+            }
+            let message = async {
+                match self.messages.as_mut() {
+                    Some(m) => m.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                msg = message => match msg {
+                    Some(msg) => self.message(msg).await,
+                    // The subscription is gone: re-made at the next tick.
+                    None => self.messages = None,
+                },
+                () = tokio::time::sleep_until(self.next_tick) => {
+                    self.next_tick = Instant::now() + self.period;
+                    if self.messages.is_none() {
+                        match self.store.subscribe(&self.owner).await {
+                            Ok(m) => self.messages = Some(m),
+                            Err(e) => tracing::debug!(error = %e, "task signals: not subscribed"),
+                        }
+                    }
+                    if let Err(e) = self.store.tick(&self.owner, &mut self.due).await {
+                        tracing::warn!(error = %e, "task signals: lease refresh or re-read failed");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn message(&mut self, msg: redis::Msg) {
+        let Ok(payload) = msg.get_payload::<String>() else {
+            return;
+        };
+        if let Some(id) = payload.strip_prefix(CANCEL) {
+            self.due.push_back(TaskSignal::Cancel { id: id.to_owned() });
+        } else if let Some(id) = payload.strip_prefix(INPUT) {
+            match self.store.take_inbox(id).await {
+                Ok(Some(input)) => self.due.push_back(input),
+                Ok(None) => {}
+                // The next re-read takes it.
+                Err(e) => tracing::debug!(error = %e, "task signals: inbox not read"),
+            }
+        }
+    }
+}

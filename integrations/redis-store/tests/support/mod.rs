@@ -1,0 +1,202 @@
+//! A real `redis-server` for the tests and the bench: started on a free
+//! loopback port in a temporary directory, without persistence, stopped
+//! (and its directory removed) on drop; and the tasks layer over a handler.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
+use tower_mcp_cancel::tasks::{Tasks, TasksLayer, EXTENSION};
+use tower_mcp_cancel::McpRequest;
+
+/// A `redis-server` child.
+pub struct Redis {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+fn binary() -> Option<PathBuf> {
+    let candidates = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")]);
+    candidates
+        .map(|d| d.join("redis-server"))
+        .find(|p| p.is_file())
+}
+
+impl Redis {
+    /// A started server; `None` (with a message) when `redis-server` is not
+    /// installed and this is not CI; in CI (`CI` set) its absence fails.
+    pub fn start() -> Option<Self> {
+        let Some(_) = binary() else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "redis-server is not installed (apt-get install redis-server): CI needs it"
+            );
+            eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server)");
+            return None;
+        };
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("mcp-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let mut redis = Self {
+            child: None,
+            port,
+            dir,
+        };
+        redis.restart();
+        Some(redis)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts it (again) on its port, and waits (bounded) until it answers.
+    pub fn restart(&mut self) {
+        let child = Command::new(binary().expect("redis-server"))
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.pong() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer in 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn pong(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// Stops it (SIGKILL: it goes away as a crash would).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Runs a command through a plain connection (for what the store does
+    /// not do: killing clients, removing a lease).
+    pub async fn command(&self, cmd: &redis::Cmd) -> redis::Value {
+        let client = redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        cmd.query_async(&mut conn).await.unwrap()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Resolves its receiver when dropped: the work's future is gone.
+pub struct OnDrop(pub Option<oneshot::Sender<()>>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Probe(pub std::sync::Arc<std::sync::Mutex<Option<OnDrop>>>);
+
+pub fn probe() -> (Probe, oneshot::Receiver<()>) {
+    let (tx, rx) = oneshot::channel();
+    (
+        Probe(std::sync::Arc::new(std::sync::Mutex::new(Some(OnDrop(
+            Some(tx),
+        ))))),
+        rx,
+    )
+}
+
+pub type Svc = Tasks<tower::util::BoxCloneSyncService<McpRequest, Value, BoxError>>;
+
+pub fn stack<F, Fut>(layer: TasksLayer, handler: F) -> Svc
+where
+    F: Fn(McpRequest) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Value, BoxError>> + Send + 'static,
+{
+    layer.layer(tower::util::BoxCloneSyncService::new(service_fn(handler)))
+}
+
+/// `sleep {ms}`: holds the request's probe, sleeps, answers.
+pub async fn sleeper(req: McpRequest) -> Result<Value, BoxError> {
+    let ms = req.params_as::<Value>()?["arguments"]["ms"]
+        .as_u64()
+        .unwrap_or(0);
+    let _probe = req
+        .extensions()
+        .get::<Probe>()
+        .and_then(|p| p.0.lock().unwrap().take());
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    Ok(json!({"content": [], "isError": false}))
+}
+
+fn declared() -> Value {
+    json!({"io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}}})
+}
+
+pub fn call(id: i64, tool: &str, args: Value) -> McpRequest {
+    McpRequest::new(id, "tools/call")
+        .with_params(json!({"name": tool, "arguments": args, "_meta": declared()}))
+}
+
+pub fn task_req(id: i64, method: &str, task_id: &str, extra: Value) -> McpRequest {
+    let mut params = json!({"taskId": task_id, "_meta": declared()});
+    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    McpRequest::new(id, method).with_params(params)
+}
+
+pub async fn send(svc: &mut Svc, req: McpRequest) -> Result<Value, BoxError> {
+    let out = svc.ready().await?.call(req).await?;
+    Ok(serde_json::to_value(out).unwrap())
+}
+
+/// Creates a task; its id.
+pub async fn create(svc: &mut Svc, req: McpRequest) -> String {
+    let created = send(svc, req).await.unwrap();
+    assert_eq!(created["resultType"], "task", "{created}");
+    created["taskId"].as_str().unwrap().to_owned()
+}
