@@ -96,15 +96,15 @@ async fn a_cancel_on_another_replica_drops_the_work_on_its_owner() {
     let store = Shared::default();
     let (a, b) = replicas(&store);
     assert_ne!(
-        a.executor.owner(),
-        b.executor.owner(),
+        a.shared.executor.owner(),
+        b.shared.executor.owner(),
         "one owner per layer"
     );
     let mut on_a = stack(a, sleeper);
     let mut on_b = stack(b.clone(), sleeper);
     let (req, dropped) = with_probe(call(1, "sleep", json!({"ms": 60_000}), true));
     let id = create(&mut on_b, req).await;
-    assert_eq!(owner_of(&store, &id), b.executor.owner());
+    assert_eq!(owner_of(&store, &id), b.shared.executor.owner());
     let got = send(&mut on_a, task_req(2, "tasks/get", &id, json!({})))
         .await
         .unwrap();
@@ -205,7 +205,7 @@ async fn an_owner_whose_lease_lapsed_leaves_a_failed_task_its_late_answer_cannot
         .gone
         .lock()
         .unwrap()
-        .insert(b.executor.owner().to_owned());
+        .insert(b.shared.executor.owner().to_owned());
     store.lose.store(true, Ordering::SeqCst);
     let got = send(&mut on_a, task_req(2, "tasks/get", &id, json!({})))
         .await
@@ -240,7 +240,7 @@ async fn the_owners_own_tasks_are_never_failed_for_its_lease() {
         .gone
         .lock()
         .unwrap()
-        .insert(b.executor.owner().to_owned());
+        .insert(b.shared.executor.owner().to_owned());
     let got = send(&mut on_b, task_req(2, "tasks/get", &id, json!({})))
         .await
         .unwrap();
