@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_mcp_cancel::tasks::{TaskPolicy, TasksLayer, EXTENSION};
+use tower_mcp_cancel::tasks::{MemoryStore, TaskPolicy, TasksLayer, EXTENSION};
 use tower_mcp_cancel::transport::http::{serve, HttpClient, StreamableHttpService};
 use tower_mcp_cancel::McpRequest;
 
