@@ -18,6 +18,15 @@
 //! * `cpu-after-cancel`: `spin` sends nothing after the cancel, but keeps
 //!   burning the core until its time is up.
 //!
+//! `--tasks` advertises the tasks extension (`io.modelcontextprotocol/tasks`)
+//! and adds the tool `job {seconds}`, a task for a request that declares
+//! the extension (refused `-32021` otherwise), with a TTL of
+//! `--task-ttl-ms` (default 2000; `failed` after it); `tasks/get` and
+//! `tasks/cancel` as the extension has them. Its break:
+//!
+//! * `task-runs-on`: `tasks/cancel` is acknowledged, but the task runs on
+//!   to `completed`.
+//!
 //! `--legacy` makes it a 2025-era server: `server/discover` is unknown, an
 //! `initialize` handshake is expected. `--no-tools` declares no tools
 //! capability (the tools still answer: the checker must not call them).
@@ -31,6 +40,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+#[path = "support/tasks.rs"]
+mod tasks;
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Break {
     None,
@@ -38,6 +50,7 @@ enum Break {
     ErrorOnCancel,
     ProgressAfterCancel,
     CpuAfterCancel,
+    TaskRunsOn,
 }
 
 /// A call in flight.
@@ -71,11 +84,20 @@ impl Out {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let legacy = args.iter().any(|a| a == "--legacy");
-    let capabilities = if args.iter().any(|a| a == "--no-tools") {
+    let mut capabilities = if args.iter().any(|a| a == "--no-tools") {
         json!({})
     } else {
         json!({"tools": {}})
     };
+    let with_tasks = args.iter().any(|a| a == "--tasks");
+    if with_tasks {
+        capabilities["extensions"] = json!({tasks::EXTENSION: {}});
+    }
+    let ttl = args
+        .iter()
+        .position(|a| a == "--task-ttl-ms")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .map_or(Duration::from_secs(2), Duration::from_millis);
     let mode = match args
         .iter()
         .position(|a| a == "--break")
@@ -86,6 +108,7 @@ async fn main() {
         Some(Some("error-on-cancel")) => Break::ErrorOnCancel,
         Some(Some("progress-after-cancel")) => Break::ProgressAfterCancel,
         Some(Some("cpu-after-cancel")) => Break::CpuAfterCancel,
+        Some(Some("task-runs-on")) => Break::TaskRunsOn,
         Some(other) => {
             eprintln!("fixture_server: unknown --break {other:?}");
             std::process::exit(2);
@@ -107,6 +130,7 @@ async fn main() {
     });
     let out = Out(tx);
     let jobs: Jobs = Arc::default();
+    let mut table = tasks::Table::new(ttl, mode == Break::TaskRunsOn);
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
@@ -125,6 +149,12 @@ async fn main() {
                 json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": {"name": "fixture", "version": "0"}}),
             ),
             (Some(id), "ping") => out.result(id, json!({})),
+            (Some(id), m) if with_tasks && (m.starts_with("tasks/") || msg["params"]["name"] == "job") => {
+                match table.handle(m, &msg["params"]) {
+                    Ok(result) => out.result(id, result),
+                    Err((code, message)) => out.error(id, code, &message),
+                }
+            }
             (Some(id), "tools/call") => call(id.clone(), &msg["params"], mode, &jobs, &out),
             (Some(id), _) => out.error(id, -32601, "Method not found"),
         }
