@@ -134,8 +134,8 @@ pub(crate) async fn run(
         Ok(task) => task,
         Err(check) => {
             let why = format!("no task was created: {}", check.detail);
-            out.push(check);
             out.push(undeclared(peer, cfg, None).await);
+            out.push(check);
             for (id, rule) in &CHECKS[3..] {
                 out.push(Check::skip(id, *rule, why.clone()));
             }
@@ -143,6 +143,8 @@ pub(crate) async fn run(
             return;
         }
     };
+    // In the order of CHECKS, though the live task comes first.
+    out.push(undeclared(peer, cfg, Some(&task.id)).await);
     out.push(Check::pass(
         "tasks.created",
         task_rules::CREATED,
@@ -153,7 +155,6 @@ pub(crate) async fn run(
             task.status.name()
         ),
     ));
-    out.push(undeclared(peer, cfg, Some(&task.id)).await);
     out.extend(peer.name_header(cfg, Ok(&task.id)).await);
     watch::cancel_and_watch(peer, cfg, &task, out).await;
     cpu(peer, cfg, tool, out).await;
@@ -380,4 +381,42 @@ fn poll_every(task: &Task) -> Duration {
     task.poll
         .unwrap_or(Duration::from_millis(200))
         .clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_empty_result_is_an_ack() {
+        let ok = |v: Value| not_an_ack(&Answer::Result(v)).is_none();
+        assert!(ok(json!({"resultType": "complete"})));
+        assert!(ok(json!({"resultType": "complete", "_meta": {"k": 1}})));
+        assert!(!ok(json!({})));
+        assert!(!ok(json!({"resultType": "task"})));
+        assert!(!ok(
+            json!({"resultType": "complete", "status": "cancelled"})
+        ));
+        let error = ErrorObject::new(ErrorObject::INVALID_PARAMS, "no such task");
+        assert!(not_an_ack(&Answer::Error(error)).is_some());
+        assert!(not_an_ack(&Answer::Failed("gone".into())).is_some());
+    }
+
+    #[test]
+    fn json_rpc_errors_are_told_from_failures() {
+        let error: BoxError = Box::new(ErrorObject::new(-32021, "declare it"));
+        assert!(matches!(
+            Answer::of(Some(Err(error)), Duration::ZERO),
+            Answer::Error(e) if e.code == -32021
+        ));
+        let io: BoxError = "broken pipe".into();
+        assert!(matches!(
+            Answer::of(Some(Err(io)), Duration::ZERO),
+            Answer::Failed(_)
+        ));
+        assert!(matches!(
+            Answer::of(None, Duration::ZERO),
+            Answer::Failed(_)
+        ));
+    }
 }

@@ -381,3 +381,63 @@ pub(super) async fn ttl(peer: &impl Peer, cfg: &Config, tool: &ToolSpec) -> Chec
         Err(_) => Check::skip(id, rule, "no status read"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn task() -> Value {
+        json!({"taskId": "t1", "status": "working", "createdAt": "2026-12-06T10:00:00Z",
+            "lastUpdatedAt": "2026-12-06T10:00:00Z", "ttlMs": 2000, "pollIntervalMs": 100})
+    }
+
+    #[test]
+    fn a_task_and_its_fields() {
+        let t = Task::parse(&task()).unwrap();
+        assert_eq!((t.id.as_str(), t.status), ("t1", Status::Working));
+        assert_eq!(t.ttl, Some(Duration::from_secs(2)));
+        assert_eq!(t.poll, Some(Duration::from_millis(100)));
+        let mut v = task();
+        v["ttlMs"] = Value::Null;
+        assert_eq!(Task::parse(&v).unwrap().ttl_text(), "ttlMs null");
+    }
+
+    #[test]
+    fn what_a_task_must_carry() {
+        for (key, value, says) in [
+            ("taskId", Value::Null, "taskId"),
+            ("status", json!("running"), "not a task status"),
+            ("createdAt", Value::Null, "createdAt"),
+            ("lastUpdatedAt", json!(5), "lastUpdatedAt"),
+            ("ttlMs", json!(-1), "not an integer"),
+        ] {
+            let mut v = task();
+            v[key] = value;
+            let e = Task::parse(&v).unwrap_err();
+            assert!(e.contains(says), "{key}: {e}");
+        }
+        let mut v = task();
+        v.as_object_mut().unwrap().remove("ttlMs");
+        assert!(Task::parse(&v).unwrap_err().contains("ttlMs is missing"));
+    }
+
+    #[test]
+    fn terminal_statuses() {
+        let terminal: Vec<&str> = [
+            "working",
+            "input_required",
+            "completed",
+            "failed",
+            "cancelled",
+        ]
+        .into_iter()
+        .filter(|s| Status::parse(s).unwrap().terminal())
+        .collect();
+        assert_eq!(terminal, ["completed", "failed", "cancelled"]);
+        assert_eq!(
+            Status::parse("input_required").unwrap().name(),
+            "input_required"
+        );
+    }
+}
