@@ -3,7 +3,7 @@
 //! show the checker fails it on that rule and passes it on the rest.
 //!
 //! ```text
-//! fixture_server [--legacy] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel]
+//! fixture_server [--legacy] [--no-tools] [--tasks [--task-ttl-ms N]] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel | task-runs-on | terminal-changes]
 //! ```
 //!
 //! Tools: `slow {seconds, interval_ms}` sleeps in steps, with progress when
@@ -25,7 +25,9 @@
 //! `tasks/cancel` as the extension has them. Its break:
 //!
 //! * `task-runs-on`: `tasks/cancel` is acknowledged, but the task runs on
-//!   to `completed`.
+//!   to `completed`;
+//! * `terminal-changes`: a cancelled task turns `completed` when its time
+//!   is up (a terminal status that changes).
 //!
 //! `--legacy` makes it a 2025-era server: `server/discover` is unknown, an
 //! `initialize` handshake is expected. `--no-tools` declares no tools
@@ -51,6 +53,7 @@ enum Break {
     ProgressAfterCancel,
     CpuAfterCancel,
     TaskRunsOn,
+    TerminalChanges,
 }
 
 /// A call in flight.
@@ -109,6 +112,7 @@ async fn main() {
         Some(Some("progress-after-cancel")) => Break::ProgressAfterCancel,
         Some(Some("cpu-after-cancel")) => Break::CpuAfterCancel,
         Some(Some("task-runs-on")) => Break::TaskRunsOn,
+        Some(Some("terminal-changes")) => Break::TerminalChanges,
         Some(other) => {
             eprintln!("fixture_server: unknown --break {other:?}");
             std::process::exit(2);
@@ -130,7 +134,12 @@ async fn main() {
     });
     let out = Out(tx);
     let jobs: Jobs = Arc::default();
-    let mut table = tasks::Table::new(ttl, mode == Break::TaskRunsOn);
+    let task_break = match mode {
+        Break::TaskRunsOn => tasks::TaskBreak::RunsOn,
+        Break::TerminalChanges => tasks::TaskBreak::TerminalChanges,
+        _ => tasks::TaskBreak::None,
+    };
+    let mut table = tasks::Table::new(ttl, task_break);
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {

@@ -639,3 +639,26 @@ fn a_task_that_runs_on_after_its_cancel_fails_cancel_stops_only() {
     let (code, report) = check(&args(false));
     assert_eq!(code, 0, "a failed SHOULD without --strict: {report:#}");
 }
+
+#[test]
+fn a_terminal_status_that_changes_fails_terminal_stays_only() {
+    // Cancelled, then completed when its work would have ended: a MUST.
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--task",
+        "job seconds=2",
+        "--",
+        fixture.to_str().unwrap(),
+        "--tasks",
+        "--break",
+        "terminal-changes",
+        "--task-ttl-ms",
+        "60000",
+    ]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("tasks.terminal-stays", "task-terminal-final")],
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "a failed MUST: {report:#}");
+}

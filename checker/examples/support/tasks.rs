@@ -1,8 +1,10 @@
 //! The fixture server's tasks (`--tasks`): a table of `job` tasks whose
 //! status follows from the clock (working until their time is up, then
 //! `completed`; `failed` at their TTL; `cancelled` at a `tasks/cancel`),
-//! so no work runs anywhere. With `runs_on` (`--break task-runs-on`), a
-//! `tasks/cancel` is acknowledged and ignored.
+//! so no work runs anywhere. The breaks: `RunsOn` (`--break
+//! task-runs-on`) acknowledges a `tasks/cancel` and ignores it;
+//! `TerminalChanges` (`--break terminal-changes`) shows the task
+//! `cancelled`, then `completed` when its work would have ended.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -19,20 +21,28 @@ struct Task {
     cancelled: Option<(Instant, SystemTime)>,
 }
 
+/// The rule the table breaks, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TaskBreak {
+    None,
+    RunsOn,
+    TerminalChanges,
+}
+
 /// The tasks, by id.
 pub(crate) struct Table {
     tasks: HashMap<String, Task>,
     ttl: Duration,
-    runs_on: bool,
+    broken: TaskBreak,
     next: u64,
 }
 
 impl Table {
-    pub(crate) fn new(ttl: Duration, runs_on: bool) -> Self {
+    pub(crate) fn new(ttl: Duration, broken: TaskBreak) -> Self {
         Self {
             tasks: HashMap::new(),
             ttl,
-            runs_on,
+            broken,
             next: 1,
         }
     }
@@ -75,7 +85,7 @@ impl Table {
                 Ok(v)
             }
             "tasks/cancel" => {
-                if !self.runs_on && task.cancelled.is_none() {
+                if self.broken != TaskBreak::RunsOn && task.cancelled.is_none() {
                     task.cancelled = Some((Instant::now(), SystemTime::now()));
                 }
                 Ok(json!({"resultType": "complete"}))
@@ -94,8 +104,15 @@ impl Table {
             ends.push((at, "cancelled"));
         }
         ends.sort_by_key(|(at, _)| *at);
+        let now = Instant::now();
         let (status, updated) = match ends.first() {
-            Some((at, status)) if *at <= Instant::now() => (*status, wall0 + (*at - t0)),
+            // The break: a cancelled task's status moves on.
+            Some((_, "cancelled"))
+                if self.broken == TaskBreak::TerminalChanges && t0 + task.length <= now =>
+            {
+                ("completed", wall0 + task.length)
+            }
+            Some((at, status)) if *at <= now => (*status, wall0 + (*at - t0)),
             _ => ("working", wall0),
         };
         let mut v = json!({
