@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE="${1:-write}"
-cargo build -q --features stdio,http --examples
+cargo build -q --features stdio,http,tasks --examples
 cargo build -q -p tower-mcp-cancel-rmcp --features http --example rmcp_server
 cargo build -q -p mcp-cancel-check
 CHECK="target/debug/mcp-cancel-check"
@@ -21,6 +21,8 @@ I="tests/interop"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 SLOW='slow seconds=1 interval_ms=50'
+# This crate's servers run the task checks too (--tasks: the fixture tools).
+TASK='slow_compute seconds=30'
 EVERYTHING_SLOW='trigger-long-running-operation duration=1 steps=20'
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -55,10 +57,12 @@ row() {
     "$CHECK" --json --quiet "$@" >"$OUT/$n.json" 2>"$OUT/$n.err" || true
 }
 
-# http_row LABEL VERSION SLOW-SPEC -- server command (PORT in it is replaced)
+# http_row LABEL VERSION SLOW-SPEC [TASK-SPEC] -- server command (PORT in it is replaced)
 http_row() {
-    local label="$1" version="$2" slow="$3"
-    shift 4
+    local label="$1" version="$2" slow="$3" task=()
+    shift 3
+    if [ "$1" != -- ]; then task=(--task "$1"); shift; fi
+    shift
     local port
     port="$(free_port)"
     local cmd=("${@//PORT/$port}")
@@ -69,14 +73,15 @@ http_row() {
     echo "== $label" >&2
     # The page shows PORT where the run had a free port.
     local shown=("${@//PORT/\$PORT}")
-    printf '%s\t%s\t%s\n' "$label" "$version" "PORT=\$PORT ${shown[*]} & mcp-cancel-check --slow '$slow' --url http://127.0.0.1:\$PORT/mcp --pid \$!" >"$OUT/$n.meta"
-    "$CHECK" --json --quiet --slow "$slow" --url "http://127.0.0.1:$port/mcp" --pid "$pid" >"$OUT/$n.json" 2>"$OUT/$n.err" || true
+    local shown_task="${task[1]:+ --task '${task[1]}'}"
+    printf '%s\t%s\t%s\n' "$label" "$version" "PORT=\$PORT ${shown[*]} & mcp-cancel-check --slow '$slow'$shown_task --url http://127.0.0.1:\$PORT/mcp --pid \$!" >"$OUT/$n.meta"
+    "$CHECK" --json --quiet --slow "$slow" "${task[@]}" --url "http://127.0.0.1:$port/mcp" --pid "$pid" >"$OUT/$n.json" 2>"$OUT/$n.err" || true
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
 }
 
-row "tower-mcp-cancel examples/stdio_server" "0.1.0" -- --slow "$SLOW" -- "$E/stdio_server"
-http_row "tower-mcp-cancel examples/http_server" "0.1.0" "$SLOW" -- "$E/http_server" --listen 127.0.0.1:PORT
+row "tower-mcp-cancel examples/stdio_server" "0.1.0" -- --slow "$SLOW" --task "$TASK" -- "$E/stdio_server" --tasks --task-ttl 2s
+http_row "tower-mcp-cancel examples/http_server" "0.1.0" "$SLOW" "$TASK" -- "$E/http_server" --listen 127.0.0.1:PORT --tasks --task-ttl 2s
 row "rmcp + tower-mcp-cancel-rmcp (rmcp_server)" "rmcp 3.11" -- --slow "$SLOW" -- "$E/rmcp_server"
 row "rmcp + tower-mcp-cancel-rmcp (rmcp_server), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server"
 row "rmcp alone (rmcp_server --plain), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server" --plain

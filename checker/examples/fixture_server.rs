@@ -3,7 +3,7 @@
 //! show the checker fails it on that rule and passes it on the rest.
 //!
 //! ```text
-//! fixture_server [--legacy] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel]
+//! fixture_server [--legacy] [--no-tools] [--tasks [--task-ttl-ms N]] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel | task-runs-on | terminal-changes]
 //! ```
 //!
 //! Tools: `slow {seconds, interval_ms}` sleeps in steps, with progress when
@@ -18,6 +18,17 @@
 //! * `cpu-after-cancel`: `spin` sends nothing after the cancel, but keeps
 //!   burning the core until its time is up.
 //!
+//! `--tasks` advertises the tasks extension (`io.modelcontextprotocol/tasks`)
+//! and adds the tool `job {seconds}`, a task for a request that declares
+//! the extension (refused `-32021` otherwise), with a TTL of
+//! `--task-ttl-ms` (default 2000; `failed` after it); `tasks/get` and
+//! `tasks/cancel` as the extension has them. Its break:
+//!
+//! * `task-runs-on`: `tasks/cancel` is acknowledged, but the task runs on
+//!   to `completed`;
+//! * `terminal-changes`: a cancelled task turns `completed` when its time
+//!   is up (a terminal status that changes).
+//!
 //! `--legacy` makes it a 2025-era server: `server/discover` is unknown, an
 //! `initialize` handshake is expected. `--no-tools` declares no tools
 //! capability (the tools still answer: the checker must not call them).
@@ -31,6 +42,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+#[path = "support/tasks.rs"]
+mod tasks;
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Break {
     None,
@@ -38,6 +52,8 @@ enum Break {
     ErrorOnCancel,
     ProgressAfterCancel,
     CpuAfterCancel,
+    TaskRunsOn,
+    TerminalChanges,
 }
 
 /// A call in flight.
@@ -71,11 +87,20 @@ impl Out {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let legacy = args.iter().any(|a| a == "--legacy");
-    let capabilities = if args.iter().any(|a| a == "--no-tools") {
+    let mut capabilities = if args.iter().any(|a| a == "--no-tools") {
         json!({})
     } else {
         json!({"tools": {}})
     };
+    let with_tasks = args.iter().any(|a| a == "--tasks");
+    if with_tasks {
+        capabilities["extensions"] = json!({tasks::EXTENSION: {}});
+    }
+    let ttl = args
+        .iter()
+        .position(|a| a == "--task-ttl-ms")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .map_or(Duration::from_secs(2), Duration::from_millis);
     let mode = match args
         .iter()
         .position(|a| a == "--break")
@@ -86,6 +111,8 @@ async fn main() {
         Some(Some("error-on-cancel")) => Break::ErrorOnCancel,
         Some(Some("progress-after-cancel")) => Break::ProgressAfterCancel,
         Some(Some("cpu-after-cancel")) => Break::CpuAfterCancel,
+        Some(Some("task-runs-on")) => Break::TaskRunsOn,
+        Some(Some("terminal-changes")) => Break::TerminalChanges,
         Some(other) => {
             eprintln!("fixture_server: unknown --break {other:?}");
             std::process::exit(2);
@@ -107,6 +134,12 @@ async fn main() {
     });
     let out = Out(tx);
     let jobs: Jobs = Arc::default();
+    let task_break = match mode {
+        Break::TaskRunsOn => tasks::TaskBreak::RunsOn,
+        Break::TerminalChanges => tasks::TaskBreak::TerminalChanges,
+        _ => tasks::TaskBreak::None,
+    };
+    let mut table = tasks::Table::new(ttl, task_break);
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
@@ -125,6 +158,12 @@ async fn main() {
                 json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": {"name": "fixture", "version": "0"}}),
             ),
             (Some(id), "ping") => out.result(id, json!({})),
+            (Some(id), m) if with_tasks && (m.starts_with("tasks/") || msg["params"]["name"] == "job") => {
+                match table.handle(m, &msg["params"]) {
+                    Ok(result) => out.result(id, result),
+                    Err((code, message)) => out.error(id, code, &message),
+                }
+            }
             (Some(id), "tools/call") => call(id.clone(), &msg["params"], mode, &jobs, &out),
             (Some(id), _) => out.error(id, -32601, "Method not found"),
         }

@@ -12,6 +12,9 @@ use crate::report::{rules, Check, Evidence};
 use crate::tool::ToolSpec;
 use crate::Config;
 
+/// The id of the CPU-time check of a cancelled request.
+pub(crate) const CPU_CHECK: &str = "cancel.work-stops-cpu";
+
 /// How long a CPU-bound operation runs before it is cancelled.
 pub(crate) const CPU_LEAD: Duration = Duration::from_millis(600);
 
@@ -33,16 +36,17 @@ const CPU_IDLE: f64 = 0.05;
 /// keep freed pages).
 const RSS_SLACK: u64 = 16 << 20;
 
-/// Whether the CPU time of `pid`'s tree stops growing once `cancelled`
-/// (which starts a call of `tool` and cancels it after [`CPU_LEAD`], or
-/// says why it could not) has cancelled it.
+/// Check `id`: whether the CPU time of `pid`'s tree stops growing once
+/// `cancelled` (which starts a call of `tool` and cancels it after
+/// [`CPU_LEAD`], or says why it could not) has cancelled it.
 pub(crate) async fn cpu_check(
+    id: &str,
     cfg: &Config,
     pid: u32,
     tool: &ToolSpec,
     cancelled: impl Future<Output = Result<(), String>>,
 ) -> Check {
-    let (id, rule) = ("cancel.work-stops-cpu", rules::WORK_STOPS);
+    let rule = rules::WORK_STOPS;
     let start = procfs::usage(pid);
     let t0 = Instant::now();
     if let Err(why) = cancelled.await {
@@ -71,8 +75,13 @@ pub(crate) async fn cpu_check(
             id,
             rule,
             format!(
-                "{tool} is not CPU-bound ({:.0}% of a core while it ran): name one with --cpu",
-                running * 100.0
+                "{tool} is not CPU-bound ({:.0}% of a core while it ran){}",
+                running * 100.0,
+                if id == CPU_CHECK {
+                    ": name one with --cpu"
+                } else {
+                    ""
+                }
             ),
         );
     }

@@ -76,7 +76,7 @@ pub(crate) async fn run(cfg: &Config, uri: Uri, pid: Option<u32>) -> Result<Repo
         Some(Era::Modern) => builder(&uri).stateful_fallback(false).build(),
         _ => builder(&uri).build(),
     };
-    let era = negotiate(cfg, &h1).await?;
+    let (era, capabilities) = negotiate(cfg, &h1).await?;
     let h2 = if era == Era::Modern {
         let h2 = builder(&uri).http2_prior_knowledge().build();
         let ping = McpRequest::without_id("ping").with_params(json!({}));
@@ -123,12 +123,20 @@ pub(crate) async fn run(cfg: &Config, uri: Uri, pid: Option<u32>) -> Result<Repo
             }
         }
     }
+    let peer = TaskPeer { t: &t };
+    if era == Era::Modern {
+        crate::tasks::run(&peer, cfg, &capabilities, out).await;
+    } else {
+        crate::tasks::skip_all(&peer, cfg, crate::stdio::NO_TASKS_2025, out).await;
+    }
     let _ = t.h1.close().await;
     Ok(report)
 }
 
 /// `server/discover`; the client falls back to a 2025 session by itself.
-async fn negotiate(cfg: &Config, h1: &HttpClient) -> Result<Era, String> {
+/// The era, and the capabilities a 2026-07-28 server declared.
+async fn negotiate(cfg: &Config, h1: &HttpClient) -> Result<(Era, Value), String> {
+    let mut capabilities = Value::Null;
     if cfg.era == Some(Era::Legacy) {
         // The client opens a session for a server that refuses the modern shape.
         let ping = McpRequest::without_id("ping").with_params(json!({}));
@@ -137,7 +145,8 @@ async fn negotiate(cfg: &Config, h1: &HttpClient) -> Result<Era, String> {
         let probe = McpRequest::without_id("server/discover").with_params(json!({}));
         let probed = tokio::time::timeout(cfg.check_timeout, h1.clone().oneshot(probe)).await;
         match (h1.server_era(), probed) {
-            (ServerEra::Stateful { .. }, _) | (_, Ok(Ok(_))) => {}
+            (ServerEra::Stateful { .. }, _) => {}
+            (_, Ok(Ok(v))) => capabilities = v["capabilities"].clone(),
             (_, Ok(Err(e)))
                 if e.downcast_ref::<ErrorObject>()
                     .is_some_and(|o| !mcp::is_modern_error(o)) => {}
@@ -151,9 +160,9 @@ async fn negotiate(cfg: &Config, h1: &HttpClient) -> Result<Era, String> {
         }
     }
     match h1.server_era() {
-        ServerEra::Stateful { .. } => Ok(Era::Legacy),
+        ServerEra::Stateful { .. } => Ok((Era::Legacy, Value::Null)),
         _ if cfg.era == Some(Era::Legacy) => Err("the server did not open a 2025 session".into()),
-        _ => Ok(Era::Modern),
+        _ => Ok((Era::Modern, capabilities)),
     }
 }
 
@@ -393,14 +402,15 @@ async fn cpu(cfg: &Config, t: &Target, tool: &ToolSpec, out: &mut Vec<Check>) {
     cfg.say(&format!("cancel {tool} and watch the server's CPU time"));
     let h1 = t.h1.clone();
     let tool2 = tool.clone();
-    let check = crate::evidence::cpu_check(cfg, pid, tool, async move {
-        drop_call(&h1, &tool2, crate::evidence::CPU_LEAD)
-            .await
-            .map_or(Ok(()), |why| {
-                Err(format!("the operation is not slow enough: {why}"))
-            })
-    })
-    .await;
+    let check =
+        crate::evidence::cpu_check(crate::evidence::CPU_CHECK, cfg, pid, tool, async move {
+            drop_call(&h1, &tool2, crate::evidence::CPU_LEAD)
+                .await
+                .map_or(Ok(()), |why| {
+                    Err(format!("the operation is not slow enough: {why}"))
+                })
+        })
+        .await;
     out.push(check);
 }
 
@@ -436,4 +446,73 @@ async fn header_mismatch(cfg: &Config, t: &Target, out: &mut Vec<Check>) {
             ),
         },
     );
+}
+
+/// The task checks' view of the server: the HTTP/1.1 client (which sends
+/// `Mcp-Name` = `taskId` on `tasks/*`), and raw requests for the header check.
+#[derive(Debug)]
+struct TaskPeer<'a> {
+    t: &'a Target,
+}
+
+impl crate::tasks::Peer for TaskPeer<'_> {
+    async fn send(&self, method: &str, params: Value, bound: Duration) -> crate::tasks::Answer {
+        let req = McpRequest::without_id(method).with_params(params);
+        let answer = tokio::time::timeout(bound, self.t.h1.clone().oneshot(req)).await;
+        crate::tasks::Answer::of(answer.ok(), bound)
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.t.pid
+    }
+
+    /// `tasks/get` of `task` without `Mcp-Name`, and with another task's
+    /// name in it: `400` with `-32020` both times.
+    async fn name_header(&self, cfg: &Config, task: Result<&str, &str>) -> Option<Check> {
+        let (id, rule) = (
+            "http.task-name-header",
+            crate::report::task_rules::NAME_HEADER,
+        );
+        if self.t.era != Era::Modern {
+            return Some(Check::skip(id, rule, crate::stdio::NO_TASKS_2025));
+        }
+        let task = match task {
+            Ok(task) => task,
+            Err(why) => return Some(Check::skip(id, rule, why)),
+        };
+        cfg.say("tasks/get with a missing or mismatched Mcp-Name");
+        let mut wrong = Vec::new();
+        for (what, value) in [
+            ("without Mcp-Name", ""),
+            ("with another task's Mcp-Name", "mcc-other-task"),
+        ] {
+            let params = crate::mcp::declare_tasks(json!({"taskId": task}));
+            let req = rawhttp::post(
+                &self.t.uri,
+                "mcc-task-name",
+                "tasks/get",
+                params,
+                &[("mcp-name", value)],
+            );
+            match rawhttp::call(Version::H1, req, cfg.check_timeout).await {
+                Ok((400, body))
+                    if rawhttp::error_code(&body) == Some(ErrorObject::HEADER_MISMATCH) => {}
+                Ok((status, body)) => wrong.push(format!(
+                    "{what}: {status} with {}",
+                    crate::report::short(&Value::from(body))
+                )),
+                Err(e) => wrong.push(format!("{what}: {e}")),
+            }
+        }
+        Some(if wrong.is_empty() {
+            Check::pass(
+                id,
+                rule,
+                Evidence::Strong,
+                "tasks/get of a live task without Mcp-Name, and with another task's: 400 with -32020",
+            )
+        } else {
+            Check::fail(id, rule, wrong.join("; "))
+        })
+    }
 }

@@ -28,6 +28,7 @@ mod rawhttp;
 mod report;
 mod session;
 mod stdio;
+mod tasks;
 mod tool;
 mod wire;
 
@@ -53,6 +54,12 @@ struct Cli {
     /// at the cancel (stdio on Linux; default: the slow one).
     #[arg(long, value_name = "TOOL ARGS", value_parser = ToolSpec::parse)]
     cpu: Option<ToolSpec>,
+    /// A long operation the server runs as a task (the
+    /// io.modelcontextprotocol/tasks extension), to cancel with
+    /// tasks/cancel and to leave to its TTL. Without it, the task checks
+    /// that need a task are skipped.
+    #[arg(long, value_name = "TOOL ARGS", value_parser = ToolSpec::parse)]
+    task: Option<ToolSpec>,
     /// The protocol era to speak: auto (server/discover, else the 2025
     /// initialize handshake), 2026 or 2025.
     #[arg(long, value_name = "ERA", default_value = "auto", value_parser = parse_era)]
@@ -125,6 +132,8 @@ pub(crate) struct Config {
     pub(crate) progress: Option<ToolSpec>,
     /// The CPU-bound operation, if other than the slow one.
     pub(crate) cpu: Option<ToolSpec>,
+    /// The operation the server runs as a task.
+    pub(crate) task: Option<ToolSpec>,
     /// The bound of each step.
     pub(crate) check_timeout: Duration,
     /// The watch after a cancel when the operation's length is unknown.
@@ -176,6 +185,7 @@ async fn main() -> ExitCode {
         slow: cli.slow,
         progress: cli.progress,
         cpu: cli.cpu,
+        task: cli.task,
         check_timeout: cli.check_timeout,
         window: cli.window,
         race: cli.race,
@@ -233,6 +243,15 @@ mod tests {
         assert_eq!(cli.server, ["srv", "--flag"]);
         assert_eq!(cli.slow.unwrap().name, "slow");
         assert!(cli.strict);
+        let cli = Cli::try_parse_from([
+            "mcp-cancel-check",
+            "--task",
+            "slow_compute seconds=30",
+            "--url",
+            "http://127.0.0.1:8080/mcp",
+        ])
+        .unwrap();
+        assert_eq!(cli.task.unwrap().name, "slow_compute");
         let bad = Cli::try_parse_from(["mcp-cancel-check", "--slow", "a=1", "--", "srv"]);
         assert_eq!(bad.unwrap_err().exit_code(), 2);
         let both = Cli::try_parse_from(["mcp-cancel-check", "--url", "http://x/mcp", "--", "srv"]);

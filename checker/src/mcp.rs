@@ -10,6 +10,10 @@ pub(crate) const MODERN: &str = "2026-07-28";
 pub(crate) const LEGACY: &str = "2025-11-25";
 /// The reason the checker's cancels carry.
 pub(crate) const REASON: &str = "mcp-cancel-check: cancelled on purpose";
+/// The tasks extension's identifier (tasks § Extension Identifier).
+pub(crate) const TASKS: &str = "io.modelcontextprotocol/tasks";
+/// The `_meta` key of a request's client capabilities.
+const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// Which protocol era the server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +43,9 @@ pub(crate) fn modern_meta() -> Value {
     })
 }
 
-/// `params` for a request in `era`, with `token` as its progress token.
+/// `params` for a request in `era`, with `token` as its progress token;
+/// what the caller put in `params._meta` (see [`declare_tasks`]) is kept
+/// over the era's defaults.
 pub(crate) fn params(era: Era, mut params: Value, token: Option<&str>) -> Value {
     let mut meta = match era {
         Era::Modern => modern_meta(),
@@ -48,6 +54,12 @@ pub(crate) fn params(era: Era, mut params: Value, token: Option<&str>) -> Value 
     if let Some(t) = token {
         meta["progressToken"] = Value::from(t);
     }
+    if let (Some(own), Some(meta)) = (
+        params.get("_meta").and_then(Value::as_object),
+        meta.as_object_mut(),
+    ) {
+        meta.extend(own.clone());
+    }
     if meta.as_object().is_some_and(|m| !m.is_empty()) {
         if !params.is_object() {
             params = json!({});
@@ -55,6 +67,24 @@ pub(crate) fn params(era: Era, mut params: Value, token: Option<&str>) -> Value 
         params["_meta"] = meta;
     }
     params
+}
+
+/// `params` whose request declares the tasks extension in its client
+/// capabilities (tasks § Capability Negotiation).
+pub(crate) fn declare_tasks(mut params: Value) -> Value {
+    if !params.is_object() {
+        params = json!({});
+    }
+    if !params["_meta"].is_object() {
+        params["_meta"] = json!({});
+    }
+    params["_meta"][CLIENT_CAPABILITIES] = json!({"extensions": {TASKS: {}}});
+    params
+}
+
+/// Whether `server/discover`'s capabilities advertise the tasks extension.
+pub(crate) fn advertises_tasks(capabilities: &Value) -> bool {
+    capabilities["extensions"].get(TASKS).is_some()
 }
 
 /// The `initialize` params of a 2025 handshake.
@@ -103,6 +133,25 @@ mod tests {
         assert_eq!(params(Era::Legacy, json!({}), None), json!({}));
         let p = params(Era::Legacy, json!({"name": "slow"}), Some("t"));
         assert_eq!(p, json!({"name": "slow", "_meta": {"progressToken": "t"}}));
+    }
+
+    #[test]
+    fn declared_tasks_survive_the_era_meta() {
+        let p = params(Era::Modern, declare_tasks(json!({"taskId": "t"})), None);
+        assert_eq!(
+            p["_meta"][CLIENT_CAPABILITIES]["extensions"][TASKS],
+            json!({})
+        );
+        assert_eq!(
+            p["_meta"]["io.modelcontextprotocol/protocolVersion"],
+            MODERN
+        );
+        assert_eq!(p["taskId"], "t");
+        // Without the declaration: empty capabilities.
+        let p = params(Era::Modern, json!({"taskId": "t"}), None);
+        assert_eq!(p["_meta"][CLIENT_CAPABILITIES], json!({}));
+        assert!(advertises_tasks(&json!({"extensions": {TASKS: {}}})));
+        assert!(!advertises_tasks(&json!({"tools": {}})));
     }
 
     #[test]

@@ -75,11 +75,18 @@ pub(crate) fn post(
     params: Value,
     headers: &[(&str, &str)],
 ) -> Request<Full<Bytes>> {
-    let name = params
-        .get("name")
+    // `Mcp-Name`: a tool's name, or the task a `tasks/*` request names.
+    let field = match method {
+        "tools/call" => Some("name"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    let name = field
+        .and_then(|f| params.get(f))
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let params = mcp::params(mcp::Era::Modern, params, Some(&format!("{id}-progress")));
+    let token = (method == "tools/call").then(|| format!("{id}-progress"));
+    let params = mcp::params(mcp::Era::Modern, params, token.as_deref());
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let mut req = Request::post(uri.clone())
         .header("content-type", "application/json")
@@ -255,5 +262,7 @@ mod tests {
         assert!(req.headers().get("mcp-protocol-version").is_none());
         let req = post(&uri, "b", "tools/call", json!({"name": "slow"}), &[]);
         assert_eq!(req.headers()["mcp-name"], "slow");
+        let req = post(&uri, "c", "tasks/get", json!({"taskId": "t1"}), &[]);
+        assert_eq!(req.headers()["mcp-name"], "t1");
     }
 }

@@ -12,6 +12,8 @@ pub(crate) enum Level {
     Must,
     /// SHOULD / SHOULD NOT.
     Should,
+    /// MAY: what a server is allowed to do; never changes the exit status.
+    May,
 }
 
 impl Level {
@@ -19,6 +21,7 @@ impl Level {
         match self {
             Level::Must => "MUST",
             Level::Should => "SHOULD",
+            Level::May => "MAY",
         }
     }
 }
@@ -161,6 +164,60 @@ pub(crate) mod rules {
     };
 }
 
+/// The rules of the tasks extension (tasks.md) the task checks cite.
+pub(crate) mod task_rules {
+    use super::{Level, Rule};
+
+    /// `tasks/*` from a request that did not declare the extension: -32021.
+    pub(crate) const UNDECLARED: Rule = Rule {
+        key: "tasks-need-extension",
+        cites: "tasks § Error Handling, Protocol Errors (MUST return -32021 to non-declaring clients issuing tasks/get, tasks/update, tasks/cancel)",
+        level: Level::Must,
+    };
+    /// `tasks/get` of an unknown task: -32602.
+    pub(crate) const UNKNOWN: Rule = Rule {
+        key: "task-unknown-id",
+        cites: "tasks § Error Handling, Protocol Errors (MUST return -32602 for tasks/get of a nonexistent taskId)",
+        level: Level::Must,
+    };
+    /// A `CreateTaskResult` only once a `tasks/get` finds the task.
+    pub(crate) const CREATED: Rule = Rule {
+        key: "task-durably-created",
+        cites: "tasks § Task Creation (MUST NOT return CreateTaskResult until a tasks/get would resolve); § Polymorphic Results (resultType MUST be \"task\"); § Task Polling (tasks/get resultType MUST be \"complete\")",
+        level: Level::Must,
+    };
+    /// `tasks/cancel` is acknowledged with an empty result.
+    pub(crate) const CANCEL_ACK: Rule = Rule {
+        key: "task-cancel-ack",
+        cites: "tasks § Task Cancellation, Response (MUST acknowledge with an empty result, resultType \"complete\")",
+        level: Level::Must,
+    };
+    /// A cancelled task's work stops: it reaches a terminal status.
+    pub(crate) const CANCEL_STOPS: Rule = Rule {
+        key: "task-cancel-stops",
+        cites: "tasks § Task Cancellation (cooperative, eventually consistent); cancellation § Behavior Requirements (SHOULD stop processing)",
+        level: Level::Should,
+    };
+    /// A terminal status never changes.
+    pub(crate) const TERMINAL: Rule = Rule {
+        key: "task-terminal-final",
+        cites: "tasks § Task Status (the state diagram: no transition out of completed, failed, cancelled)",
+        level: Level::Must,
+    };
+    /// Over Streamable HTTP, `tasks/*` need `Mcp-Name` = `taskId`.
+    pub(crate) const NAME_HEADER: Rule = Rule {
+        key: "task-name-header",
+        cites: "tasks § Streamable HTTP: Routing Headers (Mcp-Name = params.taskId); transports-streamable-http § Server Validation (MUST return 400 with -32020)",
+        level: Level::Must,
+    };
+    /// A task past its TTL is no longer working.
+    pub(crate) const TTL: Rule = Rule {
+        key: "task-ttl",
+        cites: "tasks § Task Polling, Response (servers MAY mark a task failed after createdAt + ttlMs, and delete it)",
+        level: Level::May,
+    };
+}
+
 /// A value, shortened for a report line.
 pub(crate) fn short(v: &Value) -> String {
     let mut s = v.to_string();
@@ -273,12 +330,18 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    /// The exit status: 1 when a MUST failed (with `strict`, also a SHOULD), else 0.
+    /// The exit status: 1 when a MUST failed (with `strict`, also a
+    /// SHOULD; a MAY never), else 0.
     pub(crate) fn exit_code(&self, strict: bool) -> u8 {
+        let counts = |level: Level| match level {
+            Level::Must => true,
+            Level::Should => strict,
+            Level::May => false,
+        };
         let failed = self
             .checks
             .iter()
-            .any(|c| c.outcome == Outcome::Fail && (strict || c.rule.level == Level::Must));
+            .any(|c| c.outcome == Outcome::Fail && counts(c.rule.level));
         u8::from(failed)
     }
 
@@ -363,6 +426,16 @@ mod tests {
         assert_eq!(report(Some(Level::Must)).exit_code(false), 1);
         assert_eq!(report(Some(Level::Should)).exit_code(false), 0);
         assert_eq!(report(Some(Level::Should)).exit_code(true), 1);
+    }
+
+    #[test]
+    fn a_failed_may_never_changes_the_exit_status() {
+        let mut r = report(None);
+        r.checks
+            .push(Check::fail("t", task_rules::TTL, "still working"));
+        assert_eq!(r.exit_code(false), 0);
+        assert_eq!(r.exit_code(true), 0);
+        assert_eq!(r.to_json()["checks"][2]["level"], "MAY");
     }
 
     #[test]

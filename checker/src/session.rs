@@ -302,6 +302,27 @@ impl Session {
     }
 }
 
+impl crate::tasks::Peer for Session {
+    async fn send(&self, method: &str, params: Value, bound: Duration) -> crate::tasks::Answer {
+        let sent = self.request(method, params, false);
+        let answer = tokio::time::timeout(bound, self.call(sent.request)).await;
+        crate::tasks::Answer::of(answer.ok(), bound)
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// No headers over stdio.
+    async fn name_header(
+        &self,
+        _: &crate::Config,
+        _: Result<&str, &str>,
+    ) -> Option<crate::report::Check> {
+        None
+    }
+}
+
 /// Sends `signal` to the process group `pid` leads (the server's, started
 /// with `process_group(0)`); a group that is gone is no error.
 #[cfg(unix)]

@@ -17,6 +17,10 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// The slow operation of both the fixture and the example servers.
 const SLOW: &str = "slow seconds=0.5 interval_ms=50";
 
+/// The features the crate's example servers are built with (`--tasks`
+/// needs `tasks`), as tests/support/example.rs builds them.
+const EXAMPLE_FEATURES: &str = "stdio,http,tasks";
+
 /// The example `name` of `package`, built now if `cargo test` did not build it.
 fn example(package: &str, features: &str, name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
@@ -210,7 +214,7 @@ fn legacy_fixture_is_checked_after_an_initialize_handshake() {
 
 #[test]
 fn example_stdio_server_passes_strictly() {
-    let server = example("tower-mcp-cancel", "stdio,http", "stdio_server");
+    let server = example("tower-mcp-cancel", EXAMPLE_FEATURES, "stdio_server");
     passes_all(
         &["--strict", "--slow", SLOW, "--", server.to_str().unwrap()],
         "2026-07-28",
@@ -286,7 +290,7 @@ struct HttpServer {
 impl HttpServer {
     /// The crate's example HTTP server.
     fn start() -> Self {
-        let bin = example("tower-mcp-cancel", "stdio,http", "http_server");
+        let bin = example("tower-mcp-cancel", EXAMPLE_FEATURES, "http_server");
         Self::run(bin, &["--listen", "127.0.0.1:0"])
     }
 
@@ -486,4 +490,175 @@ fn what_the_server_started_ends_with_the_run() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(!alive(), "the server's child {pid} outlived the run");
+}
+
+/// The task checks that need a task, and pass on an honest server whose
+/// task tool is not CPU-bound (`tasks.cancel-work-stops-cpu` is skipped).
+const TASK_CHECKS: &[&str] = &[
+    "tasks.get-unknown",
+    "tasks.created",
+    "tasks.undeclared",
+    "tasks.cancel-ack",
+    "tasks.cancel-stops",
+    "tasks.terminal-stays",
+    "tasks.cancel-terminal",
+    "tasks.ttl",
+];
+
+/// The outcome of check `id`.
+fn outcome<'a>(report: &'a Value, id: &str) -> &'a str {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("{id} not listed: {report:#}"))["outcome"]
+        .as_str()
+        .unwrap()
+}
+
+/// Every task check in `ids` passed, none failed, exit status 0.
+fn passes_task_checks(code: i32, report: &Value, ids: &[&str]) {
+    assert_eq!(
+        with_outcome(report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    for id in ids {
+        assert_eq!(outcome(report, id), "pass", "{id}: {report:#}");
+    }
+    assert_eq!(
+        outcome(report, "tasks.cancel-work-stops-cpu"),
+        "skip",
+        "slow_compute sleeps: {report:#}"
+    );
+}
+
+#[test]
+fn example_stdio_server_passes_the_task_checks_strictly() {
+    let server = example("tower-mcp-cancel", EXAMPLE_FEATURES, "stdio_server");
+    let (code, report) = check(&[
+        "--strict",
+        "--task",
+        "slow_compute seconds=30",
+        "--",
+        server.to_str().unwrap(),
+        "--tasks",
+        "--task-ttl",
+        "2s",
+    ]);
+    passes_task_checks(code, &report, TASK_CHECKS);
+}
+
+#[test]
+fn example_http_server_passes_the_task_checks_strictly() {
+    let bin = example("tower-mcp-cancel", EXAMPLE_FEATURES, "http_server");
+    let server = HttpServer::run(
+        bin,
+        &["--listen", "127.0.0.1:0", "--tasks", "--task-ttl", "2s"],
+    );
+    let pid = server.child.id().to_string();
+    let (code, report) = check(&[
+        "--strict",
+        "--task",
+        "slow_compute seconds=30",
+        "--url",
+        &server.url,
+        "--pid",
+        &pid,
+    ]);
+    let mut ids = TASK_CHECKS.to_vec();
+    ids.push("http.task-name-header");
+    passes_task_checks(code, &report, &ids);
+}
+
+#[test]
+fn a_server_without_tasks_gets_the_task_checks_skipped() {
+    let server = example("tower-mcp-cancel", EXAMPLE_FEATURES, "stdio_server");
+    let (code, report) = check(&[
+        "--strict",
+        "--task",
+        "slow_compute seconds=30",
+        "--",
+        server.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(with_outcome(&report, "fail").is_empty(), "{report:#}");
+    let tasks: Vec<&Value> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"].as_str().unwrap().starts_with("tasks."))
+        .collect();
+    assert_eq!(tasks.len(), TASK_CHECKS.len() + 1, "{report:#}");
+    for c in tasks {
+        assert_eq!(c["outcome"], "skip", "{report:#}");
+        assert!(
+            c["detail"].as_str().unwrap().contains("does not advertise"),
+            "{report:#}"
+        );
+    }
+}
+
+#[test]
+fn task_fixture_passes_the_task_checks() {
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--strict",
+        "--task",
+        "job seconds=30",
+        "--",
+        fixture.to_str().unwrap(),
+        "--tasks",
+    ]);
+    passes_task_checks(code, &report, TASK_CHECKS);
+}
+
+#[test]
+fn a_task_that_runs_on_after_its_cancel_fails_cancel_stops_only() {
+    // tasks/cancel acknowledged, the task runs on to `completed`: a SHOULD
+    // (cancellation is cooperative), so exit status 1 only with --strict.
+    let fixture = fixture();
+    let args = |strict: bool| {
+        let mut a = vec!["--task", "job seconds=2"];
+        if strict {
+            a.push("--strict");
+        }
+        a.extend(["--", fixture.to_str().unwrap(), "--tasks"]);
+        a.extend(["--break", "task-runs-on", "--task-ttl-ms", "60000"]);
+        a
+    };
+    let (code, report) = check(&args(true));
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("tasks.cancel-stops", "task-cancel-stops")],
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "{report:#}");
+    let (code, report) = check(&args(false));
+    assert_eq!(code, 0, "a failed SHOULD without --strict: {report:#}");
+}
+
+#[test]
+fn a_terminal_status_that_changes_fails_terminal_stays_only() {
+    // Cancelled, then completed when its work would have ended: a MUST.
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--task",
+        "job seconds=2",
+        "--",
+        fixture.to_str().unwrap(),
+        "--tasks",
+        "--break",
+        "terminal-changes",
+        "--task-ttl-ms",
+        "60000",
+    ]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("tasks.terminal-stays", "task-terminal-final")],
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "a failed MUST: {report:#}");
 }

@@ -12,9 +12,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::evidence;
+use crate::mcp::Era;
 use crate::procfs;
 use crate::report::{rules, short, Check, Evidence, Report, RunError};
 use crate::session::{CancelledCall, Session, Trigger};
+use crate::tasks;
 use crate::tool::ToolSpec;
 use crate::wire::{Dir, Entry};
 use crate::Config;
@@ -60,11 +62,23 @@ pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, RunE
             out.push(Check::skip(id, *rule, GONE));
         }
     }
+    if s.gone() {
+        tasks::skip_all(&s, cfg, GONE, out).await;
+    } else if s.era == Era::Legacy {
+        tasks::skip_all(&s, cfg, NO_TASKS_2025, out).await;
+    } else {
+        let capabilities = s.capabilities.clone();
+        tasks::run(&s, cfg, &capabilities, out).await;
+    }
     notices::server_cancels(&s, out);
     notices::progress_rules(&s, out);
     s.close().await;
     Ok(report)
 }
+
+/// Why the task checks do not run in a 2025 session.
+pub(crate) const NO_TASKS_2025: &str =
+    "a 2025 session: the tasks extension is a 2026-07-28 one (server/discover)";
 
 /// Why a check did not run after the server went away.
 const GONE: &str = "the server exited during an earlier check";
@@ -493,5 +507,5 @@ async fn cpu(cfg: &Config, s: &Session, tool: &ToolSpec, out: &mut Vec<Check>) {
             .await;
         unjudged(&c).map_or(Ok(()), Err)
     };
-    out.push(evidence::cpu_check(cfg, pid, tool, cancelled).await);
+    out.push(evidence::cpu_check(evidence::CPU_CHECK, cfg, pid, tool, cancelled).await);
 }
