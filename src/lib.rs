@@ -73,7 +73,7 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | foundations | `sanitize`, [`protocol`] | the sanitizer every piece of peer text in a log line or error goes through (crate-private); the protocol revisions |
+//! | foundations | `sanitize`, `random`, [`protocol`] | the sanitizer every piece of peer text in a log line or error goes through, and the random ids of sessions and tasks (crate-private); the protocol revisions |
 //! | outcomes | [`error`] | [`CancelReason`], [`Elapsed`], [`Cancelled`] |
 //! | wire | [`jsonrpc`] | ids, tokens, method names, the message envelope, one-line encoding; the outcomes' JSON-RPC mapping |
 //! | per-request state | `state` (private) | one allocation per request behind its two handles, [`Cancellation`] (the cancel state, reason, token and waker) and [`ProgressTap`] (re-exported by [`cancel`] and [`progress`]), with what the layers keep per request: the log labels, the progress layer's limits, the one-timer hand-off between [`TimeoutLayer`] and [`ProgressResetLayer`] |
@@ -116,6 +116,8 @@ pub mod observe;
 mod policy;
 pub mod progress;
 pub mod protocol;
+#[cfg(any(feature = "http", feature = "tasks"))]
+mod random;
 pub mod request;
 pub(crate) mod sanitize;
 mod state;

@@ -252,17 +252,8 @@ pub enum TaskEnd {
 /// A task id: 128 bits from the operating system's random source, as 32
 /// lowercase hex digits.
 pub(crate) fn mint_id() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)?;
-    let mut id = String::with_capacity(32);
-    for b in bytes {
-        id.push(char::from(HEX[usize::from(b >> 4)]));
-        id.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    Ok(id)
+    crate::random::hex_id::<16>()
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

@@ -52,8 +52,6 @@ impl<S> Tasks<S> {
 /// The params the layer reads, in one pass.
 #[derive(Deserialize, Default)]
 struct Peek<'a> {
-    #[serde(default, borrow)]
-    name: Option<Cow<'a, str>>,
     #[serde(default, borrow, rename = "taskId")]
     task_id: Option<Cow<'a, str>>,
     #[serde(default, rename = "inputResponses")]
@@ -148,18 +146,19 @@ where
 {
     fn tools_call(&mut self, mut req: McpRequest) -> ResponseFuture<S::Future, S::Response> {
         let config = &self.layer.config;
-        if config.tools.is_empty() && config.default.mode() == Mode::Never {
+        // The tool's name was read with the params (`McpRequest::tool_name`):
+        // the params are parsed again only for a tool that may be a task.
+        let tool = req.tool_name().unwrap_or_default();
+        let policy = config.tools.get(tool).copied().unwrap_or(config.default);
+        if policy.mode() == Mode::Never {
             return ResponseFuture::inner(self.inner.call(req));
         }
         // Malformed params are the handler's to refuse.
-        let Ok(p) = peek(&req) else {
-            return ResponseFuture::inner(self.inner.call(req));
+        let declared = match peek(&req) {
+            Ok(p) => p.declared(),
+            Err(_) => return ResponseFuture::inner(self.inner.call(req)),
         };
-        let tool = p.name.as_deref().unwrap_or_default();
-        let policy = config.tools.get(tool).copied().unwrap_or(config.default);
-        let declared = p.declared();
         match policy.mode() {
-            Mode::Never => return ResponseFuture::inner(self.inner.call(req)),
             Mode::Required if !declared => {
                 let what = format!("tool {:?}", crate::sanitize::for_log(tool));
                 return ResponseFuture::error(missing_capability(&what));

@@ -237,6 +237,7 @@ impl<T> Pending<T> {
     }
 
     /// Whether a request with `id` is pending.
+    #[cfg(feature = "stdio")]
     pub(crate) fn contains(&self, id: &RequestId) -> bool {
         self.calls.contains_key(id)
     }

@@ -126,17 +126,8 @@ impl Sessions {
 /// Mints a session id: 256 bits from the operating system's random
 /// source, as 64 lowercase hex digits (visible ASCII, as the spec asks).
 fn mint_id() -> Result<Arc<str>, getrandom::Error> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)?;
-    let mut id = String::with_capacity(64);
-    for b in bytes {
-        id.push(char::from(HEX[usize::from(b >> 4)]));
-        id.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    Ok(id.into())
+    crate::random::hex_id::<32>().map(Arc::from)
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 struct State {
     last_seen: Instant,
