@@ -5,6 +5,12 @@
 /// The protocol revision this crate implements.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
 
+/// The tasks extension's identifier, which a request declares in its
+/// `_meta` client capabilities (public as `tasks::EXTENSION`, feature
+/// `tasks`; the stdio client needs it without the feature).
+#[cfg(any(feature = "stdio", feature = "tasks"))]
+pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
 /// The earlier revisions recognized as legacy by default (the Streamable
 /// HTTP adapter serves them, see
 /// [`StatefulRequests`](crate::transport::http::StatefulRequests)).

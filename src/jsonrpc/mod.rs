@@ -46,7 +46,7 @@ pub use method::Method;
 pub(crate) use method::{CANCELLED, PROGRESS, SUBSCRIPTIONS_LISTEN, TOOLS_CALL};
 pub(crate) use params::{json_str, params_with_progress_token, ParamsPeek, ParamsView};
 pub(crate) use params::{CancelledParams, ProgressParams};
-pub(crate) use params::{PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META};
+pub(crate) use params::{CLIENT_CAPABILITIES_META, PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META};
 
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,8 @@ use super::id::{ProgressToken, RequestId};
 pub(crate) const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 /// The `_meta` key carrying the protocol version of a request (2026-07-28 and later).
 pub(crate) const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key carrying a request's client capabilities (2026-07-28 and later).
+pub(crate) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// `params` of `notifications/cancelled`.
 ///

@@ -12,10 +12,9 @@ use tokio_util::task::TaskTracker;
 use tower::{Service, ServiceExt};
 use tower_layer::Layer;
 
-use super::record::{CLIENT_CAPABILITIES_META, EXTENSION};
+use super::record::EXTENSION;
 use crate::error::BoxError;
-use crate::jsonrpc::ErrorObject;
-use crate::jsonrpc::ProgressToken;
+use crate::jsonrpc::{ErrorObject, ProgressToken, CLIENT_CAPABILITIES_META};
 use crate::{McpRequest, ProgressObserver, ProgressTap};
 
 /// Answers a task's input requests: given the new outstanding requests (by

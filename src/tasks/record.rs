@@ -11,10 +11,7 @@ use crate::jsonrpc::ErrorObject;
 /// The tasks extension's identifier (`io.modelcontextprotocol/tasks`): the
 /// key a client declares in its per-request capabilities and a server in
 /// its `server/discover` answer.
-pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
-/// The `_meta` key of a request's client capabilities.
-pub(crate) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const EXTENSION: &str = crate::protocol::TASKS_EXTENSION;
 
 /// A task's status. `completed`, `failed` and `cancelled` are terminal:
 /// once there, a task never changes again.

@@ -21,7 +21,7 @@ use crate::transport::http::headers::{
 use crate::McpRequest;
 
 pub(super) const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
-pub(super) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(super) use crate::jsonrpc::CLIENT_CAPABILITIES_META;
 
 type Params = serde_json::Map<String, serde_json::Value>;
 

@@ -215,8 +215,8 @@ fn cancel_orphan_task(shared: &Shared, call: &RequestId, result: &serde_json::va
         "taskId": task,
         "_meta": {
             jsonrpc::PROTOCOL_VERSION_META: crate::protocol::PROTOCOL_VERSION,
-            "io.modelcontextprotocol/clientCapabilities": {
-                "extensions": {"io.modelcontextprotocol/tasks": {}}
+            jsonrpc::CLIENT_CAPABILITIES_META: {
+                "extensions": {crate::protocol::TASKS_EXTENSION: {}}
             }
         }
     });
