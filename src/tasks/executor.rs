@@ -367,11 +367,9 @@ impl Runner {
         {
             tracing::warn!(target: "tower_mcp_cancel::task", error = %e, "task end not recorded");
         }
-        let grace = core
-            .cancellation
-            .grace()
-            .filter(|g| !g.is_zero())
-            .unwrap_or(self.settings.grace);
+        // The layer's grace was given to the work's cancellation when the
+        // call started; a handler's own `set_grace` (zero included) replaced it.
+        let grace = core.cancellation.grace().unwrap_or(self.settings.grace);
         if !grace.is_zero() {
             let finished = tokio::time::timeout(grace, work.as_mut()).await.is_ok();
             let what = if finished { "finished" } else { "dropped" };
