@@ -662,3 +662,44 @@ fn a_terminal_status_that_changes_fails_terminal_stays_only() {
     );
     assert_eq!(code, 1, "a failed MUST: {report:#}");
 }
+
+/// The rmcp integration's example server (rmcp's stdio loop, our input
+/// checks and layers): every check passes strictly, in both eras — among
+/// them the cancels rmcp alone mishandles (one before the lifecycle is
+/// chosen ended the connection; a malformed one was answered).
+#[test]
+fn example_rmcp_server_passes_strictly_in_both_eras() {
+    let server = example("tower-mcp-cancel-rmcp", "http", "rmcp_server");
+    let server = server.to_str().unwrap();
+    passes_all(&["--strict", "--slow", SLOW, "--", server], "2026-07-28");
+    let (_, report) = check(&["--strict", "--slow", SLOW, "--", server]);
+    for id in ["cancel.unknown", "cancel.malformed"] {
+        assert_eq!(outcome(&report, id), "pass", "{report:#}");
+    }
+    passes_all(
+        &["--strict", "--era", "2025", "--slow", SLOW, "--", server],
+        "2025",
+    );
+}
+
+/// rmcp alone, with a handler that never looks at its token: its progress
+/// runs on after the cancel, a MUST the checker fails.
+#[test]
+fn plain_rmcp_whose_handler_ignores_its_token_fails_progress_stops() {
+    let server = example("tower-mcp-cancel-rmcp", "http", "rmcp_server");
+    let (code, report) = check(&[
+        "--era",
+        "2025",
+        "--slow",
+        SLOW,
+        "--",
+        server.to_str().unwrap(),
+        "--plain",
+    ]);
+    assert_eq!(
+        outcome(&report, "cancel.progress-stops"),
+        "fail",
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "a failed MUST: {report:#}");
+}

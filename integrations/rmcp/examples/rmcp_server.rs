@@ -341,7 +341,7 @@ async fn main() {
             let observe = server.observe_http();
             serve_http(addr, server, Some(observe)).await
         } else {
-            match server.serve(rmcp::transport::stdio()).await {
+            match server.serve(tower_mcp_cancel_rmcp::stdio()).await {
                 Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             }

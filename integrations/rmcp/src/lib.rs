@@ -55,7 +55,7 @@
 //!                 .tool("nap", Duration::from_secs(5)), // `nap` gets 5 s
 //!         )
 //!         .progress(ProgressResetLayer::new(Duration::from_secs(30)))
-//!         .serve(rmcp::transport::stdio())
+//!         .serve(tower_mcp_cancel_rmcp::stdio())
 //!         .await?;
 //!     running.waiting().await?;
 //!     Ok(())
@@ -110,6 +110,17 @@
 //! [`Cancellable::observe_http`]; a transport served without either is
 //! not checked.
 //!
+//! Two cancels rmcp's stdio server mishandles are taken care of on the way
+//! in. A cancel that comes before the connection's lifecycle is chosen (a
+//! 2026-era client that dropped its `server/discover` call sends one) would
+//! make rmcp end the connection: [`ObserveProgress`], and so
+//! [`Cancellable::serve`], holds it back (it can only name a request rmcp
+//! already answered). A notification rmcp cannot decode (a cancel whose
+//! `params` are not an object) would be answered with an id-less `-32600`
+//! error: serve [`stdio()`] (or wrap your reader in [`CheckedInput`])
+//! rather than `rmcp::transport::stdio()`, and it is ignored, as JSON-RPC
+//! and the cancellation page have it.
+//!
 #![cfg_attr(feature = "http", doc = include_str!("http.md"))]
 #![cfg_attr(
     not(feature = "http"),
@@ -140,6 +151,9 @@
 //!   its token), so the transport cannot tell it from a connection-wide
 //!   one. Such a task should stop on `context.ct`, which fires for every
 //!   early end.
+//! * [`RmcpClient`] reads through rmcp's client transport, which answers a
+//!   server's notification it cannot decode with an id-less `-32600`
+//!   error; [`CheckedInput`] is for a server's input only.
 //!
 //! (Docs built without the feature `http` link its items to the section
 //! above, where they are described, instead.)
@@ -168,6 +182,8 @@ mod client;
 mod handler;
 #[cfg(feature = "http")]
 mod http_progress;
+mod input;
+mod lifecycle;
 mod progress;
 mod request;
 
@@ -188,6 +204,7 @@ pub use self::client::{RmcpClient, RouteProgress};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use self::http_progress::{ObserveBody, ObserveFuture, ObserveHttp, ObserveHttpLayer};
+pub use self::input::{stdio, CheckedInput};
 pub use self::progress::ObserveProgress;
 pub use self::request::RmcpRequest;
 use tower::BoxError;
@@ -265,8 +282,12 @@ impl<H> Cancellable<H> {
     }
 
     /// Wraps `transport` so that the progress the handler sends through it
-    /// restarts its requests' idle limits. [`serve`](Self::serve) does this
-    /// for you; use it with rmcp's own `serve_*` functions.
+    /// restarts its requests' idle limits, and a notification that would
+    /// end rmcp's handshake phase is held back (see [`ObserveProgress`]).
+    /// [`serve`](Self::serve) does this for you; use it with rmcp's own
+    /// `serve_*` functions. Here the handler is taken to support the
+    /// protocol versions rmcp knows (its default); [`serve`](Self::serve)
+    /// asks the handler.
     pub fn observe<T, E, A>(
         &self,
         transport: T,
@@ -275,7 +296,24 @@ impl<H> Cancellable<H> {
         T: IntoTransport<RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        ObserveProgress::new(transport.into_transport(), self.registry.clone())
+        let versions = Cow::Borrowed(::rmcp::model::ProtocolVersion::KNOWN_VERSIONS);
+        self.observe_with(transport, versions)
+    }
+
+    fn observe_with<T, E, A>(
+        &self,
+        transport: T,
+        versions: Cow<'static, [::rmcp::model::ProtocolVersion]>,
+    ) -> ObserveProgress<impl Transport<RoleServer, Error = E> + 'static>
+    where
+        T: IntoTransport<RoleServer, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        ObserveProgress::new(
+            transport.into_transport(),
+            self.registry.clone(),
+            lifecycle::Lifecycle::new(versions),
+        )
     }
 
     /// A layer for rmcp's `StreamableHttpService` that feeds the progress
@@ -302,7 +340,8 @@ impl<H> Cancellable<H> {
         T: IntoTransport<RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let transport = self.observe(transport);
+        let versions = self.supported_protocol_versions();
+        let transport = self.observe_with(transport, versions);
         ::rmcp::serve_server(self, transport).await
     }
 }

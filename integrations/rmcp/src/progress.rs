@@ -10,6 +10,9 @@
 //! [`ProgressResetLayer`](tower_mcp_cancel::ProgressResetLayer)) for as long as its
 //! handler runs, and a notification for no request in flight, or whose
 //! value does not increase, is not written.
+//!
+//! On the way in it drops the notifications rmcp would end the connection
+//! on before the lifecycle is chosen (see [`Lifecycle`]).
 
 use std::future::Future;
 
@@ -22,18 +25,28 @@ use ::rmcp::RoleServer;
 
 use tower_mcp_cancel::integration::ProgressRegistry;
 
+use crate::lifecycle::Lifecycle;
+
 /// An rmcp server transport that feeds the progress notifications the
-/// handler sends to the requests' progress limits. Made by
+/// handler sends to the requests' progress limits, and holds back a
+/// notification that comes before the connection's lifecycle is chosen (a
+/// 2026-era client's cancel of its dropped `server/discover`), which
+/// rmcp's server would end the connection on. Made by
 /// [`Cancellable::serve`](super::Cancellable::serve) and
 /// [`Cancellable::observe`](super::Cancellable::observe).
 pub struct ObserveProgress<T> {
     inner: T,
     registry: ProgressRegistry,
+    lifecycle: Lifecycle,
 }
 
 impl<T> ObserveProgress<T> {
-    pub(super) fn new(inner: T, registry: ProgressRegistry) -> Self {
-        Self { inner, registry }
+    pub(super) fn new(inner: T, registry: ProgressRegistry, lifecycle: Lifecycle) -> Self {
+        Self {
+            inner,
+            registry,
+            lifecycle,
+        }
     }
 
     /// Whether `message` may be written: anything but a progress
@@ -81,8 +94,17 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for ObserveProgress<T> {
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
-        self.inner.receive()
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            let message = self.inner.receive().await?;
+            if self.lifecycle.admit(&message) {
+                return Some(message);
+            }
+            tracing::debug!(
+                ?message,
+                "notification before the lifecycle was chosen: dropped (rmcp would end the connection on it)"
+            );
+        }
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
