@@ -84,8 +84,10 @@ row "tower-mcp-cancel examples/stdio_server" "0.1.0" -- --slow "$SLOW" --task "$
 http_row "tower-mcp-cancel examples/http_server" "0.1.0" "$SLOW" "$TASK" -- "$E/http_server" --listen 127.0.0.1:PORT --tasks --task-ttl 2s
 row "rmcp + tower-mcp-cancel-rmcp (rmcp_server)" "rmcp 3.11" -- --slow "$SLOW" -- "$E/rmcp_server"
 row "rmcp + tower-mcp-cancel-rmcp (rmcp_server), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server"
+row "rmcp alone (rmcp_server --plain)" "rmcp 3.11" -- --slow "$SLOW" -- "$E/rmcp_server" --plain
 row "rmcp alone (rmcp_server --plain), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server" --plain
 http_row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --listen 127.0.0.1:PORT
+http_row "rmcp alone (rmcp_server --plain --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --plain --listen 127.0.0.1:PORT
 row "TypeScript SDK v2 (ts/server.mjs)" "@modelcontextprotocol/server 2.4.0" -- --slow "$SLOW" -- node "$I/ts/server.mjs"
 http_row "TypeScript SDK v2 (ts/server.mjs --http)" "@modelcontextprotocol/server 2.4.0" "$SLOW" -- node "$I/ts/server.mjs" --http PORT
 row "Python SDK (py/server.py)" "mcp 2.3.0" -- --slow "$SLOW" -- "$I/.venv/bin/python" "$I/py/server.py"
