@@ -1,6 +1,7 @@
 //! A server's input with the notifications rmcp would answer taken out
 //! ([`CheckedInput`]).
 
+use std::borrow::Cow;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -8,6 +9,7 @@ use std::task::{ready, Context, Poll};
 use ::rmcp::service::RxJsonRpcMessage;
 use ::rmcp::RoleServer;
 use serde::de::IgnoredAny;
+use serde_json::Value;
 use tokio::io::{AsyncRead, ReadBuf};
 
 /// Past this many bytes without a newline, a line is passed through as it
@@ -98,23 +100,55 @@ impl<R> CheckedInput<R> {
 /// Whether a whole line goes on to rmcp: all but a notification rmcp
 /// cannot decode (one rmcp would skip unanswered, such as a method it does
 /// not know, is left out just the same).
+///
+/// A line that does not name a `notifications/` method passes unread, and
+/// so does a message with an id: requests and responses are rmcp's to
+/// judge (a request it cannot decode is answered with its id). A
+/// notification of the plain shape (`"jsonrpc": "2.0"`, a method, `params`
+/// an object or none), which rmcp decodes (an unknown one as a custom
+/// notification), passes after one light read; only another shape is
+/// decoded as rmcp would, and left out if that fails.
 fn passes(line: &[u8]) -> bool {
-    /// Only whether the message has an id; the rest is skipped unread.
+    /// The fields that decide; `params` only by its kind.
     #[derive(serde::Deserialize)]
-    struct Shape {
+    struct Shape<'a> {
         id: Option<IgnoredAny>,
+        #[serde(borrow)]
+        jsonrpc: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        method: Option<Cow<'a, str>>,
+        params: Option<Value>,
+    }
+    if memchr::memmem::find(line, b"notifications/").is_none() {
+        return true;
     }
     let json = line.strip_suffix(b"\n").unwrap_or(line);
     let json = json.strip_suffix(b"\r").unwrap_or(json);
     let json = json.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(json);
-    match serde_json::from_slice::<Shape>(json) {
-        // Not an object (blank, a batch, not JSON): rmcp's to judge.
-        Err(_) => true,
-        Ok(Shape { id: Some(_) }) => true,
-        Ok(Shape { id: None }) => {
-            serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(json).is_ok()
+    let notification = match serde_json::from_slice::<Shape<'_>>(json) {
+        Ok(shape) if shape.id.is_some() => return true,
+        Ok(shape)
+            if shape.jsonrpc.as_deref() == Some("2.0")
+                && shape.method.is_some()
+                && shape.params.as_ref().is_none_or(Value::is_object) =>
+        {
+            return true
         }
+        Ok(_) => true,
+        // Not an object (a batch, not JSON), or a field of another type.
+        Err(_) => json.trim_ascii_start().starts_with(b"{") && !has_id(json),
+    };
+    !notification || serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(json).is_ok()
+}
+
+/// Whether an object has an `id` member, whatever the other members hold.
+fn has_id(json: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<IgnoredAny>,
     }
+    // Unreadable as an object even so: not a notification rmcp could answer.
+    serde_json::from_slice::<Id>(json).map_or(true, |m| m.id.is_some())
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for CheckedInput<R> {
@@ -202,10 +236,17 @@ mod tests {
         // A request that does not decode is rmcp's to answer (with its id).
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":[1,2]}"#,
         "\n",
+        r#"{"jsonrpc":"2.0","id":4,"method":"notifications/cancelled","params":[1]}"#,
+        "\n",
+        // Unknown: rmcp skips it unanswered; plain, so it passes unread.
+        r#"{"jsonrpc":"2.0","method":"notifications/whatever","params":{"a":[1]}}"#,
+        "\n",
     );
 
-    const DROPPED: [&str; 3] = [
+    const DROPPED: [&str; 5] = [
         r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":[1,2]}"#,
+        r#"{"jsonrpc":2,"method":"notifications/cancelled","params":{"requestId":1}}"#,
+        r#"{"jsonrpc":"1.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":7}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/progress","params":"x"}"#,
     ];
