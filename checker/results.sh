@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 MODE="${1:-write}"
 cargo build -q --features stdio,http,tasks --examples
 cargo build -q -p tower-mcp-cancel-rmcp --features http --example rmcp_server
+cargo build -q -p tower-mcp-cancel-tower-mcp --example tower_mcp_server
 cargo build -q -p mcp-cancel-check
 CHECK="target/debug/mcp-cancel-check"
 E="target/debug/examples"
@@ -86,6 +87,10 @@ row "rmcp + tower-mcp-cancel-rmcp (rmcp_server)" "rmcp 3.11" -- --slow "$SLOW" -
 row "rmcp + tower-mcp-cancel-rmcp (rmcp_server), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server"
 row "rmcp alone (rmcp_server --plain), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server" --plain
 http_row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --listen 127.0.0.1:PORT
+row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server"
+row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server"
+row "tower-mcp alone (tower_mcp_server --plain)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server" --plain
+row "tower-mcp alone (tower_mcp_server --plain), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server" --plain
 row "TypeScript SDK v2 (ts/server.mjs)" "@modelcontextprotocol/server 2.4.0" -- --slow "$SLOW" -- node "$I/ts/server.mjs"
 http_row "TypeScript SDK v2 (ts/server.mjs --http)" "@modelcontextprotocol/server 2.4.0" "$SLOW" -- node "$I/ts/server.mjs" --http PORT
 row "Python SDK (py/server.py)" "mcp 2.3.0" -- --slow "$SLOW" -- "$I/.venv/bin/python" "$I/py/server.py"
