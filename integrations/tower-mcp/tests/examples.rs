@@ -2,7 +2,8 @@
 //! stdin and stdout as a client would, in both eras: the peer's
 //! `notifications/cancelled` drops the `slow` handler's future (`DROPPED`
 //! on stderr) and nothing more is written for it; with `--plain`, tower-mcp
-//! alone, the handler runs on to `DONE`. `--help` names its flags and an
+//! alone, the handler runs on to `DONE`. Cancelling `spawned` fires the
+//! token its spawned work watches (`TOKEN`), with the layer or without. `--help` names its flags and an
 //! unknown flag or a malformed value is refused with a usage line and exit
 //! status 2, as the middleware's examples do (`tests/examples.rs` at the
 //! repository's root). Not part of the published package: it uses the
@@ -231,6 +232,42 @@ async fn plain_runs_the_handler_on(era: Era) {
         !lines.iter().any(|v| v["id"] == "slow-1"),
         "tower-mcp answered the cancelled request: {lines:?}"
     );
+}
+
+/// Cancels `spawned` once it started: the events of its request, in the
+/// order printed, until both `TOKEN` and the handler's end are seen.
+async fn cancel_spawned(era: Era, plain: bool) -> Vec<String> {
+    let mut server = Server::start(era, plain).await;
+    let args = json!({"name": "spawned", "arguments": {"seconds": 30, "interval_ms": 50}});
+    server.request("spawned-1", "tools/call", args).await;
+    assert_eq!(server.event("spawned-1").await, "STARTED");
+    server
+        .send(json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": "spawned-1", "reason": "the test cancels it"},
+        }))
+        .await;
+    let mut seen = Vec::new();
+    while !(seen.iter().any(|k| k == "TOKEN") && seen.iter().any(|k| k == "DROPPED" || k == "DONE"))
+    {
+        seen.push(server.event("spawned-1").await);
+    }
+    seen
+}
+
+#[tokio::test]
+async fn cancel_fires_the_token_of_the_spawned_work_and_drops_the_handler() {
+    for era in [Era::Modern, Era::Legacy] {
+        let seen = cancel_spawned(era, false).await;
+        assert!(seen.contains(&"DROPPED".to_owned()), "{era:?}: {seen:?}");
+        // tower-mcp alone fires the token too; its handler then returns.
+        let seen = cancel_spawned(era, true).await;
+        assert!(
+            seen.contains(&"DONE".to_owned()),
+            "{era:?}, --plain: {seen:?}"
+        );
+    }
 }
 
 #[tokio::test]
