@@ -88,6 +88,10 @@ row "rmcp alone (rmcp_server --plain)" "rmcp 3.11" -- --slow "$SLOW" -- "$E/rmcp
 row "rmcp alone (rmcp_server --plain), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server" --plain
 http_row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --listen 127.0.0.1:PORT
 http_row "rmcp alone (rmcp_server --plain --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --plain --listen 127.0.0.1:PORT
+row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server"
+row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server"
+row "tower-mcp alone (tower_mcp_server --plain)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server" --plain
+row "tower-mcp alone (tower_mcp_server --plain), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server" --plain
 row "TypeScript SDK v2 (ts/server.mjs)" "@modelcontextprotocol/server 2.4.0" -- --slow "$SLOW" -- node "$I/ts/server.mjs"
 http_row "TypeScript SDK v2 (ts/server.mjs --http)" "@modelcontextprotocol/server 2.4.0" "$SLOW" -- node "$I/ts/server.mjs" --http PORT
 row "Python SDK (py/server.py)" "mcp 2.3.0" -- --slow "$SLOW" -- "$I/.venv/bin/python" "$I/py/server.py"

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 /// The features every example of the including package needs (a plain
 /// `cargo build --example` refuses the examples that require them): the
 /// middleware's need `stdio` and `http` (and `tasks` for `--tasks`), the
-/// rmcp integration's `http`.
+/// rmcp integration's `http`, the tower-mcp integration's none.
 const FEATURES: &str = match env!("CARGO_PKG_NAME").as_bytes() {
     b"tower-mcp-cancel-rmcp" => "http",
+    b"tower-mcp-cancel-tower-mcp" => "",
     _ => "stdio,http,tasks",
 };
 

@@ -1,0 +1,259 @@
+//! The example tools written with tower-mcp (`ToolBuilder` tools on an
+//! `McpRouter`, as tower-mcp's docs show them), served by tower-mcp's own
+//! `StdioTransport` with `.layer(RouterLayer::new()…)` so that a cancel
+//! drops the handler's future: `echo {text}`, `slow {seconds = 10,
+//! interval_ms = 100}` (never checks its token; reports progress each step
+//! when asked), `spawned {seconds, interval_ms}` (works in a spawned task
+//! that stops on its token).
+//!
+//! ```sh
+//! cargo run -p tower-mcp-cancel-tower-mcp --example tower_mcp_server -- --events
+//! ```
+//!
+//! Flags: `--events` prints `STARTED <id> <ns>`, `DROPPED`, `DONE` and
+//! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
+//! the `tools/call` deadline (default 600 s, 60 s for other methods);
+//! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
+//! `--plain` serves the router with tower-mcp alone, for contrast; `--help`
+//! lists them, and an unknown flag or a malformed value is refused with a
+//! usage line and exit status 2.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tower_mcp::extract::{Context, Json, State};
+use tower_mcp::schemars::JsonSchema;
+use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
+use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel_tower_mcp::RouterLayer;
+
+/// What `--events` prints, and where.
+#[derive(Clone, Debug, Default)]
+struct Events(bool);
+
+impl Events {
+    fn emit(&self, kind: &str, id: &str) {
+        if self.0 {
+            let ns = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            // One write, so that a line is never split by another writer.
+            let line = format!("{kind} {id} {ns}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        }
+    }
+}
+
+/// Reports `DROPPED` if the handler's future is dropped before it
+/// finished, `DONE` when it finished.
+struct Probe {
+    id: String,
+    events: Events,
+    done: bool,
+}
+
+impl Probe {
+    fn start(ctx: &Context, events: &Events) -> Self {
+        let id = serde_json::to_string(ctx.request_id()).unwrap_or_default();
+        events.emit("STARTED", &id);
+        Probe {
+            id,
+            events: events.clone(),
+            done: false,
+        }
+    }
+
+    fn finish(mut self) {
+        self.done = true;
+        tracing::info!(request_id = %self.id, "handler completed");
+        self.events.emit("DONE", &self.id);
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::info!(request_id = %self.id, "handler future dropped by cancellation");
+            self.events.emit("DROPPED", &self.id);
+        }
+    }
+}
+
+#[derive(serde::Deserialize, JsonSchema)]
+#[schemars(crate = "tower_mcp::schemars")]
+struct EchoArgs {
+    /// The text to return.
+    text: String,
+}
+
+#[derive(serde::Deserialize, JsonSchema)]
+#[schemars(crate = "tower_mcp::schemars")]
+struct WorkArgs {
+    /// How long to work, in seconds (default 10).
+    seconds: Option<f64>,
+    /// The step length, in milliseconds (default 100).
+    interval_ms: Option<f64>,
+}
+
+impl WorkArgs {
+    /// (number of steps, step length).
+    fn steps(&self) -> (u64, Duration) {
+        let seconds = self.seconds.unwrap_or(10.0).clamp(0.0, 86_400.0);
+        let interval_ms = self.interval_ms.unwrap_or(100.0).clamp(1.0, 3_600_000.0);
+        let steps = ((seconds * 1000.0) / interval_ms).ceil().max(1.0) as u64;
+        (steps, Duration::from_secs_f64(interval_ms / 1000.0))
+    }
+}
+
+/// The router: `echo`, `slow` and `spawned`, each reporting its events.
+fn router(events: Events) -> McpRouter {
+    let echo = ToolBuilder::new("echo")
+        .description("Returns its `text` argument.")
+        .extractor_handler(
+            events.clone(),
+            |State(events): State<Events>, ctx: Context, Json(args): Json<EchoArgs>| async move {
+                Probe::start(&ctx, &events).finish();
+                Ok(CallToolResult::text(args.text))
+            },
+        )
+        .build();
+    let slow = ToolBuilder::new("slow")
+        .description(
+            "Sleeps `seconds` in steps of `interval_ms`, reporting progress each step when asked; never checks its cancellation token.",
+        )
+        .extractor_handler(
+            events.clone(),
+            |State(events): State<Events>, ctx: Context, Json(args): Json<WorkArgs>| async move {
+                let probe = Probe::start(&ctx, &events);
+                let (steps, interval) = args.steps();
+                for i in 1..=steps {
+                    tokio::time::sleep(interval).await;
+                    // A no-op when the request carries no progress token.
+                    let message = format!("step {i}/{steps}");
+                    ctx.report_progress(i as f64, Some(steps as f64), Some(&message))
+                        .await;
+                }
+                probe.finish();
+                Ok(CallToolResult::text(format!(
+                    "slept {steps} steps of {interval:?}"
+                )))
+            },
+        )
+        .build();
+    let spawned = ToolBuilder::new("spawned")
+        .description(
+            "Works `seconds` in a spawned task that stops when the request's cancellation token fires.",
+        )
+        .extractor_handler(
+            events,
+            |State(events): State<Events>, ctx: Context, Json(args): Json<WorkArgs>| async move {
+                let probe = Probe::start(&ctx, &events);
+                let (steps, interval) = args.steps();
+                let (token, id) = (ctx.cancellation_token(), probe.id.clone());
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                tokio::spawn(async move {
+                    for _ in 1..=steps {
+                        tokio::select! {
+                            () = token.cancelled() => {
+                                tracing::info!(request_id = %id, "spawned task saw its token fire; stopping");
+                                events.emit("TOKEN", &id);
+                                return;
+                            }
+                            () = tokio::time::sleep(interval) => {}
+                        }
+                    }
+                    let _ = tx.send(steps);
+                });
+                let out = match rx.await {
+                    Ok(n) => Ok(CallToolResult::text(format!(
+                        "spawned task finished {n} steps of {interval:?}"
+                    ))),
+                    Err(_) => Ok(CallToolResult::error("spawned task stopped")),
+                };
+                probe.finish();
+                out
+            },
+        )
+        .build();
+    McpRouter::new()
+        .server_info("tower_mcp_server", env!("CARGO_PKG_VERSION"))
+        .tool(echo)
+        .tool(slow)
+        .tool(spawned)
+}
+
+/// The example tools as a tower-mcp server (echo, slow, spawned) over
+/// stdio, its router under RouterLayer so that a cancel, a deadline or the
+/// idle limit drops the handler's future.
+#[derive(clap::Parser, Debug)]
+#[command(name = "tower_mcp_server")]
+struct Cli {
+    /// Print `STARTED`, `DROPPED`, `DONE` and `TOKEN` lines
+    /// (`<kind> <id> <unix-ns>`) to stderr, as stdio_server does.
+    #[arg(long)]
+    events: bool,
+    /// The tools/call deadline in milliseconds (other methods: 60 s).
+    #[arg(long, value_name = "MS", default_value_t = 600_000)]
+    timeout_ms: u64,
+    /// A progress idle limit in milliseconds (hard maximum: 10 times it).
+    #[arg(long, value_name = "MS")]
+    idle_ms: Option<u64>,
+    /// Serve the router with tower-mcp alone, without the layer, for
+    /// contrast.
+    #[arg(long)]
+    plain: bool,
+}
+
+impl Cli {
+    /// The command line; `--help` prints the flags. clap refuses an unknown
+    /// flag or a malformed value with exit status 2; the usage line is added
+    /// to the refusals it prints without one (a value that does not parse),
+    /// as the root package's examples do (`examples/common/cli.rs`).
+    fn from_command_line() -> Self {
+        use clap::error::{ContextKind, ContextValue};
+        use clap::{CommandFactory, Parser};
+        Self::try_parse().unwrap_or_else(|mut e| {
+            if e.use_stderr() && e.get(ContextKind::Usage).is_none() {
+                let usage = Self::command().render_usage();
+                e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+            }
+            e.exit()
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::from_command_line();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter)
+        .try_init();
+    let transport = StdioTransport::new(router(Events(cli.events)));
+
+    let result = if cli.plain {
+        let mut transport = transport;
+        transport.run().await
+    } else {
+        let call_timeout = Duration::from_millis(cli.timeout_ms);
+        let mut layer = RouterLayer::new()
+            .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call_timeout));
+        if let Some(idle) = cli.idle_ms {
+            layer = layer.progress(ProgressResetLayer::new(Duration::from_millis(idle)));
+        }
+        // Inside the runtime: the layer starts its progress relay here.
+        transport.layer(layer).run().await
+    };
+    let code = match result {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!(error = %e, "tower-mcp server stopped");
+            1
+        }
+    };
+    // stdin's reader may still be blocked in a read: do not wait for it.
+    std::process::exit(code);
+}

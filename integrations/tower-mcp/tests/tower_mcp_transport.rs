@@ -1,0 +1,203 @@
+//! What tower-mcp 0.25's stdio transport does before a request reaches
+//! `RouterLayer` (the crate docs' "What it does not cover"), pinned here so
+//! that a tower-mcp release that changes it shows: the docs then change too.
+//! Both were found by `mcp-cancel-check` (checker/) on the example server.
+//!
+//! * Once given any layer (`StdioTransport::layer`, which returns its
+//!   generic transport) it answers a malformed notification with an error;
+//!   without one it ignores it.
+//! * It reads a notification in its read loop but hands a request to a
+//!   dispatcher task, and its router ignores a cancel for a request it has
+//!   not registered yet: a cancel right behind its request is lost, with a
+//!   layer or without.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf};
+use tower::layer::util::Identity;
+use tower_mcp::extract::{Json, State};
+use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
+use tower_mcp_cancel_tower_mcp::RouterLayer;
+
+/// A guard against hangs, far longer than any exchange here takes.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// How the transport is given the router.
+#[derive(Clone, Copy, Debug)]
+enum Under {
+    /// `StdioTransport::new(router)`, no layer.
+    Nothing,
+    /// `.layer(Identity)`: a layer that does nothing.
+    Identity,
+    /// `.layer(RouterLayer::new())`.
+    RouterLayer,
+}
+
+/// The client's end of a transport served over pipes.
+struct Peer {
+    w: tokio::io::WriteHalf<DuplexStream>,
+    r: Lines<BufReader<ReadHalf<DuplexStream>>>,
+}
+
+impl Peer {
+    /// Serves `router` under `under` and does the 2025 handshake.
+    async fn start(router: McpRouter, under: Under) -> Peer {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let (server_r, server_w) = tokio::io::split(theirs);
+        let transport = StdioTransport::new(router);
+        match under {
+            Under::Nothing => {
+                let mut t = transport;
+                tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
+            }
+            Under::Identity => {
+                let mut t = transport.layer(Identity::new());
+                tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
+            }
+            Under::RouterLayer => {
+                let mut t = transport.layer(RouterLayer::new());
+                tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
+            }
+        }
+        let (r, w) = tokio::io::split(ours);
+        let mut peer = Peer {
+            w,
+            r: BufReader::new(r).lines(),
+        };
+        let init = json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        });
+        peer.send(&[
+            json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": init}),
+        ])
+        .await;
+        peer.until_response("init").await;
+        peer.send(&[json!({"jsonrpc": "2.0", "method": "notifications/initialized"})])
+            .await;
+        peer
+    }
+
+    /// Writes `messages` as lines, in one write.
+    async fn send(&mut self, messages: &[Value]) {
+        let text: String = messages.iter().map(|m| format!("{m}\n")).collect();
+        self.w.write_all(text.as_bytes()).await.unwrap();
+        self.w.flush().await.unwrap();
+    }
+
+    /// Every line up to and including the response with `id`.
+    async fn until_response(&mut self, id: &str) -> Vec<Value> {
+        self.answered(id)
+            .await
+            .unwrap_or_else(|| panic!("no response for {id}"))
+    }
+
+    /// Every line up to and including the response with `id`; `None` if
+    /// the transport writes nothing for [`BOUND`] (a paused clock jumps
+    /// there once nothing else can run).
+    async fn answered(&mut self, id: &str) -> Option<Vec<Value>> {
+        let mut seen = Vec::new();
+        loop {
+            let line = tokio::time::timeout(BOUND, self.r.next_line())
+                .await
+                .ok()?
+                .unwrap()
+                .expect("the transport closed its output");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            let done = v["id"] == id && v.get("method").is_none();
+            seen.push(v);
+            if done {
+                return Some(seen);
+            }
+        }
+    }
+}
+
+/// `gated`: answers once the test releases it.
+fn router(release: Arc<tokio::sync::Notify>) -> McpRouter {
+    let gated = ToolBuilder::new("gated")
+        .description("answers once released")
+        .extractor_handler(
+            release,
+            |State(release): State<Arc<tokio::sync::Notify>>, Json(_): Json<Value>| async move {
+                release.notified().await;
+                Ok(CallToolResult::text("released"))
+            },
+        )
+        .build();
+    McpRouter::new().server_info("test", "0").tool(gated)
+}
+
+/// The lines a malformed `notifications/cancelled` (no `requestId`) and a
+/// `ping` behind it get.
+async fn malformed_cancel(under: Under) -> Vec<Value> {
+    let mut peer = Peer::start(router(Arc::default()), under).await;
+    let malformed = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}});
+    let ping = json!({"jsonrpc": "2.0", "id": "ping", "method": "ping"});
+    peer.send(&[malformed, ping]).await;
+    peer.until_response("ping").await
+}
+
+#[tokio::test]
+async fn a_layered_transport_answers_a_malformed_notification_an_unlayered_one_does_not() {
+    let plain = malformed_cancel(Under::Nothing).await;
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    for under in [Under::Identity, Under::RouterLayer] {
+        let lines = malformed_cancel(under).await;
+        assert_eq!(lines.len(), 2, "{under:?}: {lines:?}");
+        assert!(
+            lines[0]["id"].is_null() && lines[0]["error"]["code"] == -32602,
+            "{under:?}: {lines:?}"
+        );
+    }
+}
+
+/// Whether a `tools/call` of `gated` is answered when its cancel is in the
+/// same write (`right_behind`), or follows once a `ping` sent behind the
+/// call has been answered. Either way the cancel has been read (a `ping`
+/// behind it is answered) before the call is released.
+async fn cancelled_call_answered(under: Under, right_behind: bool) -> bool {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let mut peer = Peer::start(router(release.clone()), under).await;
+    let call = json!({
+        "jsonrpc": "2.0", "id": "call", "method": "tools/call",
+        "params": {"name": "gated", "arguments": {}},
+    });
+    let cancel = json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "call", "reason": "the test's"},
+    });
+    let ping = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+    let mut lines = Vec::new();
+    if right_behind {
+        peer.send(&[call, cancel, ping("ping")]).await;
+    } else {
+        peer.send(&[call, ping("before")]).await;
+        lines.extend(peer.until_response("before").await);
+        peer.send(&[cancel, ping("ping")]).await;
+    }
+    lines.extend(peer.until_response("ping").await);
+    if lines.iter().any(|v| v["id"] == "call") {
+        return true;
+    }
+    release.notify_one();
+    peer.answered("call").await.is_some()
+}
+
+// A paused clock: a call that is never answered is known at once.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_right_behind_its_request_is_lost_with_a_layer_or_without() {
+    for under in [Under::Nothing, Under::RouterLayer] {
+        assert!(
+            !cancelled_call_answered(under, false).await,
+            "{under:?}: a call cancelled once it ran was answered"
+        );
+        assert!(
+            cancelled_call_answered(under, true).await,
+            "{under:?}: tower-mcp now honours a cancel right behind its request; update lib.rs"
+        );
+    }
+}
