@@ -77,27 +77,15 @@ pub(super) async fn run(cfg: &Config, command: &[String], era: Era) -> Teardown 
         }
     };
     let bound = cfg.window.min(cfg.check_timeout);
-    let (checks, listen) = match open(&t, bound).await {
-        Err(why) => (skipped(&why), None),
-        Ok(id) if !t.terminate() => (
-            skipped("no signals to stop the server with (not Unix)"),
-            Some(id),
-        ),
+    let checks = match open(&t, bound).await {
+        Err(why) => skipped(&why),
+        Ok(_) if !t.terminate() => skipped("no signals to stop the server with (not Unix)"),
         Ok(id) => {
             let ended = t.output_ended(bound).await;
-            (judge(&id, &t.log.snapshot(), ended, bound), Some(id))
+            judge(&id, &t.log.snapshot(), ended, bound)
         }
     };
-    let strays = t
-        .log
-        .snapshot()
-        .into_iter()
-        .filter(|e| {
-            e.dir == Dir::In
-                && e.method() == Some("notifications/cancelled")
-                && listen.as_ref() != Some(&e.msg["params"]["requestId"])
-        })
-        .collect();
+    let strays = strays(&t.log.snapshot());
     t.close().await;
     Teardown { checks, strays }
 }
@@ -142,10 +130,16 @@ async fn open(t: &Session, bound: Duration) -> Result<Value, String> {
         let seen = t
             .log
             .wait_for(Instant::now() + bound, |e| {
-                acknowledges(e, &id) || e.response_id() == Some(&id)
+                acknowledges(e, &id) || e.response_id() == Some(&id) || cancel_of(e) == Some(&id)
             })
             .await;
         match seen {
+            Some(e) if cancel_of(&e).is_some() => {
+                return Err(format!(
+                    "cancelled the listen {filter} at once, without acknowledging it: {}",
+                    short(&e.msg)
+                ))
+            }
             Some(e) if e.response_id().is_none() => return Ok(id),
             Some(e) => match e.msg.get("error") {
                 Some(error) => refused.push(format!("{filter}: {}", short(error))),
@@ -179,17 +173,33 @@ fn acknowledges(e: &Entry, id: &Value) -> bool {
         && e.msg["params"]["_meta"][SUBSCRIPTION_ID] == *id
 }
 
+/// The server-sent cancels in `entries` that name no listen the checker
+/// sent (acknowledged or not: a cancel for one is the rule's one purpose).
+fn strays(entries: &[Entry]) -> Vec<Entry> {
+    let listens: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e.dir == Dir::Out && e.method() == Some("subscriptions/listen"))
+        .filter_map(|e| e.msg.get("id"))
+        .collect();
+    entries
+        .iter()
+        .filter(|e| cancel_of(e).is_some_and(|id| !listens.contains(&id)))
+        .cloned()
+        .collect()
+}
+
+/// The request a server-sent `notifications/cancelled` names.
+fn cancel_of(e: &Entry) -> Option<&Value> {
+    (e.dir == Dir::In && e.method() == Some("notifications/cancelled"))
+        .then(|| &e.msg["params"]["requestId"])
+}
+
 /// Reads off `entries` how the server ended the listen `id` after its
 /// SIGTERM (`ended`: its output ended within `bound`).
 fn judge(id: &Value, entries: &[Entry], ended: bool, bound: Duration) -> Vec<Check> {
     let ends: Vec<&Entry> = entries
         .iter()
-        .filter(|e| {
-            e.response_id() == Some(id)
-                || (e.dir == Dir::In
-                    && e.method() == Some("notifications/cancelled")
-                    && e.msg["params"]["requestId"] == *id)
-        })
+        .filter(|e| e.response_id() == Some(id) || cancel_of(e) == Some(id))
         .collect();
     let (Some(first), second) = (ends.first(), ends.get(1)) else {
         return skipped(&if ended {
@@ -351,6 +361,25 @@ mod tests {
             };
             assert!(checks[0].detail.contains(expected), "{checks:?}");
         }
+    }
+
+    #[test]
+    fn a_cancel_for_a_listen_sent_is_no_stray() {
+        let listen = |id: &str| Entry {
+            at: Instant::now(),
+            dir: Dir::Out,
+            msg: json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen"}),
+        };
+        // mcc-2 refused, mcc-3 never acknowledged: both were listens.
+        let entries = [
+            listen("mcc-2"),
+            listen("mcc-3"),
+            cancel("mcc-3"),
+            cancel("mcc-4"),
+        ];
+        let found = strays(&entries);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].msg["params"]["requestId"], "mcc-4");
     }
 
     #[test]
