@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::mcp::{self, Era};
+use crate::mcp::{self, Era, SUBSCRIPTION_ID};
 use crate::report::{rules, short, Check, Evidence};
 use crate::session::Session;
 use crate::wire::{Dir, Entry};
@@ -31,8 +31,6 @@ use crate::Config;
 pub(crate) const TEARDOWN: &str = "server-cancel.listen-teardown";
 /// The check of the listen's answer.
 pub(crate) const GRACEFUL: &str = "server-cancel.listen-graceful";
-/// The `_meta` key naming the listen a message belongs to.
-const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// What the experiment found: its checks, and the server-sent cancels
 /// that named no listen (`server-cancel.listen-only`'s to judge).
