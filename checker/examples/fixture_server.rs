@@ -3,7 +3,7 @@
 //! show the checker fails it on that rule and passes it on the rest.
 //!
 //! ```text
-//! fixture_server [--legacy] [--no-tools] [--tasks [--task-ttl-ms N]] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel | task-runs-on | terminal-changes]
+//! fixture_server [--legacy] [--no-tools] [--tasks [--task-ttl-ms N]] [--listen-cancel] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel | task-runs-on | terminal-changes | listen-error | listen-twice]
 //! ```
 //!
 //! Tools: `slow {seconds, interval_ms}` sleeps in steps, with progress when
@@ -28,6 +28,17 @@
 //!   to `completed`;
 //! * `terminal-changes`: a cancelled task turns `completed` when its time
 //!   is up (a terminal status that changes).
+//!
+//! `subscriptions/listen` (2026-07-28) is acknowledged with the filter it
+//! asked for, and held open until the client cancels it or the server gets
+//! SIGTERM, which ends each open listen with the completion result
+//! (subscriptions § Graceful Closure), then the server; with
+//! `--listen-cancel`, with `notifications/cancelled` for its id instead
+//! (cancellation's intro), which is no break either. Its breaks:
+//!
+//! * `listen-error`: at SIGTERM the listen is answered with an error;
+//! * `listen-twice`: at SIGTERM the listen gets both the completion result
+//!   and a `notifications/cancelled`.
 //!
 //! `--legacy` makes it a 2025-era server: `server/discover` is unknown, an
 //! `initialize` handshake is expected. `--no-tools` declares no tools
@@ -54,6 +65,8 @@ enum Break {
     CpuAfterCancel,
     TaskRunsOn,
     TerminalChanges,
+    ListenError,
+    ListenTwice,
 }
 
 /// A call in flight.
@@ -113,6 +126,8 @@ async fn main() {
         Some(Some("cpu-after-cancel")) => Break::CpuAfterCancel,
         Some(Some("task-runs-on")) => Break::TaskRunsOn,
         Some(Some("terminal-changes")) => Break::TerminalChanges,
+        Some(Some("listen-error")) => Break::ListenError,
+        Some(Some("listen-twice")) => Break::ListenTwice,
         Some(other) => {
             eprintln!("fixture_server: unknown --break {other:?}");
             std::process::exit(2);
@@ -140,14 +155,34 @@ async fn main() {
         _ => tasks::TaskBreak::None,
     };
     let mut table = tasks::Table::new(ttl, task_break);
+    let listen_cancel = args.iter().any(|a| a == "--listen-cancel");
+    // The open subscriptions/listen streams, by id.
+    let mut listens: Vec<Value> = Vec::new();
+    let mut term = Term::new();
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    loop {
+        let line = tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => line,
+                _ => break,
+            },
+            _ = term.recv() => {
+                for id in listens.drain(..) {
+                    end_listen(&id, mode, listen_cancel, &out);
+                }
+                break;
+            }
+        };
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
         let method = msg["method"].as_str().unwrap_or_default();
         match (msg.get("id"), method) {
-            (None, "notifications/cancelled") => cancel(&msg["params"]["requestId"], mode, &jobs, &out),
+            (None, "notifications/cancelled") => {
+                let id = &msg["params"]["requestId"];
+                listens.retain(|l| l != id);
+                cancel(id, mode, &jobs, &out);
+            }
             (None, _) => {}
             (Some(id), "server/discover") if !legacy => out.result(
                 id,
@@ -158,6 +193,11 @@ async fn main() {
                 json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": {"name": "fixture", "version": "0"}}),
             ),
             (Some(id), "ping") => out.result(id, json!({})),
+            (Some(id), "subscriptions/listen") if !legacy => {
+                out.send(json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": {SUBSCRIPTION_ID: id}, "notifications": msg["params"]["notifications"]}}));
+                listens.push(id.clone());
+            }
             (Some(id), m) if with_tasks && (m.starts_with("tasks/") || msg["params"]["name"] == "job") => {
                 match table.handle(m, &msg["params"]) {
                     Ok(result) => out.result(id, result),
@@ -170,6 +210,48 @@ async fn main() {
     }
     drop(out);
     let _ = writer.await;
+}
+
+/// SIGTERM, where there are signals.
+struct Term(#[cfg(unix)] tokio::signal::unix::Signal);
+
+impl Term {
+    fn new() -> Self {
+        Self(
+            #[cfg(unix)]
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("a SIGTERM handler"),
+        )
+    }
+
+    /// The next SIGTERM (never, without signals).
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        if self.0.recv().await.is_some() {
+            return;
+        }
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The `_meta` key naming the listen a message belongs to.
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// Ends the open listen `id` at SIGTERM: the completion result, or (with
+/// `--listen-cancel`) a cancel for it; broken, an error, or both.
+fn end_listen(id: &Value, mode: Break, cancel: bool, out: &Out) {
+    let graceful = json!({"resultType": "complete", "_meta": {SUBSCRIPTION_ID: id}});
+    let cancelled = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": id, "reason": "server shutting down"}});
+    match mode {
+        Break::ListenError => out.error(id, -32603, "server shutting down"),
+        Break::ListenTwice => {
+            out.result(id, graceful);
+            out.send(cancelled);
+        }
+        _ if cancel => out.send(cancelled),
+        _ => out.result(id, graceful),
+    }
 }
 
 fn cancel(id: &Value, mode: Break, jobs: &Jobs, out: &Out) {

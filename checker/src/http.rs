@@ -129,6 +129,9 @@ pub(crate) async fn run(cfg: &Config, uri: Uri, pid: Option<u32>) -> Result<Repo
     } else {
         crate::tasks::skip_all(&peer, cfg, crate::stdio::NO_TASKS_2025, out).await;
     }
+    out.extend(crate::stdio::listen::skipped(
+        crate::stdio::listen::NO_LISTEN_HTTP,
+    ));
     let _ = t.h1.close().await;
     Ok(report)
 }

@@ -12,6 +12,8 @@ pub(crate) const LEGACY: &str = "2025-11-25";
 pub(crate) const REASON: &str = "mcp-cancel-check: cancelled on purpose";
 /// The tasks extension's identifier (tasks § Extension Identifier).
 pub(crate) const TASKS: &str = "io.modelcontextprotocol/tasks";
+/// The `_meta` key naming the `subscriptions/listen` a message belongs to.
+pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// The `_meta` key of a request's client capabilities.
 const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 

@@ -144,6 +144,19 @@ pub(crate) mod rules {
         cites: "cancellation § Behavior Requirements (server-sent cancellations MUST reference a subscriptions/listen)",
         level: Level::Must,
     };
+    /// A server that tears down a `subscriptions/listen` stream says so,
+    /// once, for that listen.
+    pub(crate) const LISTEN_TEARDOWN: Rule = Rule {
+        key: "server-cancel-listen-teardown",
+        cites: "cancellation (intro: MUST send notifications/cancelled referencing the subscriptions/listen id when it tears down that stream), § Behavior Requirements (a cancel only for a request still in progress); subscriptions § Cancellation",
+        level: Level::Must,
+    };
+    /// A server that ends a listen on its own answers it with the completion result.
+    pub(crate) const LISTEN_GRACEFUL: Rule = Rule {
+        key: "listen-graceful-closure",
+        cites: "subscriptions § Graceful Closure (SHOULD respond to the listen with a completion result: resultType \"complete\", _meta io.modelcontextprotocol/subscriptionId)",
+        level: Level::Should,
+    };
     /// Over Streamable HTTP, a closed response stream cancels its request.
     pub(crate) const STREAM_CLOSE: Rule = Rule {
         key: "stream-close-cancels",

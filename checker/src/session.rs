@@ -28,6 +28,8 @@ pub(crate) struct Session {
     client: StdioClient,
     pub(crate) log: Log,
     child: Child,
+    /// The relay of the child's stdout: it ends when that output does.
+    output: tokio::task::JoinHandle<()>,
     /// The child's process id (for its CPU time and memory).
     pub(crate) pid: Option<u32>,
     /// The era it speaks.
@@ -105,7 +107,7 @@ impl Session {
         let (client_read, client_write) = tokio::io::split(client_end);
         let (relay_read, relay_write) = tokio::io::split(relay_end);
         tokio::spawn(log.clone().relay(Dir::Out, relay_read, stdin));
-        tokio::spawn(log.clone().relay(Dir::In, stdout, relay_write));
+        let output = tokio::spawn(log.clone().relay(Dir::In, stdout, relay_write));
         let client = StdioClient::builder()
             .shutdown_grace(Duration::from_secs(2))
             .connect(client_read, client_write);
@@ -113,6 +115,7 @@ impl Session {
             client,
             log,
             child,
+            output,
             pid,
             era: Era::Modern,
             capabilities: Value::Null,
@@ -198,6 +201,34 @@ impl Session {
     /// Sends `request` and waits for its answer.
     pub(crate) async fn call(&self, request: McpRequest) -> Result<Value, BoxError> {
         self.client.clone().oneshot(request).await
+    }
+
+    /// Sends `request` on a task of its own, which holds it open until it
+    /// is answered or the connection ends: a long-lived request (a
+    /// `subscriptions/listen`) the checker must not cancel by dropping it.
+    pub(crate) fn open(&self, request: McpRequest) -> tokio::task::JoinHandle<()> {
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let _ = client.oneshot(request).await;
+        })
+    }
+
+    /// Sends SIGTERM to the server's process group (the shutdown a host
+    /// asks of it while its stdin stays open); `false` where there is no
+    /// process id or no signals (not Unix).
+    pub(crate) fn terminate(&self) -> bool {
+        #[cfg(unix)]
+        if let Some(pid) = self.pid {
+            signal_group(pid, rustix::process::Signal::TERM);
+            return true;
+        }
+        false
+    }
+
+    /// Whether the server's output ended (every line of it logged) within `bound`.
+    pub(crate) async fn output_ended(&mut self, bound: Duration) -> bool {
+        // A finished handle must not be awaited again.
+        self.output.is_finished() || tokio::time::timeout(bound, &mut self.output).await.is_ok()
     }
 
     /// Whether the server answers a `ping` (with anything) within `bound`.

@@ -150,8 +150,64 @@ fn cpu_after_cancel_fails_work_stops_only_and_only_strictly() {
     );
 }
 
-/// Every check passes, or is skipped for a reason other than a missing tool.
-fn passes_all(args: &[&str], era: &str) {
+#[test]
+fn a_listen_answered_with_an_error_at_shutdown_fails_listen_graceful_only() {
+    // A SHOULD (subscriptions § Graceful Closure): exit status 1 under --strict.
+    fails_only(
+        "listen-error",
+        &["server-cancel.listen-graceful"],
+        "listen-graceful-closure",
+        1,
+    );
+}
+
+#[test]
+fn a_listen_ended_twice_at_shutdown_fails_listen_teardown_only() {
+    // The completion result, then a cancel for the request it answered.
+    fails_only(
+        "listen-twice",
+        &["server-cancel.listen-teardown"],
+        "server-cancel-listen-teardown",
+        1,
+    );
+}
+
+/// Check `id` of `report`.
+fn check_of<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("{id} not listed: {report:#}"))
+}
+
+#[test]
+fn a_listen_cancelled_at_shutdown_passes_listen_teardown_strongly() {
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--strict",
+        "--",
+        fixture.to_str().unwrap(),
+        "--listen-cancel",
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(with_outcome(&report, "fail").is_empty(), "{report:#}");
+    let teardown = check_of(&report, "server-cancel.listen-teardown");
+    assert_eq!(teardown["outcome"], "pass", "{report:#}");
+    assert_eq!(teardown["evidence"], "strong", "{report:#}");
+    let graceful = check_of(&report, "server-cancel.listen-graceful");
+    assert_eq!(
+        graceful["outcome"], "skip",
+        "no result to judge: {report:#}"
+    );
+    // The listen's own cancel is no stray.
+    assert_eq!(outcome(&report, "server-cancel.listen-only"), "pass");
+}
+
+/// Every check passes, or is skipped for a reason other than a missing
+/// tool; the report.
+fn passes_all(args: &[&str], era: &str) -> Value {
     let (code, report) = check(args);
     assert_eq!(
         with_outcome(&report, "fail"),
@@ -175,6 +231,7 @@ fn passes_all(args: &[&str], era: &str) {
     ] {
         assert!(passed.contains(&id), "{id} did not pass: {report:#}");
     }
+    report
 }
 
 #[test]
@@ -189,35 +246,55 @@ fn honest_fixture_passes_every_check_including_cpu() {
         "--",
         fixture.to_str().unwrap(),
     ];
-    passes_all(&args, "2026-07-28");
-    let (_, report) = check(&args);
-    assert!(
-        with_outcome(&report, "pass").contains(&("cancel.work-stops-cpu", "work-stops-on-cancel"))
-    );
+    let report = passes_all(&args, "2026-07-28");
+    let passed = with_outcome(&report, "pass");
+    for id in [
+        ("cancel.work-stops-cpu", "work-stops-on-cancel"),
+        // The completion result at SIGTERM.
+        (
+            "server-cancel.listen-teardown",
+            "server-cancel-listen-teardown",
+        ),
+        ("server-cancel.listen-graceful", "listen-graceful-closure"),
+    ] {
+        assert!(passed.contains(&id), "{id:?}: {report:#}");
+    }
 }
 
 #[test]
 fn legacy_fixture_is_checked_after_an_initialize_handshake() {
     let fixture = fixture();
-    passes_all(
-        &[
-            "--strict",
-            "--slow",
-            SLOW,
-            "--",
-            fixture.to_str().unwrap(),
-            "--legacy",
-        ],
-        "2025",
-    );
+    let args = [
+        "--strict",
+        "--slow",
+        SLOW,
+        "--",
+        fixture.to_str().unwrap(),
+        "--legacy",
+    ];
+    let report = passes_all(&args, "2025");
+    // No subscriptions/listen in a 2025 session: skipped, with why.
+    for id in [
+        "server-cancel.listen-teardown",
+        "server-cancel.listen-graceful",
+    ] {
+        let c = check_of(&report, id);
+        assert_eq!(c["outcome"], "skip", "{report:#}");
+        assert!(c["detail"].as_str().unwrap().contains("2025"), "{report:#}");
+    }
 }
 
 #[test]
 fn example_stdio_server_passes_strictly() {
     let server = example("tower-mcp-cancel", EXAMPLE_FEATURES, "stdio_server");
-    passes_all(
-        &["--strict", "--slow", SLOW, "--", server.to_str().unwrap()],
-        "2026-07-28",
+    let args = ["--strict", "--slow", SLOW, "--", server.to_str().unwrap()];
+    let report = passes_all(&args, "2026-07-28");
+    // Without --tasks it serves no subscriptions/listen: skipped, with why.
+    let c = check_of(&report, "server-cancel.listen-teardown");
+    assert_eq!(c["outcome"], "skip", "{report:#}");
+    assert!(
+        c["detail"].as_str().unwrap().contains("refused"),
+        "{report:#}"
     );
 }
 
@@ -355,6 +432,12 @@ fn example_http_server_passes_strictly_over_h1_and_h2() {
     ] {
         assert!(passed.contains(&id), "{id} did not pass: {report:#}");
     }
+    // The checker does not stop a server it did not start.
+    assert_eq!(
+        outcome(&report, "server-cancel.listen-teardown"),
+        "skip",
+        "{report:#}"
+    );
 }
 
 /// Runs the checker against the HTTP fixture (broken on `args`), with its
@@ -507,14 +590,7 @@ const TASK_CHECKS: &[&str] = &[
 
 /// The outcome of check `id`.
 fn outcome<'a>(report: &'a Value, id: &str) -> &'a str {
-    report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id)
-        .unwrap_or_else(|| panic!("{id} not listed: {report:#}"))["outcome"]
-        .as_str()
-        .unwrap()
+    check_of(report, id)["outcome"].as_str().unwrap()
 }
 
 /// Every task check in `ids` passed, none failed, exit status 0.
@@ -549,6 +625,13 @@ fn example_stdio_server_passes_the_task_checks_strictly() {
         "2s",
     ]);
     passes_task_checks(code, &report, TASK_CHECKS);
+    // Its listen for task ids ends with the completion result at SIGTERM.
+    for id in [
+        "server-cancel.listen-teardown",
+        "server-cancel.listen-graceful",
+    ] {
+        assert_eq!(outcome(&report, id), "pass", "{id}: {report:#}");
+    }
 }
 
 #[test]

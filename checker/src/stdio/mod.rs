@@ -4,7 +4,10 @@
 //!
 //! * `notices`: the checks of cancels that name no request in flight, and
 //!   the rules read off the whole run's log.
+//! * `listen`: how the server tears down a `subscriptions/listen` at its
+//!   shutdown, on a fresh child (run last, once the checked one is closed).
 
+pub(crate) mod listen;
 mod notices;
 
 use std::time::Duration;
@@ -70,9 +73,13 @@ pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, RunE
         let capabilities = s.capabilities.clone();
         tasks::run(&s, cfg, &capabilities, out).await;
     }
-    notices::server_cancels(&s, out);
-    notices::progress_rules(&s, out);
+    let (log, era) = (s.log.clone(), s.era);
     s.close().await;
+    let teardown = listen::run(cfg, command, era).await;
+    let entries = log.snapshot();
+    notices::server_cancels(&entries, &teardown.strays, out);
+    out.extend(teardown.checks);
+    notices::progress_rules(&entries, out);
     Ok(report)
 }
 

@@ -147,48 +147,42 @@ async fn ignored(
     }
 }
 
-/// Server-sent `notifications/cancelled`: the checker opens no
-/// `subscriptions/listen`, so every one it saw breaks the rule.
-pub(super) fn server_cancels(s: &Session, out: &mut Vec<Check>) {
-    let entries = s.log.snapshot();
+/// Server-sent `notifications/cancelled`: the checked server was sent no
+/// `subscriptions/listen`, so each one in its log (`entries`) breaks the
+/// rule, as does each in `strays` (the listen experiment's, for another
+/// request than its listen).
+pub(super) fn server_cancels(entries: &[Entry], strays: &[Entry], out: &mut Vec<Check>) {
     let requests = entries
         .iter()
         .filter(|e| e.dir == Dir::Out && e.msg.get("id").is_some())
         .count();
     let id = "server-cancel.listen-only";
     let rule = rules::SERVER_CANCEL;
-    out.push(
-        match entries
-            .iter()
-            .find(|e| e.dir == Dir::In && e.method() == Some("notifications/cancelled"))
-        {
-            Some(e) => Check::fail(
-                id,
-                rule,
-                format!(
-                    "sent a cancel for a request that is no subscriptions/listen: {}",
-                    short(&e.msg)
-                ),
+    let stray = entries
+        .iter()
+        .find(|e| e.dir == Dir::In && e.method() == Some("notifications/cancelled"))
+        .or(strays.first());
+    out.push(match stray {
+        Some(e) => Check::fail(
+            id,
+            rule,
+            format!(
+                "sent a cancel for a request that is no subscriptions/listen: {}",
+                short(&e.msg)
             ),
-            None => Check::pass(
-                id,
-                rule,
-                Evidence::Weak,
-                format!("no server-sent cancel in {requests} requests"),
-            ),
-        },
-    );
-    out.push(Check::skip(
-        "server-cancel.listen-teardown",
-        rule,
-        "needs a subscriptions/listen the server tears down; not driven by this checker yet",
-    ));
+        ),
+        None => Check::pass(
+            id,
+            rule,
+            Evidence::Weak,
+            format!("no server-sent cancel in {requests} requests"),
+        ),
+    });
 }
 
 /// Every progress notification of the run: it names a token the checker
 /// sent, and each token's values increase.
-pub(super) fn progress_rules(s: &Session, out: &mut Vec<Check>) {
-    let entries = s.log.snapshot();
+pub(super) fn progress_rules(entries: &[Entry], out: &mut Vec<Check>) {
     let tokens: Vec<&Value> = entries
         .iter()
         .filter(|e| e.dir == Dir::Out)
@@ -262,4 +256,30 @@ pub(super) fn progress_rules(s: &Session, out: &mut Vec<Check>) {
             format!("strictly increasing for each of {} tokens", last.len()),
         ),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cancel_from_server(id: &str) -> Entry {
+        Entry {
+            at: Instant::now(),
+            dir: Dir::In,
+            msg: json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": id}}),
+        }
+    }
+
+    #[test]
+    fn a_stray_cancel_of_the_listen_run_fails_listen_only() {
+        let judged = |entries: &[Entry], strays: &[Entry]| {
+            let mut out = Vec::new();
+            server_cancels(entries, strays, &mut out);
+            out.remove(0).outcome
+        };
+        assert_eq!(judged(&[], &[]), Outcome::Pass);
+        assert_eq!(judged(&[cancel_from_server("mcc-3")], &[]), Outcome::Fail);
+        assert_eq!(judged(&[], &[cancel_from_server("mcc-9")]), Outcome::Fail);
+    }
 }
