@@ -92,11 +92,10 @@
 //!   notifications at random, so progress a tool sent just before it
 //!   returned can still be written after its answer. The layer passes it
 //!   to the transport before the request ends, but cannot make the
-//!   transport write it first; and as its relay passes it on from a task
-//!   of its own just before the answer is made, the race is lost more
-//!   often than on tower-mcp alone (`mcp-cancel-check`'s
-//!   `progress.stops-at-response` failed in 3 of 14 runs of the example
-//!   server, none of 10 with `--plain`).
+//!   transport write it first: `mcp-cancel-check`'s
+//!   `progress.stops-at-response` fails now and then under the layer and
+//!   on tower-mcp alone (3 of 14 runs of the example server under the
+//!   layer, 1 of 11 with `--plain`, on 2026-12-06).
 //!
 //! What tower-mcp's stdio transport does with a notification never
 //! reaches the layer, which sees requests only. There (tower-mcp 0.25;
