@@ -25,7 +25,7 @@
 //! gives a client's disconnect its reason (rmcp's own `ct` drops the
 //! handler on it too, without one).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{ProgressNotificationParam, ServerCapabilities, ServerConfig};
@@ -36,57 +36,16 @@ use rmcp::{
 use tower_mcp_cancel::{CancelOnDisconnectLayer, ProgressResetLayer, TimeoutLayer};
 use tower_mcp_cancel_rmcp::Cancellable;
 
-/// What `--events` prints, and where.
-#[derive(Clone, Debug, Default)]
-struct Events(bool);
+#[path = "../../../examples/common/cli.rs"]
+mod cli;
+#[path = "../../../examples/common/sdk_server.rs"]
+mod sdk_server;
 
-impl Events {
-    fn emit(&self, kind: &str, id: &str) {
-        if self.0 {
-            let ns = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            // One write, so that a line is never split by another writer.
-            let line = format!("{kind} {id} {ns}\n");
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-        }
-    }
-}
+use sdk_server::{Events, Probe};
 
-/// Reports `DROPPED` if the handler's future is dropped before it
-/// finished, `DONE` when it finished.
-struct Probe {
-    id: String,
-    events: Events,
-    done: bool,
-}
-
-impl Probe {
-    fn start(context: &RequestContext<RoleServer>, events: &Events) -> Self {
-        let id = serde_json::to_string(&context.id).unwrap_or_default();
-        events.emit("STARTED", &id);
-        Probe {
-            id,
-            events: events.clone(),
-            done: false,
-        }
-    }
-
-    fn finish(mut self) {
-        self.done = true;
-        tracing::info!(request_id = %self.id, "handler completed");
-        self.events.emit("DONE", &self.id);
-    }
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::info!(request_id = %self.id, "handler future dropped by cancellation");
-            self.events.emit("DROPPED", &self.id);
-        }
-    }
+/// The request's id as JSON, as `--events` prints it.
+fn request_id(context: &RequestContext<RoleServer>) -> String {
+    serde_json::to_string(&context.id).unwrap_or_default()
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -106,10 +65,7 @@ struct WorkArgs {
 impl WorkArgs {
     /// (number of steps, step length).
     fn steps(&self) -> (u64, Duration) {
-        let seconds = self.seconds.unwrap_or(10.0).clamp(0.0, 86_400.0);
-        let interval_ms = self.interval_ms.unwrap_or(100.0).clamp(1.0, 3_600_000.0);
-        let steps = ((seconds * 1000.0) / interval_ms).ceil().max(1.0) as u64;
-        (steps, Duration::from_secs_f64(interval_ms / 1000.0))
+        sdk_server::steps(self.seconds, self.interval_ms)
     }
 }
 
@@ -134,7 +90,7 @@ impl Tools {
         Parameters(EchoArgs { text }): Parameters<EchoArgs>,
         context: RequestContext<RoleServer>,
     ) -> String {
-        let probe = Probe::start(&context, &self.events);
+        let probe = Probe::start(request_id(&context), &self.events);
         probe.finish();
         text
     }
@@ -147,7 +103,7 @@ impl Tools {
         Parameters(args): Parameters<WorkArgs>,
         context: RequestContext<RoleServer>,
     ) -> String {
-        let probe = Probe::start(&context, &self.events);
+        let probe = Probe::start(request_id(&context), &self.events);
         let (steps, interval) = args.steps();
         let token = context.meta.get_progress_token();
         for i in 1..=steps {
@@ -171,7 +127,7 @@ impl Tools {
         Parameters(args): Parameters<WorkArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<String, ErrorData> {
-        let probe = Probe::start(&context, &self.events);
+        let probe = Probe::start(request_id(&context), &self.events);
         let (steps, interval) = args.steps();
         let (token, id, events) = (context.ct.clone(), probe.id.clone(), self.events.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -228,24 +184,6 @@ struct Cli {
     /// picks a free one, printed on stdout).
     #[arg(long, value_name = "ADDR")]
     listen: Option<std::net::SocketAddr>,
-}
-
-impl Cli {
-    /// The command line; `--help` prints the flags. clap refuses an unknown
-    /// flag or a malformed value with exit status 2; the usage line is added
-    /// to the refusals it prints without one (a value that does not parse),
-    /// as the root package's examples do (`examples/common/cli.rs`).
-    fn from_command_line() -> Self {
-        use clap::error::{ContextKind, ContextValue};
-        use clap::{CommandFactory, Parser};
-        Self::try_parse().unwrap_or_else(|mut e| {
-            if e.use_stderr() && e.get(ContextKind::Usage).is_none() {
-                let usage = Self::command().render_usage();
-                e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
-            }
-            e.exit()
-        })
-    }
 }
 
 /// Serves `handler` with rmcp's `StreamableHttpService` at `/mcp`, the
@@ -309,7 +247,7 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
 
 #[tokio::main]
 async fn main() {
-    let cli = Cli::from_command_line();
+    let cli = cli::parse::<Cli>();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()

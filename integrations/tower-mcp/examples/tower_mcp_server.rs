@@ -18,7 +18,7 @@
 //! lists them, and an unknown flag or a malformed value is refused with a
 //! usage line and exit status 2.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tower_mcp::extract::{Context, Json, State};
 use tower_mcp::schemars::JsonSchema;
@@ -26,57 +26,16 @@ use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
 use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
 use tower_mcp_cancel_tower_mcp::RouterLayer;
 
-/// What `--events` prints, and where.
-#[derive(Clone, Debug, Default)]
-struct Events(bool);
+#[path = "../../../examples/common/cli.rs"]
+mod cli;
+#[path = "../../../examples/common/sdk_server.rs"]
+mod sdk_server;
 
-impl Events {
-    fn emit(&self, kind: &str, id: &str) {
-        if self.0 {
-            let ns = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            // One write, so that a line is never split by another writer.
-            let line = format!("{kind} {id} {ns}\n");
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-        }
-    }
-}
+use sdk_server::{Events, Probe};
 
-/// Reports `DROPPED` if the handler's future is dropped before it
-/// finished, `DONE` when it finished.
-struct Probe {
-    id: String,
-    events: Events,
-    done: bool,
-}
-
-impl Probe {
-    fn start(ctx: &Context, events: &Events) -> Self {
-        let id = serde_json::to_string(ctx.request_id()).unwrap_or_default();
-        events.emit("STARTED", &id);
-        Probe {
-            id,
-            events: events.clone(),
-            done: false,
-        }
-    }
-
-    fn finish(mut self) {
-        self.done = true;
-        tracing::info!(request_id = %self.id, "handler completed");
-        self.events.emit("DONE", &self.id);
-    }
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::info!(request_id = %self.id, "handler future dropped by cancellation");
-            self.events.emit("DROPPED", &self.id);
-        }
-    }
+/// The request's id as JSON, as `--events` prints it.
+fn request_id(ctx: &Context) -> String {
+    serde_json::to_string(ctx.request_id()).unwrap_or_default()
 }
 
 #[derive(serde::Deserialize, JsonSchema)]
@@ -98,10 +57,7 @@ struct WorkArgs {
 impl WorkArgs {
     /// (number of steps, step length).
     fn steps(&self) -> (u64, Duration) {
-        let seconds = self.seconds.unwrap_or(10.0).clamp(0.0, 86_400.0);
-        let interval_ms = self.interval_ms.unwrap_or(100.0).clamp(1.0, 3_600_000.0);
-        let steps = ((seconds * 1000.0) / interval_ms).ceil().max(1.0) as u64;
-        (steps, Duration::from_secs_f64(interval_ms / 1000.0))
+        sdk_server::steps(self.seconds, self.interval_ms)
     }
 }
 
@@ -112,7 +68,7 @@ fn router(events: Events) -> McpRouter {
         .extractor_handler(
             events.clone(),
             |State(events): State<Events>, ctx: Context, Json(args): Json<EchoArgs>| async move {
-                Probe::start(&ctx, &events).finish();
+                Probe::start(request_id(&ctx), &events).finish();
                 Ok(CallToolResult::text(args.text))
             },
         )
@@ -124,7 +80,7 @@ fn router(events: Events) -> McpRouter {
         .extractor_handler(
             events.clone(),
             |State(events): State<Events>, ctx: Context, Json(args): Json<WorkArgs>| async move {
-                let probe = Probe::start(&ctx, &events);
+                let probe = Probe::start(request_id(&ctx), &events);
                 let (steps, interval) = args.steps();
                 for i in 1..=steps {
                     tokio::time::sleep(interval).await;
@@ -147,7 +103,7 @@ fn router(events: Events) -> McpRouter {
         .extractor_handler(
             events,
             |State(events): State<Events>, ctx: Context, Json(args): Json<WorkArgs>| async move {
-                let probe = Probe::start(&ctx, &events);
+                let probe = Probe::start(request_id(&ctx), &events);
                 let (steps, interval) = args.steps();
                 let (token, id) = (ctx.cancellation_token(), probe.id.clone());
                 let (tx, rx) = tokio::sync::oneshot::channel();
@@ -204,27 +160,9 @@ struct Cli {
     plain: bool,
 }
 
-impl Cli {
-    /// The command line; `--help` prints the flags. clap refuses an unknown
-    /// flag or a malformed value with exit status 2; the usage line is added
-    /// to the refusals it prints without one (a value that does not parse),
-    /// as the root package's examples do (`examples/common/cli.rs`).
-    fn from_command_line() -> Self {
-        use clap::error::{ContextKind, ContextValue};
-        use clap::{CommandFactory, Parser};
-        Self::try_parse().unwrap_or_else(|mut e| {
-            if e.use_stderr() && e.get(ContextKind::Usage).is_none() {
-                let usage = Self::command().render_usage();
-                e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
-            }
-            e.exit()
-        })
-    }
-}
-
 #[tokio::main]
 async fn main() {
-    let cli = Cli::from_command_line();
+    let cli = cli::parse::<Cli>();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()

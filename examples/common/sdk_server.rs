@@ -1,0 +1,74 @@
+//! What the SDK packages' example servers share (`rmcp_server` in
+//! `integrations/rmcp`, `tower_mcp_server` in `integrations/tower-mcp`),
+//! included by `#[path]`: the `--events` lines, the probe that reports a
+//! handler's end or drop, and the work tools' steps. (The root's example
+//! servers report on this crate's request ids, in `common/mod.rs`.)
+#![allow(dead_code)]
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What `--events` prints, and where.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Events(pub(crate) bool);
+
+impl Events {
+    /// `<kind> <id> <unix-ns>` on stderr, when `--events` was given.
+    pub(crate) fn emit(&self, kind: &str, id: &str) {
+        if self.0 {
+            let ns = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            // One write, so that a line is never split by another writer.
+            let line = format!("{kind} {id} {ns}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        }
+    }
+}
+
+/// Reports `STARTED` when made, `DROPPED` if the handler's future is
+/// dropped before it finished, `DONE` when it finished.
+pub(crate) struct Probe {
+    /// The request id, as JSON.
+    pub(crate) id: String,
+    events: Events,
+    done: bool,
+}
+
+impl Probe {
+    /// The handler of the request `id` (as JSON) started.
+    pub(crate) fn start(id: String, events: &Events) -> Self {
+        events.emit("STARTED", &id);
+        Probe {
+            id,
+            events: events.clone(),
+            done: false,
+        }
+    }
+
+    /// The handler finished.
+    pub(crate) fn finish(mut self) {
+        self.done = true;
+        tracing::info!(request_id = %self.id, "handler completed");
+        self.events.emit("DONE", &self.id);
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::info!(request_id = %self.id, "handler future dropped by cancellation");
+            self.events.emit("DROPPED", &self.id);
+        }
+    }
+}
+
+/// The work tools' `seconds` (default 10) and `interval_ms` (default 100):
+/// the number of steps and a step's length, bounded so that no value
+/// panics or overflows.
+pub(crate) fn steps(seconds: Option<f64>, interval_ms: Option<f64>) -> (u64, Duration) {
+    let seconds = seconds.unwrap_or(10.0).clamp(0.0, 86_400.0);
+    let interval_ms = interval_ms.unwrap_or(100.0).clamp(1.0, 3_600_000.0);
+    let steps = ((seconds * 1000.0) / interval_ms).ceil().max(1.0) as u64;
+    (steps, Duration::from_secs_f64(interval_ms / 1000.0))
+}
