@@ -72,3 +72,18 @@ pub(crate) fn steps(seconds: Option<f64>, interval_ms: Option<f64>) -> (u64, Dur
     let steps = ((seconds * 1000.0) / interval_ms).ceil().max(1.0) as u64;
     (steps, Duration::from_secs_f64(interval_ms / 1000.0))
 }
+
+/// The flags both servers take (clap's `#[command(flatten)]`).
+#[derive(clap::Args, Debug)]
+pub(crate) struct Flags {
+    /// Print `STARTED`, `DROPPED`, `DONE` and `TOKEN` lines
+    /// (`<kind> <id> <unix-ns>`) to stderr, as stdio_server does.
+    #[arg(long)]
+    pub(crate) events: bool,
+    /// The tools/call deadline in milliseconds (other methods: 60 s).
+    #[arg(long, value_name = "MS", default_value_t = 600_000)]
+    pub(crate) timeout_ms: u64,
+    /// A progress idle limit in milliseconds (hard maximum: 10 times it).
+    #[arg(long, value_name = "MS")]
+    pub(crate) idle_ms: Option<u64>,
+}

@@ -167,16 +167,8 @@ impl ServerHandler for Tools {
 #[derive(clap::Parser, Debug)]
 #[command(name = "rmcp_server")]
 struct Cli {
-    /// Print `STARTED`, `DROPPED`, `DONE` and `TOKEN` lines
-    /// (`<kind> <id> <unix-ns>`) to stderr, as stdio_server does.
-    #[arg(long)]
-    events: bool,
-    /// The tools/call deadline in milliseconds (other methods: 60 s).
-    #[arg(long, value_name = "MS", default_value_t = 600_000)]
-    timeout_ms: u64,
-    /// A progress idle limit in milliseconds (hard maximum: 10 times it).
-    #[arg(long, value_name = "MS")]
-    idle_ms: Option<u64>,
+    #[command(flatten)]
+    flags: sdk_server::Flags,
     /// Serve the handler with rmcp alone, without the layers, for contrast.
     #[arg(long)]
     plain: bool,
@@ -255,7 +247,7 @@ async fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .try_init();
-    let tools = Tools::new(Events(cli.events));
+    let tools = Tools::new(Events(cli.flags.events));
     let listen = cli.listen;
 
     let result = if cli.plain {
@@ -268,10 +260,10 @@ async fn main() {
             }
         }
     } else {
-        let call_timeout = Duration::from_millis(cli.timeout_ms);
+        let call_timeout = Duration::from_millis(cli.flags.timeout_ms);
         let mut server = Cancellable::new(tools)
             .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call_timeout));
-        if let Some(idle) = cli.idle_ms {
+        if let Some(idle) = cli.flags.idle_ms {
             server = server.progress(ProgressResetLayer::new(Duration::from_millis(idle)));
         }
         if let Some(addr) = listen {

@@ -144,16 +144,8 @@ fn router(events: Events) -> McpRouter {
 #[derive(clap::Parser, Debug)]
 #[command(name = "tower_mcp_server")]
 struct Cli {
-    /// Print `STARTED`, `DROPPED`, `DONE` and `TOKEN` lines
-    /// (`<kind> <id> <unix-ns>`) to stderr, as stdio_server does.
-    #[arg(long)]
-    events: bool,
-    /// The tools/call deadline in milliseconds (other methods: 60 s).
-    #[arg(long, value_name = "MS", default_value_t = 600_000)]
-    timeout_ms: u64,
-    /// A progress idle limit in milliseconds (hard maximum: 10 times it).
-    #[arg(long, value_name = "MS")]
-    idle_ms: Option<u64>,
+    #[command(flatten)]
+    flags: sdk_server::Flags,
     /// Serve the router with tower-mcp alone, without the layer, for
     /// contrast.
     #[arg(long)]
@@ -170,16 +162,16 @@ async fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .try_init();
-    let transport = StdioTransport::new(router(Events(cli.events)));
+    let transport = StdioTransport::new(router(Events(cli.flags.events)));
 
     let result = if cli.plain {
         let mut transport = transport;
         transport.run().await
     } else {
-        let call_timeout = Duration::from_millis(cli.timeout_ms);
+        let call_timeout = Duration::from_millis(cli.flags.timeout_ms);
         let mut layer = RouterLayer::new()
             .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call_timeout));
-        if let Some(idle) = cli.idle_ms {
+        if let Some(idle) = cli.flags.idle_ms {
             layer = layer.progress(ProgressResetLayer::new(Duration::from_millis(idle)));
         }
         // Inside the runtime: the layer starts its progress relay here.

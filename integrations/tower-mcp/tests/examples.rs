@@ -256,17 +256,32 @@ async fn cancel_spawned(era: Era, plain: bool) -> Vec<String> {
     seen
 }
 
+/// The token the spawned work watches fires at the cancel, under the layer
+/// and on tower-mcp alone. Under the layer the handler then ends either
+/// way: dropped, or (its spawned work having stopped) returning first — a
+/// race between the layer's drop and the handler's own end that neither
+/// side can order (`run_cancellable` lets a ready answer win; nothing is
+/// written for a cancelled request either way); `slow`, which never looks
+/// at its token, shows the drop (`cancel_drops_the_handler_*`).
 #[tokio::test]
-async fn cancel_fires_the_token_of_the_spawned_work_and_drops_the_handler() {
+async fn cancel_fires_the_token_of_the_spawned_work() {
     for era in [Era::Modern, Era::Legacy] {
-        let seen = cancel_spawned(era, false).await;
-        assert!(seen.contains(&"DROPPED".to_owned()), "{era:?}: {seen:?}");
-        // tower-mcp alone fires the token too; its handler then returns.
-        let seen = cancel_spawned(era, true).await;
-        assert!(
-            seen.contains(&"DONE".to_owned()),
-            "{era:?}, --plain: {seen:?}"
-        );
+        for plain in [false, true] {
+            let seen = cancel_spawned(era, plain).await;
+            let token = seen.iter().position(|k| k == "TOKEN");
+            let end = seen.iter().position(|k| k == "DROPPED" || k == "DONE");
+            assert!(
+                token.is_some() && end.is_some(),
+                "{era:?}, plain {plain}: {seen:?}"
+            );
+            if plain {
+                // tower-mcp alone: the handler returns once its work stopped.
+                assert!(
+                    seen.contains(&"DONE".to_owned()),
+                    "{era:?}, --plain: {seen:?}"
+                );
+            }
+        }
     }
 }
 
