@@ -103,6 +103,8 @@ KIND=varies row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server)" "tow
 KIND=varies row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server"
 KIND=varies row "tower-mcp alone (tower_mcp_server --plain)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server" --plain
 KIND=varies row "tower-mcp alone (tower_mcp_server --plain), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server" --plain
+http_row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --listen)" "tower-mcp 0.25" "$SLOW" -- "$E/tower_mcp_server" --listen 127.0.0.1:PORT
+http_row "tower-mcp alone (tower_mcp_server --plain --listen)" "tower-mcp 0.25" "$SLOW" -- "$E/tower_mcp_server" --plain --listen 127.0.0.1:PORT
 row "TypeScript SDK v2 (ts/server.mjs)" "@modelcontextprotocol/server 2.4.0" -- --slow "$SLOW" -- node "$I/ts/server.mjs"
 http_row "TypeScript SDK v2 (ts/server.mjs --http)" "@modelcontextprotocol/server 2.4.0" "$SLOW" -- node "$I/ts/server.mjs" --http PORT
 row "Python SDK (py/server.py)" "mcp 2.3.0" -- --slow "$SLOW" -- "$I/.venv/bin/python" "$I/py/server.py"

@@ -8,7 +8,13 @@
 //!
 //! ```sh
 //! cargo run -p tower-mcp-cancel-tower-mcp --example tower_mcp_server -- --events
+//! cargo run -p tower-mcp-cancel-tower-mcp --example tower_mcp_server -- --listen 127.0.0.1:8080 --events
 //! ```
+//!
+//! Stdio by default; `--listen ADDR` serves tower-mcp's own Streamable HTTP
+//! transport at `/mcp` instead, stateless (`HttpTransport::stateless`, its
+//! configuration for 2026-07-28 servers without sessions), the layer given
+//! to it the same way.
 //!
 //! Flags: `--events` prints `STARTED <id> <ns>`, `DROPPED`, `DONE` and
 //! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
@@ -22,7 +28,7 @@ use std::time::Duration;
 
 use tower_mcp::extract::{Context, Json, State};
 use tower_mcp::schemars::JsonSchema;
-use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
+use tower_mcp::{CallToolResult, HttpTransport, McpRouter, StdioTransport, ToolBuilder};
 use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
 use tower_mcp_cancel_tower_mcp::RouterLayer;
 
@@ -150,6 +156,42 @@ struct Cli {
     /// contrast.
     #[arg(long)]
     plain: bool,
+    /// Serve tower-mcp's Streamable HTTP transport (stateless) at
+    /// http://ADDR/mcp instead of stdio (port 0 picks a free one, printed on
+    /// stdout).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+}
+
+/// Serves `router` (under `layer`, if any) with tower-mcp's stateless
+/// Streamable HTTP transport at `/mcp`, until Ctrl-C.
+async fn serve_http(
+    addr: std::net::SocketAddr,
+    router: McpRouter,
+    layer: Option<RouterLayer>,
+) -> Result<(), String> {
+    let mut transport =
+        HttpTransport::new(router).stateless(tower_mcp::stateless::StatelessConfig::new());
+    if let Some(layer) = layer {
+        transport = transport.layer(layer);
+    }
+    let app = transport.into_router_at("/mcp");
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    // The address actually bound (`--listen 127.0.0.1:0` picks a port), on
+    // stdout as the other example servers print it.
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(%bound, "MCP endpoint at http://{bound}/mcp");
+    println!("listening on http://{bound}/mcp");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        signal.cancel();
+    });
+    tower_mcp_cancel::transport::http::serve(listener, app, shutdown).await;
+    Ok(())
 }
 
 #[tokio::main]
@@ -162,20 +204,31 @@ async fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .try_init();
-    let transport = StdioTransport::new(router(Events(cli.flags.events)));
-
-    let result = if cli.plain {
-        let mut transport = transport;
-        transport.run().await
-    } else {
+    let router = router(Events(cli.flags.events));
+    let layer = (!cli.plain).then(|| {
         let call_timeout = Duration::from_millis(cli.flags.timeout_ms);
-        let mut layer = RouterLayer::new()
+        let layer = RouterLayer::new()
             .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call_timeout));
-        if let Some(idle) = cli.flags.idle_ms {
-            layer = layer.progress(ProgressResetLayer::new(Duration::from_millis(idle)));
+        match cli.flags.idle_ms {
+            Some(idle) => layer.progress(ProgressResetLayer::new(Duration::from_millis(idle))),
+            None => layer,
         }
-        // Inside the runtime: the layer starts its progress relay here.
-        transport.layer(layer).run().await
+    });
+
+    let result = match cli.listen {
+        Some(addr) => serve_http(addr, router, layer).await,
+        None => {
+            let transport = StdioTransport::new(router);
+            let run = match layer {
+                None => {
+                    let mut transport = transport;
+                    transport.run().await
+                }
+                // Inside the runtime: the layer starts its progress relay here.
+                Some(layer) => transport.layer(layer).run().await,
+            };
+            run.map_err(|e| e.to_string())
+        }
     };
     let code = match result {
         Ok(()) => 0,

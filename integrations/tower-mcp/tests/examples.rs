@@ -3,7 +3,9 @@
 //! `notifications/cancelled` drops the `slow` handler's future (`DROPPED`
 //! on stderr) and nothing more is written for it; with `--plain`, tower-mcp
 //! alone, the handler runs on to `DONE`. Cancelling `spawned` fires the
-//! token its spawned work watches (`TOKEN`), with the layer or without. `--help` names its flags and an
+//! token its spawned work watches (`TOKEN`), with the layer or without.
+//! Over HTTP (`--listen`) a closed stream drops the handler, with the layer
+//! or without. `--help` names its flags and an
 //! unknown flag or a malformed value is refused with a usage line and exit
 //! status 2, as the middleware's examples do (`tests/examples.rs` at the
 //! repository's root). Not part of the published package: it uses the
@@ -24,6 +26,37 @@ use tokio::sync::mpsc;
 
 /// A guard against hangs, far longer than any exchange here takes.
 const BOUND: Duration = Duration::from_secs(60);
+
+/// The child's `--events` lines (`kind`, request id as JSON), from its
+/// stderr.
+fn events_of(child: &mut Child) -> mpsc::UnboundedReceiver<(String, String)> {
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (tx, events) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            let mut words = line.split(' ');
+            if let (Some(kind @ ("STARTED" | "DROPPED" | "DONE" | "TOKEN")), Some(id)) =
+                (words.next(), words.next())
+            {
+                let _ = tx.send((kind.to_owned(), id.to_owned()));
+            }
+        }
+    });
+    events
+}
+
+/// The next event of the request `id` (as JSON).
+async fn next_event(events: &mut mpsc::UnboundedReceiver<(String, String)>, id: &str) -> String {
+    loop {
+        let (kind, of) = tokio::time::timeout(BOUND, events.recv())
+            .await
+            .expect("no event for too long")
+            .expect("stderr closed");
+        if of == id {
+            return kind;
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Era {
@@ -60,18 +93,7 @@ impl Server {
             .expect("spawn tower_mcp_server");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-        let (tx, events) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = stderr.next_line().await {
-                let mut words = line.split(' ');
-                if let (Some(kind @ ("STARTED" | "DROPPED" | "DONE" | "TOKEN")), Some(id)) =
-                    (words.next(), words.next())
-                {
-                    let _ = tx.send((kind.to_owned(), id.to_owned()));
-                }
-            }
-        });
+        let events = events_of(&mut child);
         let mut server = Server {
             _child: child,
             stdin,
@@ -147,16 +169,7 @@ impl Server {
 
     /// The next `--events` line about `id` (as the server prints it).
     async fn event(&mut self, id: &str) -> String {
-        let id = Value::from(id).to_string();
-        loop {
-            let (kind, of) = tokio::time::timeout(BOUND, self.events.recv())
-                .await
-                .expect("no event for too long")
-                .expect("stderr closed");
-            if of == id {
-                return kind;
-            }
-        }
+        next_event(&mut self.events, &Value::from(id).to_string()).await
     }
 }
 
@@ -307,12 +320,68 @@ async fn plain_runs_the_handler_on_2025() {
 
 #[tokio::test]
 async fn tower_mcp_server_command_line() {
-    let flags = ["--events", "--timeout-ms", "--idle-ms", "--plain"];
+    let flags = [
+        "--events",
+        "--timeout-ms",
+        "--idle-ms",
+        "--plain",
+        "--listen",
+    ];
     let malformed: &[&[&str]] = &[
         &["--timeout-ms", "2s"],
         &["--idle-ms", "-5"],
         &["--plai"],
         &["--events", "extra"],
+        &["--listen", "nonsense"],
     ];
     cli::assert_cli(&example::example("tower_mcp_server"), &flags, malformed).await;
+}
+
+/// Over tower-mcp's Streamable HTTP (`--listen`): a `slow` call whose
+/// client goes away (the call dropped, its stream closed) drops the
+/// handler, under the layer and on tower-mcp alone (its stateless
+/// transport runs a request inside its HTTP exchange, which hyper drops on
+/// a disconnect).
+#[tokio::test]
+async fn over_http_a_closed_stream_drops_the_handler() {
+    use tower::ServiceExt as _;
+    use tower_mcp_cancel::transport::http::HttpClient;
+    use tower_mcp_cancel::McpRequest;
+
+    for plain in [false, true] {
+        let mut command = tokio::process::Command::new(example::example("tower_mcp_server"));
+        command.args(["--events", "--listen", "127.0.0.1:0"]);
+        if plain {
+            command.arg("--plain");
+        }
+        let mut child = command
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn tower_mcp_server --listen");
+        let mut events = events_of(&mut child);
+        let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(BOUND, stdout.next_line())
+            .await
+            .expect("no address printed")
+            .unwrap()
+            .expect("stdout closed");
+        let url = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("not an address line: {line}"));
+        let client = HttpClient::new(url.parse().unwrap());
+        let call = McpRequest::new("slow-1", "tools/call")
+            .with_params(json!({"name": "slow", "arguments": {"seconds": 1, "interval_ms": 50}}));
+        let pending = tokio::spawn(client.oneshot(call));
+        let id = Value::from("slow-1").to_string();
+        assert_eq!(next_event(&mut events, &id).await, "STARTED");
+        pending.abort();
+        assert_eq!(
+            next_event(&mut events, &id).await,
+            "DROPPED",
+            "plain {plain}"
+        );
+    }
 }
