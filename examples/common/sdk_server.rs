@@ -87,3 +87,63 @@ pub(crate) struct Flags {
     #[arg(long, value_name = "MS")]
     pub(crate) idle_ms: Option<u64>,
 }
+
+impl Flags {
+    /// The deadlines: `--timeout-ms` for `tools/call`, 60 s for the rest.
+    pub(crate) fn timeout(&self) -> tower_mcp_cancel::TimeoutLayer {
+        let call = Duration::from_millis(self.timeout_ms);
+        tower_mcp_cancel::TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call)
+    }
+
+    /// The progress idle limit of `--idle-ms`, if given.
+    pub(crate) fn progress(&self) -> Option<tower_mcp_cancel::ProgressResetLayer> {
+        self.idle_ms
+            .map(|ms| tower_mcp_cancel::ProgressResetLayer::new(Duration::from_millis(ms)))
+    }
+}
+
+/// Logs to stderr (stdout is the protocol's, over stdio), at `RUST_LOG`'s
+/// level or `info`.
+pub(crate) fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter)
+        .try_init();
+}
+
+/// Binds `addr` and prints the endpoint the address actually bound
+/// (`--listen 127.0.0.1:0` picks a port) on stdout, as `http_server`
+/// prints it; the token fires at Ctrl-C, to end the server.
+pub(crate) async fn listen(
+    addr: std::net::SocketAddr,
+) -> Result<(tokio::net::TcpListener, tokio_util::sync::CancellationToken), String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(%bound, "MCP endpoint at http://{bound}/mcp");
+    println!("listening on http://{bound}/mcp");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        signal.cancel();
+    });
+    Ok((listener, shutdown))
+}
+
+/// Ends the process with the server's outcome: 0, or 1 with the error
+/// logged. Without waiting: stdin's reader may still be blocked in a read.
+pub(crate) fn exit(result: Result<(), String>, server: &str) -> ! {
+    let code = match result {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!(error = %e, "{server} stopped");
+            1
+        }
+    };
+    std::process::exit(code)
+}

@@ -33,7 +33,7 @@ use rmcp::service::RequestContext;
 use rmcp::{
     schemars, tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt,
 };
-use tower_mcp_cancel::{CancelOnDisconnectLayer, ProgressResetLayer, TimeoutLayer};
+use tower_mcp_cancel::CancelOnDisconnectLayer;
 use tower_mcp_cancel_rmcp::Cancellable;
 
 #[path = "../../../examples/common/cli.rs"]
@@ -195,7 +195,7 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
     use tower::BoxError;
     use tower::ServiceBuilder;
 
-    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (listener, shutdown) = sdk_server::listen(addr).await?;
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true);
@@ -220,19 +220,6 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
         }
         None => axum::Router::new().route_service("/mcp", stack.service(mcp)),
     };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    // The address actually bound (`--listen 127.0.0.1:0` picks a port), on
-    // stdout as `http_server` prints it.
-    let bound = listener.local_addr().unwrap_or(addr);
-    tracing::info!(%bound, "MCP endpoint at http://{bound}/mcp");
-    println!("listening on http://{bound}/mcp");
-    let signal = shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        signal.cancel();
-    });
     tower_mcp_cancel::transport::http::serve(listener, app, shutdown).await;
     Ok(())
 }
@@ -240,13 +227,7 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
 #[tokio::main]
 async fn main() {
     let cli = cli::parse::<Cli>();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter)
-        .try_init();
+    sdk_server::init_tracing();
     let tools = Tools::new(Events(cli.flags.events));
     let listen = cli.listen;
 
@@ -260,11 +241,9 @@ async fn main() {
             }
         }
     } else {
-        let call_timeout = Duration::from_millis(cli.flags.timeout_ms);
-        let mut server = Cancellable::new(tools)
-            .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call_timeout));
-        if let Some(idle) = cli.flags.idle_ms {
-            server = server.progress(ProgressResetLayer::new(Duration::from_millis(idle)));
+        let mut server = Cancellable::new(tools).timeout(cli.flags.timeout());
+        if let Some(progress) = cli.flags.progress() {
+            server = server.progress(progress);
         }
         if let Some(addr) = listen {
             // One expression: the same wrapped handler, rmcp's HTTP service.
@@ -277,13 +256,5 @@ async fn main() {
             }
         }
     };
-    let code = match result {
-        Ok(()) => 0,
-        Err(e) => {
-            tracing::error!(error = %e, "rmcp server stopped");
-            1
-        }
-    };
-    // stdin's reader may still be blocked in a read: do not wait for it.
-    std::process::exit(code);
+    sdk_server::exit(result, "rmcp server");
 }

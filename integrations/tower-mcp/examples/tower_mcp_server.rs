@@ -29,7 +29,6 @@ use std::time::Duration;
 use tower_mcp::extract::{Context, Json, State};
 use tower_mcp::schemars::JsonSchema;
 use tower_mcp::{CallToolResult, HttpTransport, McpRouter, StdioTransport, ToolBuilder};
-use tower_mcp_cancel::{ProgressResetLayer, TimeoutLayer};
 use tower_mcp_cancel_tower_mcp::RouterLayer;
 
 #[path = "../../../examples/common/cli.rs"]
@@ -176,20 +175,7 @@ async fn serve_http(
         transport = transport.layer(layer);
     }
     let app = transport.into_router_at("/mcp");
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    // The address actually bound (`--listen 127.0.0.1:0` picks a port), on
-    // stdout as the other example servers print it.
-    let bound = listener.local_addr().unwrap_or(addr);
-    tracing::info!(%bound, "MCP endpoint at http://{bound}/mcp");
-    println!("listening on http://{bound}/mcp");
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let signal = shutdown.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        signal.cancel();
-    });
+    let (listener, shutdown) = sdk_server::listen(addr).await?;
     tower_mcp_cancel::transport::http::serve(listener, app, shutdown).await;
     Ok(())
 }
@@ -197,20 +183,12 @@ async fn serve_http(
 #[tokio::main]
 async fn main() {
     let cli = cli::parse::<Cli>();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter)
-        .try_init();
+    sdk_server::init_tracing();
     let router = router(Events(cli.flags.events));
     let layer = (!cli.plain).then(|| {
-        let call_timeout = Duration::from_millis(cli.flags.timeout_ms);
-        let layer = RouterLayer::new()
-            .timeout(TimeoutLayer::new(Duration::from_secs(60)).method("tools/call", call_timeout));
-        match cli.flags.idle_ms {
-            Some(idle) => layer.progress(ProgressResetLayer::new(Duration::from_millis(idle))),
+        let layer = RouterLayer::new().timeout(cli.flags.timeout());
+        match cli.flags.progress() {
+            Some(progress) => layer.progress(progress),
             None => layer,
         }
     });
@@ -230,13 +208,5 @@ async fn main() {
             run.map_err(|e| e.to_string())
         }
     };
-    let code = match result {
-        Ok(()) => 0,
-        Err(e) => {
-            tracing::error!(error = %e, "tower-mcp server stopped");
-            1
-        }
-    };
-    // stdin's reader may still be blocked in a read: do not wait for it.
-    std::process::exit(code);
+    sdk_server::exit(result, "tower-mcp server");
 }
