@@ -86,6 +86,14 @@ pub(crate) struct Flags {
     /// A progress idle limit in milliseconds (hard maximum: 10 times it).
     #[arg(long, value_name = "MS")]
     pub(crate) idle_ms: Option<u64>,
+    /// Serve with the SDK alone, without the layers, for contrast.
+    #[arg(long)]
+    pub(crate) plain: bool,
+    /// Serve the SDK's Streamable HTTP transport (stateless) at
+    /// http://ADDR/mcp instead of stdio (port 0 picks a free one, printed
+    /// on stdout).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<std::net::SocketAddr>,
 }
 
 impl Flags {

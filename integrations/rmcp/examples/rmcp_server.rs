@@ -169,13 +169,6 @@ impl ServerHandler for Tools {
 struct Cli {
     #[command(flatten)]
     flags: sdk_server::Flags,
-    /// Serve the handler with rmcp alone, without the layers, for contrast.
-    #[arg(long)]
-    plain: bool,
-    /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio (port 0
-    /// picks a free one, printed on stdout).
-    #[arg(long, value_name = "ADDR")]
-    listen: Option<std::net::SocketAddr>,
 }
 
 /// Serves `handler` with rmcp's `StreamableHttpService` at `/mcp`, the
@@ -229,9 +222,9 @@ async fn main() {
     let cli = cli::parse::<Cli>();
     sdk_server::init_tracing();
     let tools = Tools::new(Events(cli.flags.events));
-    let listen = cli.listen;
+    let listen = cli.flags.listen;
 
-    let result = if cli.plain {
+    let result = if cli.flags.plain {
         if let Some(addr) = listen {
             serve_http(addr, tools, None).await
         } else {

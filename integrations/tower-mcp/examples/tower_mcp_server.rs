@@ -151,15 +151,6 @@ fn router(events: Events) -> McpRouter {
 struct Cli {
     #[command(flatten)]
     flags: sdk_server::Flags,
-    /// Serve the router with tower-mcp alone, without the layer, for
-    /// contrast.
-    #[arg(long)]
-    plain: bool,
-    /// Serve tower-mcp's Streamable HTTP transport (stateless) at
-    /// http://ADDR/mcp instead of stdio (port 0 picks a free one, printed on
-    /// stdout).
-    #[arg(long, value_name = "ADDR")]
-    listen: Option<std::net::SocketAddr>,
 }
 
 /// Serves `router` (under `layer`, if any) with tower-mcp's stateless
@@ -185,7 +176,7 @@ async fn main() {
     let cli = cli::parse::<Cli>();
     sdk_server::init_tracing();
     let router = router(Events(cli.flags.events));
-    let layer = (!cli.plain).then(|| {
+    let layer = (!cli.flags.plain).then(|| {
         let layer = RouterLayer::new().timeout(cli.flags.timeout());
         match cli.flags.progress() {
             Some(progress) => layer.progress(progress),
@@ -193,7 +184,7 @@ async fn main() {
         }
     });
 
-    let result = match cli.listen {
+    let result = match cli.flags.listen {
         Some(addr) => serve_http(addr, router, layer).await,
         None => {
             let transport = StdioTransport::new(router);
