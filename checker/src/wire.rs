@@ -41,6 +41,12 @@ impl Entry {
         self.msg.get("method").and_then(Value::as_str)
     }
 
+    /// The request a `notifications/cancelled` from the server names.
+    pub(crate) fn server_cancel(&self) -> Option<&Value> {
+        (self.dir == Dir::In && self.method() == Some("notifications/cancelled"))
+            .then(|| &self.msg["params"]["requestId"])
+    }
+
     /// The token and value of a `notifications/progress` from the server.
     pub(crate) fn progress(&self) -> Option<(&Value, Option<f64>)> {
         if self.dir != Dir::In || self.method() != Some("notifications/progress") {

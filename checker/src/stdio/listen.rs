@@ -128,11 +128,13 @@ async fn open(t: &Session, bound: Duration) -> Result<Value, String> {
         let seen = t
             .log
             .wait_for(Instant::now() + bound, |e| {
-                acknowledges(e, &id) || e.response_id() == Some(&id) || cancel_of(e) == Some(&id)
+                acknowledges(e, &id)
+                    || e.response_id() == Some(&id)
+                    || e.server_cancel() == Some(&id)
             })
             .await;
         match seen {
-            Some(e) if cancel_of(&e).is_some() => {
+            Some(e) if e.server_cancel().is_some() => {
                 return Err(format!(
                     "cancelled the listen {filter} at once, without acknowledging it: {}",
                     short(&e.msg)
@@ -181,15 +183,9 @@ fn strays(entries: &[Entry]) -> Vec<Entry> {
         .collect();
     entries
         .iter()
-        .filter(|e| cancel_of(e).is_some_and(|id| !listens.contains(&id)))
+        .filter(|e| e.server_cancel().is_some_and(|id| !listens.contains(&id)))
         .cloned()
         .collect()
-}
-
-/// The request a server-sent `notifications/cancelled` names.
-fn cancel_of(e: &Entry) -> Option<&Value> {
-    (e.dir == Dir::In && e.method() == Some("notifications/cancelled"))
-        .then(|| &e.msg["params"]["requestId"])
 }
 
 /// Reads off `entries` how the server ended the listen `id` after its
@@ -197,7 +193,7 @@ fn cancel_of(e: &Entry) -> Option<&Value> {
 fn judge(id: &Value, entries: &[Entry], ended: bool, bound: Duration) -> Vec<Check> {
     let ends: Vec<&Entry> = entries
         .iter()
-        .filter(|e| e.response_id() == Some(id) || cancel_of(e) == Some(id))
+        .filter(|e| e.response_id() == Some(id) || e.server_cancel() == Some(id))
         .collect();
     let (Some(first), second) = (ends.first(), ends.get(1)) else {
         return skipped(&if ended {

@@ -160,7 +160,7 @@ pub(super) fn server_cancels(entries: &[Entry], strays: &[Entry], out: &mut Vec<
     let rule = rules::SERVER_CANCEL;
     let stray = entries
         .iter()
-        .find(|e| e.dir == Dir::In && e.method() == Some("notifications/cancelled"))
+        .find(|e| e.server_cancel().is_some())
         .or(strays.first());
     out.push(match stray {
         Some(e) => Check::fail(
