@@ -81,6 +81,50 @@ async fn a_session_is_deleted_when_the_call_that_got_it_is_dropped() {
     drop(first);
 }
 
+/// A call waiting for the fallback handshake that another call runs is not
+/// failed when that call is dropped mid-handshake: it runs the handshake
+/// itself. (Whether it reached the handshake before or after the drop, it
+/// must be answered.)
+#[tokio::test]
+async fn a_call_waiting_on_a_dropped_calls_handshake_is_answered() {
+    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let (addr, _tools, _events) = legacy_server_with(Front {
+        hold: Some(("notifications/initialized", arrived_tx, release.clone())),
+        bodies: Some(bodies_tx),
+        ..Front::default()
+    })
+    .await;
+    let c = client(addr);
+    let mut first = Box::pin(c.clone().oneshot(call("echo", json!({"text": "first"}))));
+    tokio::select! {
+        out = &mut first => panic!("answered before the handshake completed: {out:?}"),
+        _ = arrived.recv() => {}
+    }
+    let mut second = Box::pin(c.clone().oneshot(call("echo", json!({"text": "second"}))));
+    let second_sent = async {
+        while let Some(body) = bodies.recv().await {
+            if body["params"]["arguments"]["text"] == "second" {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        out = &mut second => panic!("answered during another call's handshake: {out:?}"),
+        _ = second_sent => {}
+    }
+    drop(first);
+    tokio::spawn(async move {
+        release.notify_one();
+        while arrived.recv().await.is_some() {
+            release.notify_one();
+        }
+    });
+    let r = bounded(second).await.expect("the waiting call is answered");
+    assert_eq!(r["content"][0]["text"], "second");
+}
+
 /// A 2025 server may refuse a modern request with `400` and an error that
 /// carries the request's own id (`-32600`): no modern error the spec
 /// names, so the client falls back to `initialize` and the call goes

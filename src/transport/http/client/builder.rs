@@ -8,7 +8,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Semaphore;
 
-use super::connector::{connector, Timed, TlsSettings};
+use super::connector::{connector, PooledClient, TlsSettings};
 use super::era::{EraCell, MAX_PENDING_CANCELS};
 use super::{HttpClient, Inner};
 use crate::timeout::BudgetKey;
@@ -195,10 +195,10 @@ impl HttpClientBuilder {
         if self.http2 {
             builder.http2_only(true);
         }
-        let connector = Timed::new(connector(&self.uri, self.tls), self.connect_timeout);
+        let connector = connector(&self.uri, self.tls);
         HttpClient {
             inner: Arc::new(Inner {
-                client: builder.build(connector),
+                client: PooledClient::new(&builder, connector, self.connect_timeout),
                 uri: self.uri,
                 protocol_version: self.protocol_version,
                 client_info: self.client_info,

@@ -5,15 +5,17 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::{Builder, Client};
 
 use super::wire_body::WireBody;
 use super::HttpClientError;
+use crate::error::BoxError;
 
 /// The connector that makes the connection.
 #[cfg(feature = "tls")]
@@ -22,9 +24,6 @@ pub(super) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 #[cfg(not(feature = "tls"))]
 pub(super) type Connector = HttpConnector;
 
-/// The pooled hyper client.
-pub(super) type PooledClient = Client<Timed, WireBody>;
-
 /// The default bound on making a connection (TCP, and the TLS handshake).
 pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -32,30 +31,101 @@ pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// could overflow an `Instant`).
 const MAX_TIMER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// [`Connector`] with a bound on the whole connect: name resolution, TCP
-/// and, for `https://`, the TLS handshake. A connect that takes longer
-/// fails with an `io::Error` of kind `TimedOut`.
+/// The pooled hyper client, and what became of its connection attempts
+/// (which [`send`](super::send::send) needs to tell why the pool gave up on
+/// a request).
 #[derive(Clone, Debug)]
-pub(super) struct Timed {
-    connector: Connector,
-    timeout: Option<Duration>,
+pub(super) struct PooledClient<C = Connector> {
+    pub(super) hyper: Client<Timed<C>, WireBody>,
+    pub(super) failures: Arc<ConnectFailures>,
 }
 
-impl Timed {
-    pub(super) fn new(connector: Connector, timeout: Option<Duration>) -> Self {
-        Self {
+impl<C> PooledClient<C>
+where
+    Timed<C>: hyper_util::client::legacy::connect::Connect + Clone,
+{
+    /// `builder`'s client over `connector`, each connect bounded by `timeout`.
+    pub(super) fn new(builder: &Builder, connector: C, timeout: Option<Duration>) -> Self {
+        let failures = Arc::new(ConnectFailures::default());
+        let connector = Timed {
             connector,
             timeout: timeout.map(|t| t.min(MAX_TIMER)),
+            failures: failures.clone(),
+        };
+        Self {
+            hyper: builder.build(connector),
+            failures,
         }
     }
 }
 
-// `Into::into` converts the plain connector's error and is the identity
-// under feature `tls`, whose connector's error is a `BoxError` already.
-#[allow(clippy::useless_conversion)]
-impl tower_service::Service<Uri> for Timed {
-    type Response = <Connector as tower_service::Service<Uri>>::Response;
-    type Error = crate::error::BoxError;
+/// The connection attempts that failed: how many, and how the last one did.
+///
+/// Over HTTP/2, concurrent calls share one connection attempt, run by the
+/// first of them; when it ends without a connection, hyper-util's pool
+/// tells the others only that it is gone (`CheckoutNoLongerWanted`). That
+/// has two causes, which call for opposite answers: the attempt failed (the
+/// others fail the same way: trying again would make each of them wait for
+/// a connect of its own, one after the other), or the call running it was
+/// dropped (nothing of theirs was sent: they try again). A failure is
+/// recorded before hyper-util learns of it, so before the others are told.
+#[derive(Debug, Default)]
+pub(super) struct ConnectFailures(Mutex<Failures>);
+
+#[derive(Debug, Default)]
+struct Failures {
+    count: u64,
+    last: Option<(ConnectErrorKind, String)>,
+}
+
+impl ConnectFailures {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Failures> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, e: &(dyn StdError + 'static)) {
+        let failed = connect_kind(e);
+        let mut f = self.lock();
+        f.count += 1;
+        f.last = Some(failed);
+    }
+
+    /// How many attempts have failed so far.
+    pub(super) fn count(&self) -> u64 {
+        self.lock().count
+    }
+
+    /// If an attempt failed after `count` was read: the last failure, as
+    /// the error of a call to `uri`.
+    pub(super) fn since(&self, count: u64, uri: &Uri) -> Option<HttpClientError> {
+        let f = self.lock();
+        if f.count == count {
+            return None;
+        }
+        let (kind, detail) = f.last.clone()?;
+        Some(kind.into_error(target(uri), detail))
+    }
+}
+
+/// A connector with a bound on the whole connect: name resolution, TCP
+/// and, for `https://`, the TLS handshake. A connect that takes longer
+/// fails with an `io::Error` of kind `TimedOut`. Every failure is recorded
+/// in [`ConnectFailures`].
+#[derive(Clone, Debug)]
+pub(super) struct Timed<C = Connector> {
+    connector: C,
+    timeout: Option<Duration>,
+    failures: Arc<ConnectFailures>,
+}
+
+impl<C> tower_service::Service<Uri> for Timed<C>
+where
+    C: tower_service::Service<Uri>,
+    C::Error: Into<BoxError>,
+    C::Future: Send + 'static,
+{
+    type Response = C::Response;
+    type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -65,18 +135,23 @@ impl tower_service::Service<Uri> for Timed {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let connect = self.connector.call(uri);
         let timeout = self.timeout;
+        let failures = self.failures.clone();
         Box::pin(async move {
-            let Some(t) = timeout else {
-                return connect.await.map_err(Into::into);
+            let connected = match timeout {
+                None => connect.await.map_err(Into::into),
+                Some(t) => match tokio::time::timeout(t, connect).await {
+                    Ok(connected) => connected.map_err(Into::into),
+                    Err(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection within the connect timeout ({t:?})"),
+                    )
+                    .into()),
+                },
             };
-            match tokio::time::timeout(t, connect).await {
-                Ok(connected) => connected.map_err(Into::into),
-                Err(_) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no connection within the connect timeout ({t:?})"),
-                )
-                .into()),
+            if let Err(e) = &connected {
+                failures.record(&**e);
             }
+            connected
         })
     }
 }
@@ -180,7 +255,7 @@ fn target(uri: &Uri) -> String {
 /// Turns a failure of the pooled client into an error that says what
 /// failed: a connection failure as the [`HttpClientError`] variant of what
 /// failed ([`HttpClientError::is_connect`]), the error itself otherwise.
-pub(super) fn classify(uri: &Uri, e: hyper_util::client::legacy::Error) -> crate::error::BoxError {
+pub(super) fn classify(uri: &Uri, e: hyper_util::client::legacy::Error) -> BoxError {
     if !e.is_connect() {
         return Box::new(e);
     }

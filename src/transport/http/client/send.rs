@@ -7,7 +7,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Request};
 use http_body_util::Full;
 
-use super::connector::{check_scheme, classify, PooledClient};
+use hyper_util::client::legacy::connect::Connect;
+
+use super::connector::{check_scheme, classify, PooledClient, Timed};
 use super::wire_body::WireBody;
 use super::HttpClientError;
 use crate::error::BoxError;
@@ -68,33 +70,40 @@ impl From<Request<Full<Bytes>>> for Outgoing {
     }
 }
 
-/// How often a request is tried again when the connection pool gave up on
-/// it before it was sent (see [`send`]).
-const CHECKOUT_RETRIES: usize = 3;
-
-/// Sends `req`, trying again when hyper-util's pool reports
-/// `CheckoutNoLongerWanted`: over HTTP/2, concurrent first requests share one
-/// connection attempt, driven by one of them; if that one is cancelled
-/// (dropped), the others fail with that error although nothing was sent, so
-/// sending them again is safe and loses nothing (each attempt's body is
-/// made then: its budget is the time left). A connection failure comes
-/// back as the [`HttpClientError`] variant of what failed
-/// ([`HttpClientError::is_connect`]).
-pub(super) async fn send(
-    client: &PooledClient,
+/// Sends `req`. Over HTTP/2, concurrent calls share one connection
+/// attempt run by one of them, and when it ends without a connection
+/// hyper-util's pool fails the others with `CheckoutNoLongerWanted`
+/// although nothing of theirs was sent. If the attempt failed
+/// ([`ConnectFailures`](super::connector::ConnectFailures) recorded a
+/// failure since this call's attempt began), the call fails the same way,
+/// at once. Otherwise the call running it was dropped, and this one is sent
+/// again (each attempt's body is made then: its budget is the time left).
+/// That repeats only as often as calls running the attempt it waits on
+/// are dropped: it ends when one connects, fails, or this call is dropped.
+/// A connection failure comes back as the [`HttpClientError`] variant of
+/// what failed ([`HttpClientError::is_connect`]).
+pub(super) async fn send<C>(
+    client: &PooledClient<C>,
     req: impl Into<Outgoing>,
-) -> Result<http::Response<hyper::body::Incoming>, BoxError> {
+) -> Result<http::Response<hyper::body::Incoming>, BoxError>
+where
+    Timed<C>: Connect + Clone + Send + Sync + 'static,
+{
     let req = req.into();
     let uri = req.head.uri().clone();
     check_scheme(&uri)?;
-    let mut attempt = 0;
+    let mut attempt = 0u64;
     loop {
-        match client.request(req.attempt()?).await {
-            Err(e) if e.is_connect() && is_checkout_gone(&e) && attempt < CHECKOUT_RETRIES => {
+        let failed_before = client.failures.count();
+        match client.hyper.request(req.attempt()?).await {
+            Err(e) if e.is_connect() && is_checkout_gone(&e) => {
+                if let Some(failed) = client.failures.since(failed_before, &uri) {
+                    return Err(failed.into());
+                }
                 attempt += 1;
                 tracing::debug!(
                     attempt,
-                    "connection attempt given up by the pool; sending again"
+                    "the call running the connection attempt was dropped; sending again"
                 );
             }
             Err(e) => return Err(classify(&uri, e)),
@@ -109,7 +118,13 @@ fn is_checkout_gone(e: &hyper_util::client::legacy::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
     use std::time::Duration;
+
+    use tokio::sync::mpsc;
 
     use http_body::Body as _;
     use http_body_util::BodyExt;
@@ -150,5 +165,160 @@ mod tests {
         // padded to the announced length).
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(budget_when_read(out.attempt().unwrap()).await, 0);
+    }
+
+    /// A loopback HTTP/2 server answering every request `200` with `{}`.
+    async fn h2_server() -> std::net::SocketAddr {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        Bytes::from_static(b"{}"),
+                    )))
+                });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc),
+                );
+            }
+        });
+        addr
+    }
+
+    /// A connector whose connects wait for the test: each takes one word
+    /// from `gate` (`true`: connect, `false`: refused) and counts itself.
+    #[derive(Clone, Debug)]
+    struct Gated {
+        tcp: hyper_util::client::legacy::connect::HttpConnector,
+        gate: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<bool>>>,
+        connects: Arc<AtomicUsize>,
+    }
+
+    impl tower_service::Service<http::Uri> for Gated {
+        type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+        type Error = BoxError;
+        type Future =
+            std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, uri: http::Uri) -> Self::Future {
+            self.connects.fetch_add(1, Ordering::SeqCst);
+            let (gate, mut tcp) = (self.gate.clone(), self.tcp.clone());
+            Box::pin(async move {
+                if gate.lock().await.recv().await != Some(true) {
+                    let refused = std::io::ErrorKind::ConnectionRefused;
+                    return Err(std::io::Error::new(refused, "refused by the test").into());
+                }
+                Ok(tcp.call(uri).await?)
+            })
+        }
+    }
+
+    /// An HTTP/2 client whose connects wait for the returned sender, and
+    /// the count of connects it began.
+    fn gated_client() -> (
+        PooledClient<Gated>,
+        mpsc::UnboundedSender<bool>,
+        Arc<AtomicUsize>,
+    ) {
+        let (open, gate) = mpsc::unbounded_channel();
+        let connects = Arc::new(AtomicUsize::new(0));
+        let gated = Gated {
+            tcp: hyper_util::client::legacy::connect::HttpConnector::new(),
+            gate: Arc::new(tokio::sync::Mutex::new(gate)),
+            connects: connects.clone(),
+        };
+        let mut builder =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+        builder.http2_only(true);
+        (PooledClient::new(&builder, gated, None), open, connects)
+    }
+
+    fn post(addr: std::net::SocketAddr) -> Request<Full<Bytes>> {
+        Request::post(format!("http://{addr}/mcp"))
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    }
+
+    /// One poll, with a waker that does nothing (the test polls again).
+    fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+        std::pin::Pin::new(f).poll(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    /// Over HTTP/2 a call waits on the connection attempt another call
+    /// runs; each time that call is dropped (cancelled) mid-connect, the
+    /// waiting one was never sent, and it must not fail — however many
+    /// times in a row that happens.
+    #[tokio::test]
+    async fn a_call_waiting_on_a_connection_outlives_every_call_that_ran_it() {
+        let addr = h2_server().await;
+        let (client, gate, connects) = gated_client();
+        let mut driver = Box::pin(send(&client, post(addr)));
+        assert!(poll_once(&mut driver).is_pending());
+        let mut waiter = Box::pin(send(&client, post(addr)));
+        assert!(poll_once(&mut waiter).is_pending());
+        assert_eq!(connects.load(Ordering::SeqCst), 1, "one attempt, shared");
+        for round in 2..=8 {
+            drop(driver);
+            driver = Box::pin(send(&client, post(addr)));
+            assert!(poll_once(&mut driver).is_pending());
+            if let Poll::Ready(r) = poll_once(&mut waiter) {
+                panic!(
+                    "round {round}: the waiting call ended with {:?}",
+                    r.map(|r| r.status())
+                );
+            }
+            assert_eq!(
+                connects.load(Ordering::SeqCst),
+                round,
+                "it waits, not connects"
+            );
+        }
+        gate.send(true).unwrap();
+        let (a, b) = tokio::join!(driver, waiter);
+        assert_eq!(a.unwrap().status(), 200);
+        assert_eq!(b.unwrap().status(), 200);
+    }
+
+    /// When the shared attempt fails, the calls waiting on it fail the same
+    /// way at once — not each after a connect of its own, one by one.
+    #[tokio::test]
+    async fn calls_waiting_on_a_connection_that_failed_fail_the_same_way() {
+        let addr = h2_server().await;
+        let (client, gate, connects) = gated_client();
+        let mut driver = Box::pin(send(&client, post(addr)));
+        assert!(poll_once(&mut driver).is_pending());
+        let mut waiters: Vec<_> = (0..3)
+            .map(|_| Box::pin(send(&client, post(addr))))
+            .collect();
+        for w in &mut waiters {
+            assert!(poll_once(w).is_pending());
+        }
+        gate.send(false).unwrap();
+        let refused = |r: Result<_, BoxError>| match r.map(|r: http::Response<_>| r.status()) {
+            Err(e) => matches!(
+                e.downcast_ref::<HttpClientError>(),
+                Some(HttpClientError::ConnectionRefused { detail, .. }) if detail.contains("refused by the test")
+            ),
+            Ok(_) => false,
+        };
+        assert!(refused(driver.await));
+        for (i, w) in waiters.iter_mut().enumerate() {
+            match poll_once(w) {
+                Poll::Ready(r) => assert!(refused(r), "call {i}: not the attempt's failure"),
+                Poll::Pending => panic!("call {i} waits on a connect of its own"),
+            }
+        }
+        assert_eq!(connects.load(Ordering::SeqCst), 1);
+        // The failure does not stick: the next call connects.
+        let next = send(&client, post(addr));
+        gate.send(true).unwrap();
+        assert_eq!(next.await.unwrap().status(), 200);
     }
 }
