@@ -27,16 +27,12 @@ const KEY: &str = "com.example/budgetMs";
 /// after the session's idle expiry.
 #[tokio::test]
 async fn a_session_is_deleted_when_the_call_that_got_it_is_dropped() {
-    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
-    let release = Arc::new(Notify::new());
-    let (deletes_tx, mut deletes) = mpsc::unbounded_channel();
-    let (addr, _tools, _events) = legacy_server_with(Front {
-        hold: Some(("notifications/initialized", arrived_tx, release.clone())),
-        deletes: Some(deletes_tx),
+    let mut held = Held::serve(Front {
         limits: SessionLimits::new().max_sessions(1),
         ..Front::default()
     })
     .await;
+    let addr = held.addr;
     let mut first = client(addr);
     let mut fut = Box::pin(
         first
@@ -47,20 +43,14 @@ async fn a_session_is_deleted_when_the_call_that_got_it_is_dropped() {
     );
     tokio::select! {
         out = &mut fut => panic!("answered before the handshake completed: {out:?}"),
-        _ = arrived.recv() => {}
+        _ = held.arrived.recv() => {}
     }
     // The session is on the server; the call is dropped (a timeout).
     drop(fut);
     assert_eq!(first.server_era(), ServerEra::Unknown, "no session kept");
-    // Every `notifications/initialized` goes on from now.
-    release.notify_one();
-    tokio::spawn(async move {
-        while arrived.recv().await.is_some() {
-            release.notify_one();
-        }
-    });
+    held.release_all();
     assert_eq!(
-        bounded(deletes.recv()).await,
+        bounded(held.deletes.recv()).await,
         Some(200),
         "the session was deleted"
     );
@@ -77,7 +67,7 @@ async fn a_session_is_deleted_when_the_call_that_got_it_is_dropped() {
     .expect("the one place is free");
     assert_eq!(r["content"][0]["text"], "next");
     session_of(&second);
-    assert!(deletes.try_recv().is_err(), "one DELETE only");
+    assert!(held.deletes.try_recv().is_err(), "one DELETE only");
     drop(first);
 }
 
@@ -87,24 +77,16 @@ async fn a_session_is_deleted_when_the_call_that_got_it_is_dropped() {
 /// must be answered.)
 #[tokio::test]
 async fn a_call_waiting_on_a_dropped_calls_handshake_is_answered() {
-    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
-    let release = Arc::new(Notify::new());
-    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
-    let (addr, _tools, _events) = legacy_server_with(Front {
-        hold: Some(("notifications/initialized", arrived_tx, release.clone())),
-        bodies: Some(bodies_tx),
-        ..Front::default()
-    })
-    .await;
-    let c = client(addr);
+    let mut held = Held::serve(Front::default()).await;
+    let c = client(held.addr);
     let mut first = Box::pin(c.clone().oneshot(call("echo", json!({"text": "first"}))));
     tokio::select! {
         out = &mut first => panic!("answered before the handshake completed: {out:?}"),
-        _ = arrived.recv() => {}
+        _ = held.arrived.recv() => {}
     }
     let mut second = Box::pin(c.clone().oneshot(call("echo", json!({"text": "second"}))));
     let second_sent = async {
-        while let Some(body) = bodies.recv().await {
+        while let Some(body) = held.bodies.recv().await {
             if body["params"]["arguments"]["text"] == "second" {
                 return;
             }
@@ -115,12 +97,7 @@ async fn a_call_waiting_on_a_dropped_calls_handshake_is_answered() {
         _ = second_sent => {}
     }
     drop(first);
-    tokio::spawn(async move {
-        release.notify_one();
-        while arrived.recv().await.is_some() {
-            release.notify_one();
-        }
-    });
+    held.release_all();
     let r = bounded(second).await.expect("the waiting call is answered");
     assert_eq!(r["content"][0]["text"], "second");
 }
@@ -174,15 +151,13 @@ fn budgets(bodies: &mut mpsc::UnboundedReceiver<Value>) -> Vec<u64> {
 /// with the budget computed when the call started.
 #[tokio::test]
 async fn a_budget_resent_after_the_fallback_handshake_is_the_time_left_then() {
-    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
-    let release = Arc::new(Notify::new());
-    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
-    let (addr, _tools, _events) = legacy_server_with(Front {
-        hold: Some(("notifications/initialized", arrived_tx, release.clone())),
-        bodies: Some(bodies_tx),
-        ..Front::default()
-    })
-    .await;
+    let Held {
+        addr,
+        mut arrived,
+        release,
+        mut bodies,
+        ..
+    } = Held::serve(Front::default()).await;
     let mut c = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap())
         .budget_key(KEY)
         .expect("a valid key")
@@ -211,6 +186,55 @@ async fn a_budget_resent_after_the_fallback_handshake_is_the_time_left_then() {
 }
 
 /// A legacy server whose front holds each `notifications/initialized`
+/// until `release` is notified, and reports each body and the status of
+/// each `DELETE`.
+struct Held {
+    addr: std::net::SocketAddr,
+    /// One `()` for each `notifications/initialized` held.
+    arrived: mpsc::UnboundedReceiver<()>,
+    release: Arc<Notify>,
+    bodies: mpsc::UnboundedReceiver<Value>,
+    deletes: mpsc::UnboundedReceiver<u16>,
+}
+
+impl Held {
+    /// Serves behind `front`, with its `hold`, `bodies` and `deletes` set.
+    async fn serve(front: Front) -> Self {
+        let (arrived_tx, arrived) = mpsc::unbounded_channel();
+        let release = Arc::new(Notify::new());
+        let (bodies_tx, bodies) = mpsc::unbounded_channel();
+        let (deletes_tx, deletes) = mpsc::unbounded_channel();
+        let (addr, _tools, _events) = legacy_server_with(Front {
+            hold: Some(("notifications/initialized", arrived_tx, release.clone())),
+            bodies: Some(bodies_tx),
+            deletes: Some(deletes_tx),
+            ..front
+        })
+        .await;
+        Held {
+            addr,
+            arrived,
+            release,
+            bodies,
+            deletes,
+        }
+    }
+
+    /// Lets the `notifications/initialized` held, and every later one, go on.
+    fn release_all(&mut self) {
+        let (_, none) = mpsc::unbounded_channel();
+        let mut arrived = std::mem::replace(&mut self.arrived, none);
+        let release = self.release.clone();
+        release.notify_one();
+        tokio::spawn(async move {
+            while arrived.recv().await.is_some() {
+                release.notify_one();
+            }
+        });
+    }
+}
+
+/// A legacy server whose front holds each `notifications/initialized`
 /// (reported on the receiver) until the `Notify` is notified, reports each
 /// body and the status of each `DELETE`; a client already in a session
 /// (its first handshake let through), which the server has then ended
@@ -224,17 +248,13 @@ async fn in_an_ended_session(
     mpsc::UnboundedReceiver<Value>,
     mpsc::UnboundedReceiver<u16>,
 ) {
-    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
-    let release = Arc::new(Notify::new());
-    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
-    let (deletes_tx, mut deletes) = mpsc::unbounded_channel();
-    let (addr, _tools, _events) = legacy_server_with(Front {
-        hold: Some(("notifications/initialized", arrived_tx, release.clone())),
-        bodies: Some(bodies_tx),
-        deletes: Some(deletes_tx),
-        ..Front::default()
-    })
-    .await;
+    let Held {
+        addr,
+        mut arrived,
+        release,
+        mut bodies,
+        mut deletes,
+    } = Held::serve(Front::default()).await;
     let mut builder = HttpClient::builder(format!("http://{addr}/mcp").parse().unwrap());
     if keyed {
         builder = builder.budget_key(KEY).expect("a valid key");
