@@ -1,7 +1,9 @@
 //! The example tools written with tower-mcp (`ToolBuilder` tools on an
 //! `McpRouter`, as tower-mcp's docs show them), served by tower-mcp's own
 //! `StdioTransport` with `.layer(RouterLayer::new()…)` so that a cancel
-//! drops the handler's future: `echo {text}`, `slow {seconds = 10,
+//! drops the handler's future, its input read through `CheckedInput`
+//! (`tower_mcp_cancel_tower_mcp::stdio()`) so that a malformed
+//! notification is ignored, not answered: `echo {text}`, `slow {seconds = 10,
 //! interval_ms = 100}` (never checks its token; reports progress each step
 //! when asked), `spawned {seconds, interval_ms}` (works in a spawned task
 //! that stops on its token).
@@ -188,13 +190,16 @@ async fn main() {
         Some(addr) => serve_http(addr, router, layer).await,
         None => {
             let transport = StdioTransport::new(router);
+            // The input read through CheckedInput: a notification tower-mcp
+            // would answer (a malformed cancel) is ignored instead.
+            let (input, output) = tower_mcp_cancel_tower_mcp::stdio();
             let run = match layer {
                 None => {
                     let mut transport = transport;
-                    transport.run().await
+                    transport.run_with_streams(input, output).await
                 }
                 // Inside the runtime: the layer starts its progress relay here.
-                Some(layer) => transport.layer(layer).run().await,
+                Some(layer) => transport.layer(layer).run_with_streams(input, output).await,
             };
             run.map_err(|e| e.to_string())
         }
