@@ -22,9 +22,11 @@
 //! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
 //! the `tools/call` deadline (default 600 s, 60 s for other methods);
 //! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
-//! `--plain` serves the router with tower-mcp alone, for contrast; `--help`
-//! lists them, and an unknown flag or a malformed value is refused with a
-//! usage line and exit status 2.
+//! `--plain` serves the router with tower-mcp alone, for contrast (its
+//! stdin still read through `CheckedInput`, which changes nothing there:
+//! without a layer tower-mcp ignores a malformed notification itself);
+//! `--help` lists them, and an unknown flag or a malformed value is refused
+//! with a usage line and exit status 2.
 
 use std::time::Duration;
 
