@@ -22,10 +22,8 @@
 //! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
 //! the `tools/call` deadline (default 600 s, 60 s for other methods);
 //! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
-//! `--plain` serves the router with tower-mcp alone, for contrast (its
-//! stdin still read through `CheckedInput`, which changes nothing there:
-//! without a layer tower-mcp ignores a malformed notification itself);
-//! `--help` lists them, and an unknown flag or a malformed value is refused
+//! `--plain` serves the router with tower-mcp alone (its own `run()`,
+//! without `CheckedInput`), for contrast; `--help` lists them, and an unknown flag or a malformed value is refused
 //! with a usage line and exit status 2.
 
 use std::time::Duration;
@@ -192,16 +190,20 @@ async fn main() {
         Some(addr) => serve_http(addr, router, layer).await,
         None => {
             let transport = StdioTransport::new(router);
-            // The input read through CheckedInput: a notification tower-mcp
-            // would answer (a malformed cancel) is ignored instead.
-            let (input, output) = tower_mcp_cancel_tower_mcp::stdio();
             let run = match layer {
+                // tower-mcp alone, as its docs serve it: the contrast.
                 None => {
                     let mut transport = transport;
-                    transport.run_with_streams(input, output).await
+                    transport.run().await
                 }
-                // Inside the runtime: the layer starts its progress relay here.
-                Some(layer) => transport.layer(layer).run_with_streams(input, output).await,
+                // Inside the runtime: the layer starts its progress relay
+                // here. The input is read through CheckedInput: a
+                // notification the layered transport would answer (a
+                // malformed cancel) is ignored instead.
+                Some(layer) => {
+                    let (input, output) = tower_mcp_cancel_tower_mcp::stdio();
+                    transport.layer(layer).run_with_streams(input, output).await
+                }
             };
             run.map_err(|e| e.to_string())
         }
