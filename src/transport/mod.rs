@@ -5,6 +5,11 @@
 //! module is not there, and the links to its items in these docs lead
 //! here.
 //!
+//! [`LineFilter`], with no feature, is a reader of newline-delimited input
+//! that leaves out the lines a check ([`LineCheck`]) refuses: the SDK integrations'
+//! `CheckedInput` readers take the notifications their SDK would answer
+//! out of a server's stdin with it.
+//!
 //! # Cooperative grace, then drop
 //!
 //! By default a cancel drops the handler's future at the moment its token
@@ -85,6 +90,7 @@
 pub(crate) mod admission;
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) mod call;
+mod line_filter;
 #[cfg(feature = "stdio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "stdio")))]
 pub mod stdio;
@@ -96,6 +102,7 @@ pub mod http;
 #[cfg(any(feature = "stdio", feature = "http"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "stdio", feature = "http"))))]
 pub use call::server::McpService;
+pub use line_filter::{LineCheck, LineFilter};
 
 /// The default drain grace of the servers
 /// ([`StdioServer::drain_grace`](stdio::StdioServer::drain_grace),

@@ -204,7 +204,7 @@ pub use self::client::{RmcpClient, RouteProgress};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use self::http_progress::{ObserveBody, ObserveFuture, ObserveHttp, ObserveHttpLayer};
-pub use self::input::{stdio, CheckedInput};
+pub use self::input::{stdio, CheckedInput, NotificationCheck};
 pub use self::progress::ObserveProgress;
 pub use self::request::RmcpRequest;
 use tower::BoxError;

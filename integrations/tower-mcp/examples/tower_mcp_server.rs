@@ -1,7 +1,9 @@
 //! The example tools written with tower-mcp (`ToolBuilder` tools on an
 //! `McpRouter`, as tower-mcp's docs show them), served by tower-mcp's own
 //! `StdioTransport` with `.layer(RouterLayer::new()…)` so that a cancel
-//! drops the handler's future: `echo {text}`, `slow {seconds = 10,
+//! drops the handler's future, its input read through `CheckedInput`
+//! (`tower_mcp_cancel_tower_mcp::stdio()`) so that a malformed
+//! notification is ignored, not answered: `echo {text}`, `slow {seconds = 10,
 //! interval_ms = 100}` (never checks its token; reports progress each step
 //! when asked), `spawned {seconds, interval_ms}` (works in a spawned task
 //! that stops on its token).
@@ -20,9 +22,9 @@
 //! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
 //! the `tools/call` deadline (default 600 s, 60 s for other methods);
 //! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
-//! `--plain` serves the router with tower-mcp alone, for contrast; `--help`
-//! lists them, and an unknown flag or a malformed value is refused with a
-//! usage line and exit status 2.
+//! `--plain` serves the router with tower-mcp alone (its own `run()`,
+//! without `CheckedInput`), for contrast; `--help` lists them, and an unknown flag or a malformed value is refused
+//! with a usage line and exit status 2.
 
 use std::time::Duration;
 
@@ -189,12 +191,19 @@ async fn main() {
         None => {
             let transport = StdioTransport::new(router);
             let run = match layer {
+                // tower-mcp alone, as its docs serve it: the contrast.
                 None => {
                     let mut transport = transport;
                     transport.run().await
                 }
-                // Inside the runtime: the layer starts its progress relay here.
-                Some(layer) => transport.layer(layer).run().await,
+                // Inside the runtime: the layer starts its progress relay
+                // here. The input is read through CheckedInput: a
+                // notification the layered transport would answer (a
+                // malformed cancel) is ignored instead.
+                Some(layer) => {
+                    let (input, output) = tower_mcp_cancel_tower_mcp::stdio();
+                    transport.layer(layer).run_with_streams(input, output).await
+                }
             };
             run.map_err(|e| e.to_string())
         }

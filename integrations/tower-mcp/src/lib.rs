@@ -4,7 +4,8 @@
 //!
 //! tower-mcp's `McpRouter` is a tower service and its transports take a
 //! `.layer(...)`: give them a [`RouterLayer`] configured with this crate's
-//! [`TimeoutLayer`] and [`ProgressResetLayer`]:
+//! [`TimeoutLayer`] and [`ProgressResetLayer`], and serve stdio from
+//! [`stdio()`] (its input read through [`CheckedInput`], see below):
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -23,13 +24,14 @@
 //!         })
 //!         .build();
 //!     let router = McpRouter::new().server_info("sleeper", "1").tool(nap);
+//!     let (input, output) = tower_mcp_cancel_tower_mcp::stdio();
 //!     StdioTransport::new(router)
 //!         .layer(
 //!             RouterLayer::new()
 //!                 .timeout(TimeoutLayer::new(Duration::from_secs(60)))
 //!                 .progress(ProgressResetLayer::new(Duration::from_secs(30))),
 //!         )
-//!         .run()
+//!         .run_with_streams(input, output)
 //!         .await?;
 //!     Ok(())
 //! }
@@ -110,15 +112,21 @@
 //!   alone (`cancel.right-behind`, `cancel.burst-no-response`).
 //! * Once given a layer with `StdioTransport::layer` (any layer: tower's
 //!   `Identity` too), it answers a malformed notification (a
-//!   `notifications/cancelled` without its `requestId`) with a `-32602`
-//!   error with a null id, where JSON-RPC wants no answer; without a layer
-//!   it ignores it (`cancel.malformed`).
+//!   `notifications/cancelled` without its `requestId`, or whose `params`
+//!   are an array) with a `-32602` error with a null id, where JSON-RPC
+//!   wants no answer; without a layer it ignores it (`cancel.malformed`).
+//!   Fixed when the input is read through [`CheckedInput`] (as [`stdio()`]
+//!   reads stdin): it leaves out each notification tower-mcp's inspection
+//!   would reject, which is then ignored, and passes every other line on
+//!   unchanged. Served from `run()`, or from another reader, the transport
+//!   still answers it.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 // docs.rs (`--cfg docsrs`, see Cargo.toml): an item behind a feature
 // would say which (this package has none today).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod input;
 mod request;
 
 use std::borrow::Cow;
@@ -136,6 +144,7 @@ use tower_mcp::context::NotificationSender;
 use tower_mcp::{JsonRpcError, McpRouter, RouterRequest, RouterResponse, ServerNotification};
 use tower_service::Service;
 
+pub use self::input::{stdio, CheckedInput, NotificationCheck};
 use self::request::LayeredRequest;
 use tower::BoxError;
 use tower_mcp_cancel::integration::ProgressRegistry;

@@ -5,7 +5,8 @@
 //!
 //! * Once given any layer (`StdioTransport::layer`, which returns its
 //!   generic transport) it answers a malformed notification with an error;
-//!   without one it ignores it.
+//!   without one it ignores it. Its input read through `CheckedInput`, it
+//!   does not see such a notification, and sees everything else.
 //! * It reads a notification in its read loop but hands a request to a
 //!   dispatcher task, and its router ignores a cancel for a request it has
 //!   not registered yet: a cancel right behind its request is lost, with a
@@ -19,7 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, 
 use tower::layer::util::Identity;
 use tower_mcp::extract::{Json, State};
 use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
-use tower_mcp_cancel_tower_mcp::RouterLayer;
+use tower_mcp_cancel_tower_mcp::{CheckedInput, RouterLayer};
 
 /// A guard against hangs, far longer than any exchange here takes.
 const BOUND: Duration = Duration::from_secs(60);
@@ -33,6 +34,8 @@ enum Under {
     Identity,
     /// `.layer(RouterLayer::new())`.
     RouterLayer,
+    /// `.layer(RouterLayer::new())`, its input read through `CheckedInput`.
+    Checked,
 }
 
 /// The client's end of a transport served over pipes.
@@ -59,6 +62,11 @@ impl Peer {
             Under::RouterLayer => {
                 let mut t = transport.layer(RouterLayer::new());
                 tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
+            }
+            Under::Checked => {
+                let mut t = transport.layer(RouterLayer::new());
+                let input = CheckedInput::new(server_r);
+                tokio::spawn(async move { t.run_with_streams(input, server_w).await });
             }
         }
         let (r, w) = tokio::io::split(ours);
@@ -131,28 +139,56 @@ fn router(release: Arc<tokio::sync::Notify>) -> McpRouter {
     McpRouter::new().server_info("test", "0").tool(gated)
 }
 
-/// The lines a malformed `notifications/cancelled` (no `requestId`) and a
-/// `ping` behind it get.
-async fn malformed_cancel(under: Under) -> Vec<Value> {
+/// The lines `malformed` and a `ping` behind it get.
+async fn answers(under: Under, malformed: Value) -> Vec<Value> {
     let mut peer = Peer::start(router(Arc::default()), under).await;
-    let malformed = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}});
     let ping = json!({"jsonrpc": "2.0", "id": "ping", "method": "ping"});
     peer.send(&[malformed, ping]).await;
     peer.until_response("ping").await
 }
 
+/// A `notifications/cancelled` without its `requestId`.
+fn malformed_cancel() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}})
+}
+
 #[tokio::test]
 async fn a_layered_transport_answers_a_malformed_notification_an_unlayered_one_does_not() {
-    let plain = malformed_cancel(Under::Nothing).await;
+    let plain = answers(Under::Nothing, malformed_cancel()).await;
     assert_eq!(plain.len(), 1, "{plain:?}");
     for under in [Under::Identity, Under::RouterLayer] {
-        let lines = malformed_cancel(under).await;
+        let lines = answers(under, malformed_cancel()).await;
         assert_eq!(lines.len(), 2, "{under:?}: {lines:?}");
         assert!(
             lines[0]["id"].is_null() && lines[0]["error"]["code"] == -32602,
             "{under:?}: {lines:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn read_through_checked_input_a_layered_transport_answers_no_malformed_notification() {
+    let array = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": [1, 2]});
+    for malformed in [malformed_cancel(), array] {
+        let lines = answers(Under::Checked, malformed.clone()).await;
+        assert_eq!(lines.len(), 1, "{malformed}: {lines:?}");
+        // The layered transport alone answers it (what the reader is for).
+        let lines = answers(Under::RouterLayer, malformed.clone()).await;
+        assert_eq!(lines.len(), 2, "{malformed}: {lines:?}");
+    }
+}
+
+#[tokio::test]
+async fn read_through_checked_input_a_malformed_request_is_answered_with_its_id() {
+    let request = json!({
+        "jsonrpc": "2.0", "id": "bad", "method": "tools/call", "params": [1],
+    });
+    let lines = answers(Under::Checked, request).await;
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0]["id"] == "bad" && lines[0]["error"]["code"].is_i64(),
+        "{lines:?}"
+    );
 }
 
 /// Whether a `tools/call` of `gated` is answered when its cancel is in the
@@ -185,6 +221,15 @@ async fn cancelled_call_answered(under: Under, right_behind: bool) -> bool {
     }
     release.notify_one();
     peer.answered("call").await.is_some()
+}
+
+// A paused clock: a call that is never answered is known at once.
+#[tokio::test(start_paused = true)]
+async fn read_through_checked_input_a_well_formed_cancel_still_cancels() {
+    assert!(
+        !cancelled_call_answered(Under::Checked, false).await,
+        "a call cancelled once it ran was answered"
+    );
 }
 
 // A paused clock: a call that is never answered is known at once.
