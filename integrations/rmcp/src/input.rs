@@ -7,13 +7,25 @@ use ::rmcp::service::RxJsonRpcMessage;
 use ::rmcp::RoleServer;
 use serde::de::IgnoredAny;
 use serde_json::Value;
+use tower_mcp_cancel::transport::stdio::{process_streams, ProcessStdin, ProcessStdout};
 use tower_mcp_cancel::transport::{LineCheck, LineFilter};
 
-/// rmcp's `stdio()` with its input read through [`CheckedInput`]: serve it
-/// with [`Cancellable::serve`](crate::Cancellable::serve) in place of
+/// This process's stdin and stdout, the input read through
+/// [`CheckedInput`]: serve them with
+/// [`Cancellable::serve`](crate::Cancellable::serve) in place of
 /// `rmcp::transport::stdio()`.
-pub fn stdio() -> (CheckedInput<tokio::io::Stdin>, tokio::io::Stdout) {
-    (CheckedInput::new(tokio::io::stdin()), tokio::io::stdout())
+///
+/// They are the middleware's [`process_streams`]: pipes and Unix sockets
+/// (what an MCP host gives its server) are read and written through the
+/// runtime's reactor, not on tokio's blocking thread pool as
+/// `rmcp::transport::stdio()`'s are (no thread hand-off per read and per
+/// write, and a pending read does not hold the runtime's shutdown); call
+/// it within the runtime.
+///
+/// [`process_streams`]: tower_mcp_cancel::transport::stdio::process_streams
+pub fn stdio() -> (CheckedInput<ProcessStdin>, ProcessStdout) {
+    let (stdin, stdout) = process_streams();
+    (CheckedInput::new(stdin), stdout)
 }
 
 /// A reader of newline-delimited JSON-RPC for an rmcp server that leaves

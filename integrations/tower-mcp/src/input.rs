@@ -7,6 +7,7 @@ use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use tower_mcp::inspection::{McpDirection, McpInspector, MCP_INSPECTION_PROFILES};
+use tower_mcp_cancel::transport::stdio::{process_streams, ProcessStdin, ProcessStdout};
 use tower_mcp_cancel::transport::{LineCheck, LineFilter};
 
 /// The check of [`CheckedInput`]: a line passes unless it is a
@@ -88,12 +89,14 @@ pub type CheckedInput<R> = LineFilter<R, NotificationCheck>;
 /// [`CheckedInput`]: hand them to `StdioTransport::run_with_streams` in
 /// place of `run()`.
 ///
-/// They are tokio's handles, which read and write on its blocking thread
-/// pool, where tower-mcp's `run()` registers pipes with the reactor
-/// (`StdioPipes`): a read pending when the transport stops holds the
-/// runtime's shutdown until the peer writes or closes its end (which is
-/// how a stdio server normally ends). Give `CheckedInput::new` another
-/// reader where that matters.
+/// They are the middleware's [`process_streams`]: pipes and Unix sockets
+/// (what an MCP host gives its server) are read and written through the
+/// runtime's reactor (as tower-mcp's `run()` does with Linux pipes), not
+/// on tokio's blocking thread pool (no thread hand-off per read and
+/// per write, and a pending read does not hold the runtime's shutdown);
+/// call it within the runtime.
+///
+/// [`process_streams`]: tower_mcp_cancel::transport::stdio::process_streams
 ///
 /// ```no_run
 /// # use tower_mcp::{McpRouter, StdioTransport};
@@ -106,8 +109,9 @@ pub type CheckedInput<R> = LineFilter<R, NotificationCheck>;
 ///     .await
 /// # }
 /// ```
-pub fn stdio() -> (CheckedInput<tokio::io::Stdin>, tokio::io::Stdout) {
-    (CheckedInput::new(tokio::io::stdin()), tokio::io::stdout())
+pub fn stdio() -> (CheckedInput<ProcessStdin>, ProcessStdout) {
+    let (stdin, stdout) = process_streams();
+    (CheckedInput::new(stdin), stdout)
 }
 
 /// What the top level of a line holds, as far as it matters here.

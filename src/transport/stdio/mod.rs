@@ -4,7 +4,9 @@
 //! * Server: [`serve_stdio`] (this process's stdin/stdout), or
 //!   [`StdioServer`] to configure it and to serve any reader/writer pair,
 //!   drives a request service — typically your layer stack — over one
-//!   connection.
+//!   connection. [`process_streams`] hands this process's stdin and stdout
+//!   to any other stdio transport (an SDK's) as `serve_stdio` uses them:
+//!   through the reactor when they are pipes or sockets.
 //! * Client: [`StdioClient`], a `tower::Service<McpRequest>` over a spawned
 //!   child process or a stream pair; stack
 //!   [`TimeoutLayer`](crate::TimeoutLayer) and
@@ -149,6 +151,7 @@
 
 mod client;
 pub(crate) mod framing;
+mod process;
 mod schedule;
 mod server;
 #[cfg(unix)]
@@ -156,6 +159,7 @@ mod std_io;
 mod writer;
 
 pub use client::{StdioClient, StdioClientBuilder};
+pub use process::{process_streams, ProcessStdin, ProcessStdout};
 #[cfg(all(test, feature = "http"))]
 pub(crate) use server::DEFAULT_MAX_IN_FLIGHT;
 pub use server::{serve_stdio, StdioServer};

@@ -163,34 +163,19 @@ where
 
 impl StdioServer {
     /// Serves `service` over this process's stdin and stdout, as
-    /// [`serve`](Self::serve) does over any pair.
-    ///
-    /// On Unix, a stdin or stdout that is a pipe or a Unix socket (what an
-    /// MCP host gives its server) is read and written non-blocking through
-    /// the runtime's reactor, not on tokio's blocking thread pool as
-    /// `tokio::io::stdin()`/`stdout()` are: no thread hand-off per read and
-    /// per write. While the server runs, those descriptors are in
-    /// non-blocking mode (a property shared by the whole process: write
-    /// nothing else to stdout meanwhile, it would corrupt the protocol
-    /// anyway); blocking mode is restored when it ends. A terminal or a
-    /// file keeps tokio's handles.
+    /// [`serve`](Self::serve) does over any pair: those of
+    /// [`process_streams`](super::process_streams), read and written through
+    /// the runtime's reactor when they are pipes or Unix sockets (on Unix;
+    /// what an MCP host gives its server), not on tokio's blocking thread
+    /// pool. While the server runs, those descriptors are in non-blocking
+    /// mode (write nothing else to stdout meanwhile, it would corrupt the
+    /// protocol anyway); blocking mode is restored when it ends.
     pub async fn serve_stdio<S>(self, service: S) -> io::Result<()>
     where
         S: McpService,
     {
-        #[cfg(unix)]
-        {
-            let mut restore = super::std_io::NonBlocking::default();
-            let (stdin, stdout) = super::std_io::open(&mut restore);
-            let served = self.serve(service, stdin, stdout).await;
-            drop(restore);
-            served
-        }
-        #[cfg(not(unix))]
-        {
-            self.serve(service, tokio::io::stdin(), tokio::io::stdout())
-                .await
-        }
+        let (stdin, stdout) = super::process_streams();
+        self.serve(service, stdin, stdout).await
     }
 }
 

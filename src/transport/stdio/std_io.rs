@@ -1,4 +1,4 @@
-//! This process's stdin and stdout for [`serve_stdio`](super::serve_stdio).
+//! The reactor side of [`process_streams`](super::process_streams) (Unix).
 //!
 //! `tokio::io::stdin()`/`stdout()` do every read and every write on tokio's
 //! blocking thread pool: two cross-thread hand-offs (a futex wake and a
@@ -14,8 +14,6 @@
 //! process could fail with `WouldBlock` when the pipe is full (it would
 //! corrupt the protocol anyway). [`NonBlocking`] puts the descriptors back
 //! in blocking mode when the server ends.
-
-use std::io;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::either::Either;
@@ -42,13 +40,17 @@ impl Drop for NonBlocking {
     }
 }
 
-/// Opens stdin and stdout; `restore` gets what to put back in blocking mode.
-pub(super) fn open(restore: &mut NonBlocking) -> (Stdin, Stdout) {
-    use std::os::fd::AsFd;
-    let stdin = reader(io::stdin().as_fd(), restore)
-        .map_or_else(|| Either::Right(tokio::io::stdin()), Either::Left);
-    let stdout = writer(io::stdout().as_fd(), restore)
-        .map_or_else(|| Either::Right(tokio::io::stdout()), Either::Left);
+/// Opens `stdin` and `stdout` (this process's, but for tests);
+/// `restore` gets what to put back in blocking mode.
+pub(super) fn open(
+    stdin: std::os::fd::BorrowedFd<'_>,
+    stdout: std::os::fd::BorrowedFd<'_>,
+    restore: &mut NonBlocking,
+) -> (Stdin, Stdout) {
+    let stdin =
+        reader(stdin, restore).map_or_else(|| Either::Right(tokio::io::stdin()), Either::Left);
+    let stdout =
+        writer(stdout, restore).map_or_else(|| Either::Right(tokio::io::stdout()), Either::Left);
     (stdin, stdout)
 }
 
@@ -129,6 +131,20 @@ const _: fn() = || {
     io::<Stdin, Stdout>();
 };
 
+/// Whether `fd` is in non-blocking mode (its open file's flags).
+#[cfg(all(test, target_os = "linux"))]
+pub(super) fn non_blocking(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let info =
+        std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).expect("fdinfo");
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .map(|f| u32::from_str_radix(f.trim(), 8).expect("octal flags"))
+        .expect("flags line");
+    flags & 0o4000 != 0 // O_NONBLOCK
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -137,20 +153,6 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-
-    /// Whether `fd` is in non-blocking mode (its open file's flags).
-    #[cfg(target_os = "linux")]
-    fn non_blocking(fd: std::os::fd::BorrowedFd<'_>) -> bool {
-        use std::os::fd::AsRawFd;
-        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
-            .expect("fdinfo");
-        let flags = info
-            .lines()
-            .find_map(|l| l.strip_prefix("flags:"))
-            .map(|f| u32::from_str_radix(f.trim(), 8).expect("octal flags"))
-            .expect("flags line");
-        flags & 0o4000 != 0 // O_NONBLOCK
-    }
 
     #[tokio::test]
     async fn a_socket_is_served_through_the_reactor_and_made_blocking_again() {
