@@ -3,8 +3,8 @@
 //! `StdioTransport` with `.layer(RouterLayer::new()…)` so that a cancel
 //! drops the handler's future, its input read through `CheckedInput`
 //! (`tower_mcp_cancel_tower_mcp::stdio()`) so that a malformed
-//! notification is ignored, not answered: `echo {text}`, `slow {seconds = 10,
-//! interval_ms = 100}` (never checks its token; reports progress each step
+//! notification is ignored, not answered: `echo {text}`, `slow {seconds =
+//! 10, interval_ms = 100}` (never checks its token; reports progress each step
 //! when asked), `spawned {seconds, interval_ms}` (works in a spawned task
 //! that stops on its token).
 //!
@@ -23,8 +23,9 @@
 //! the `tools/call` deadline (default 600 s, 60 s for other methods);
 //! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
 //! `--plain` serves the router with tower-mcp alone (its own `run()`,
-//! without `CheckedInput`), for contrast; `--help` lists them, and an unknown flag or a malformed value is refused
-//! with a usage line and exit status 2.
+//! without `CheckedInput`), for contrast; `--help` lists them, and an
+//! unknown flag or a malformed value is refused with a usage line and exit
+//! status 2.
 
 use std::time::Duration;
 

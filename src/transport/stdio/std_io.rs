@@ -1,19 +1,11 @@
-//! The reactor side of [`process_streams`](super::process_streams) (Unix).
-//!
-//! `tokio::io::stdin()`/`stdout()` do every read and every write on tokio's
-//! blocking thread pool: two cross-thread hand-offs (a futex wake and a
-//! sleep each) per read and per flush, the largest share of a stdio
-//! server's CPU per request under load. When stdin or stdout is a pipe or a
-//! Unix socket (what MCP hosts give a server: pipes, or socketpairs from
-//! libuv-based hosts such as Node), it is read and written non-blocking
-//! through the runtime's reactor instead, like a socket. Anything else (a
-//! terminal, a file) keeps the blocking-pool handle.
-//!
-//! Non-blocking mode is a property of the open file, shared with every
-//! descriptor of it: while the server runs, a `println!` elsewhere in the
-//! process could fail with `WouldBlock` when the pipe is full (it would
-//! corrupt the protocol anyway). [`NonBlocking`] puts the descriptors back
-//! in blocking mode when the server ends.
+//! The reactor side of [`process_streams`](super::process_streams) (Unix):
+//! a pipe or Unix socket registered with the reactor, anything else (a
+//! terminal, a file) left to tokio's blocking-pool handle; why, and what
+//! non-blocking mode means for the rest of the process, is on
+//! `process_streams`. The blocking-pool hand-offs cost two cross-thread
+//! wakes (a futex wake and a sleep each) per read and per flush.
+//! [`NonBlocking`] puts the descriptors back in blocking mode when the last
+//! half holding it is dropped.
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::either::Either;
