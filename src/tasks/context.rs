@@ -51,6 +51,9 @@ pub(crate) struct TaskCore {
 
 struct State {
     ttl: Option<Duration>,
+    /// The work's earliest deadline set by a limit inside the tasks layer
+    /// (a `TimeoutLayer` below it): the TTL never runs past it.
+    limit: Option<Instant>,
     /// When the task was created (its TTL counts from there).
     created: Option<Instant>,
     /// A status message given before the record existed.
@@ -59,6 +62,8 @@ struct State {
     used_keys: HashSet<String>,
     /// The input requests waiting for an answer.
     pending: HashMap<String, oneshot::Sender<Value>>,
+    /// The task ended: no input request waits any more.
+    inputs_closed: bool,
 }
 
 impl TaskCore {
@@ -78,10 +83,12 @@ impl TaskCore {
             ttl_changed: Notify::new(),
             state: Mutex::new(State {
                 ttl,
+                limit: None,
                 created: None,
                 message: None,
                 used_keys: HashSet::new(),
                 pending: HashMap::new(),
+                inputs_closed: false,
             }),
         }
     }
@@ -97,21 +104,47 @@ impl TaskCore {
     pub(crate) fn set_phase(&self, phase: Phase) {
         self.phase.send_replace(phase);
         if phase == Phase::Gone {
-            // Waiting input requests end with the task.
-            self.lock().pending.clear();
+            self.end_inputs();
         }
     }
 
-    /// Marks the record created at `at`; returns the status message given
-    /// meanwhile.
-    pub(crate) fn created(&self, at: Instant) -> Option<String> {
-        let message = {
+    /// Ends the input requests the handler waits on: each of its
+    /// [`TaskContext::input`] calls resolves to [`InputError::Ended`].
+    pub(crate) fn end_inputs(&self) {
+        let mut state = self.lock();
+        state.inputs_closed = true;
+        state.pending.clear();
+    }
+
+    /// Records the deadline of a limit inside the tasks layer: the task's
+    /// TTL is capped to it.
+    pub(crate) fn set_limit(&self, limit: Option<Instant>) {
+        self.lock().limit = limit;
+    }
+
+    /// Marks the task created at `at` (its TTL counts from there; the
+    /// record is being written) and returns its TTL, capped to the limit.
+    pub(crate) fn promoted(&self, at: Instant) -> Option<Duration> {
+        let mut state = self.lock();
+        state.created = Some(at);
+        state.ttl = state.capped(state.ttl);
+        state.ttl
+    }
+
+    /// Marks the record written; returns the status message given
+    /// meanwhile, and the TTL when the handler changed it meanwhile from
+    /// `written`.
+    pub(crate) fn created(
+        &self,
+        written: Option<Duration>,
+    ) -> (Option<String>, Option<Option<Duration>>) {
+        let out = {
             let mut state = self.lock();
-            state.created = Some(at);
-            state.message.take()
+            let ttl = (state.ttl != written).then_some(state.ttl);
+            (state.message.take(), ttl)
         };
         self.set_phase(Phase::Created);
-        message
+        out
     }
 
     pub(crate) fn ttl(&self) -> Option<Duration> {
@@ -137,6 +170,16 @@ impl TaskCore {
             .collect()
     }
 
+    /// The keys among `answers` of input requests waiting for an answer.
+    pub(crate) fn pending_keys(&self, answers: &serde_json::Map<String, Value>) -> Vec<String> {
+        let state = self.lock();
+        answers
+            .keys()
+            .filter(|k| state.pending.contains_key(*k))
+            .cloned()
+            .collect()
+    }
+
     async fn wait_created(&self) -> bool {
         let mut rx = self.phase.subscribe();
         let phase = rx
@@ -144,6 +187,19 @@ impl TaskCore {
             .await
             .map(|p| *p);
         matches!(phase, Ok(Phase::Created))
+    }
+}
+
+impl State {
+    /// `ttl`, no longer than the limit leaves from the task's creation (a
+    /// task with no TTL of its own gets the limit's). Before the creation,
+    /// `ttl` as it is.
+    fn capped(&self, ttl: Option<Duration>) -> Option<Duration> {
+        let (Some(created), Some(limit)) = (self.created, self.limit) else {
+            return ttl;
+        };
+        let left = limit.saturating_duration_since(created);
+        Some(ttl.map_or(left, |t| t.min(left)))
     }
 }
 
@@ -244,14 +300,19 @@ impl TaskContext {
 
     /// Extends the task's time to live by `by` (a client cannot: only its
     /// handler). Returns `false` when the call has ended or has no TTL.
+    ///
+    /// A limit inside the [`TasksLayer`](super::TasksLayer) (a
+    /// [`TimeoutLayer`](crate::TimeoutLayer) below it) still ends the work
+    /// at its deadline: the TTL is never extended past it, so the `ttlMs`
+    /// the task reports is the one enforced.
     pub async fn extend_ttl(&self, by: Duration) -> bool {
         let ttl = {
             let mut state = self.core.lock();
             let Some(ttl) = state.ttl.map(|t| t.saturating_add(by)) else {
                 return false;
             };
-            state.ttl = Some(ttl);
-            ttl
+            state.ttl = state.capped(Some(ttl));
+            state.ttl.unwrap_or(ttl)
         };
         self.core.ttl_changed.notify_one();
         if self.core.phase() != Phase::Created {
@@ -283,14 +344,23 @@ impl TaskContext {
             return Err(InputError::Ended);
         }
         let (tx, rx) = oneshot::channel();
-        self.core.lock().pending.insert(key.clone(), tx);
+        {
+            let mut state = self.core.lock();
+            if state.inputs_closed {
+                return Err(InputError::Ended);
+            }
+            state.pending.insert(key.clone(), tx);
+        }
         let change = TaskChange::AddInput {
             key: key.clone(),
             request,
         };
         match self.core.store.update(&self.core.id, change).await {
             Ok(Some(r)) if !r.status.is_terminal() => {}
-            Ok(_) => return Err(InputError::Ended),
+            Ok(_) => {
+                self.core.lock().pending.remove(&key);
+                return Err(InputError::Ended);
+            }
             Err(e) => {
                 self.core.lock().pending.remove(&key);
                 return Err(InputError::Store(e));

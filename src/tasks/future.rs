@@ -14,10 +14,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::context::{Phase, TaskCore};
-use super::executor::to_value;
-use super::record::{TaskRecord, EXTENSION};
+use super::executor::{catching_panics, to_value, RecordSeed};
+use super::record::EXTENSION;
 use super::shared::Shared;
-use crate::error::BoxError;
+use crate::error::{BoxError, Cancelled};
 use crate::jsonrpc::ErrorObject;
 use crate::{CancelReason, Cancellation};
 
@@ -180,13 +180,19 @@ impl Drop for CallGuard {
 /// (or as soon as it asks for input) its future goes to the executor and
 /// the call is answered with the `CreateTaskResult` once the task's record
 /// exists.
+///
+/// The task is announced only if the creating request is still wanted
+/// then: a cancel of the creating request at any instant before (during
+/// the delay, during the record's write — also while a transport polls
+/// this future through its grace) cancels the task, whose work is dropped
+/// and whose record, if written, ends `cancelled`.
 pub(crate) async fn promote<F, R, E>(
     layer: Shared,
     core: Arc<TaskCore>,
     outer: Option<Cancellation>,
     work: F,
     after: Duration,
-    record: TaskRecord,
+    seed: RecordSeed,
 ) -> Result<TasksResponse<R>, BoxError>
 where
     F: Future<Output = Result<R, E>> + Send + 'static,
@@ -198,7 +204,7 @@ where
         outer: outer.clone(),
         armed: true,
     };
-    let mut work = Box::pin(async move { to_value(work.await.map_err(Into::into)) });
+    let mut work = catching_panics(async move { to_value(work.await.map_err(Into::into)) });
     let timer = tokio::time::sleep(after);
     tokio::pin!(timer);
     let mut outer_cancelled = false;
@@ -229,11 +235,33 @@ where
     }
     let created = layer
         .executor
-        .spawn(core, work, record, &layer.config.run)?;
-    let record = created
-        .await
+        .spawn(core.clone(), work, seed, &layer.config.run)?;
+    let outer_cancel = async {
+        match &outer {
+            Some(c) => c.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let record = tokio::select! {
+        biased;
+        // Cancelled while the record is written (a transport polling this
+        // future through its grace would never write the answer): the
+        // runner ends the task `cancelled` and drops its work.
+        reason = outer_cancel => {
+            core.cancellation.cancel(reason.clone());
+            return Err(Cancelled::new(reason).into());
+        }
+        created = created => created,
+    };
+    let record = record
         .map_err(|_| ErrorObject::new(ErrorObject::INTERNAL_ERROR, "task runner ended"))?
         .map_err(|e| ErrorObject::new(ErrorObject::INTERNAL_ERROR, e.to_string()))?;
+    // A cancel that landed as the record was answered: the answer would
+    // not be written either.
+    if let Some(reason) = outer.as_ref().and_then(|c| c.reason().cloned()) {
+        core.cancellation.cancel(reason.clone());
+        return Err(Cancelled::new(reason).into());
+    }
     guard.armed = false;
     Ok(TasksResponse::Tasks(record.to_json(Some("task"))))
 }

@@ -147,6 +147,18 @@ impl TasksLayer {
         self
     }
 
+    /// The most one call of the store may take (default 10 s): past it the
+    /// call fails as if the store were unavailable, and a panic in it
+    /// fails it too. A store that hangs or panics never holds a task: a
+    /// creation it fails is answered with an error and its work dropped, an
+    /// end it fails is written again (see the [module docs](super#every-task-ends)).
+    /// Zero fails every call the store does not answer at once.
+    #[must_use]
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.shared.store_timeout(timeout);
+        self
+    }
+
     /// How long running tasks may go on once the [shutdown](Self::shutdown)
     /// token fired (default zero).
     #[must_use]

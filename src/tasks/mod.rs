@@ -92,6 +92,7 @@ mod listen;
 mod owner;
 mod policy;
 mod record;
+mod runner;
 mod service;
 mod shared;
 mod store;

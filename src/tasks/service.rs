@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use tower_service::Service;
 
 use super::context::{TaskContext, TaskCore};
+use super::executor::RecordSeed;
 use super::future::{promote, ResponseFuture, TasksResponse};
 use super::policy::Mode;
 use super::record::{mint_id, TaskChange, TaskEnd, TaskRecord, EXTENSION};
@@ -20,6 +21,7 @@ use super::store::{StoreError, TaskSignal};
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
 use crate::notify::TaskSink;
+use crate::state::Stamp;
 use crate::{CancelReason, McpRequest, RequestView};
 
 /// The service of a [`TasksLayer`](super::TasksLayer) over `S`.
@@ -166,6 +168,20 @@ where
             _ if !declared => return ResponseFuture::inner(self.inner.call(req)),
             _ => {}
         }
+        let principal = self.layer.principal(req.extensions());
+        if config.bind.is_some() && principal.is_none() {
+            // Nobody could ever see such a task: it runs as a plain call.
+            if policy.mode() == Mode::Required {
+                return ResponseFuture::error(ErrorObject::new(
+                    ErrorObject::INVALID_REQUEST,
+                    format!(
+                        "tool {:?} runs only as a task, and tasks are bound to a principal this request does not have",
+                        crate::sanitize::for_log(tool)
+                    ),
+                ));
+            }
+            return ResponseFuture::inner(self.inner.call(req));
+        }
         let tool = tool.to_owned();
         let id = match mint_id() {
             Ok(id) => id,
@@ -174,7 +190,6 @@ where
                 return ResponseFuture::inner(self.inner.call(req));
             }
         };
-        let principal = self.layer.principal(req.extensions());
         let core = Arc::new(TaskCore::new(
             id,
             tool,
@@ -188,21 +203,24 @@ where
         req.set_cancellation(core.cancellation.clone());
         req.extensions_mut().insert(TaskContext::new(core.clone()));
         req.extensions_mut().insert(TaskSink(core.clone()));
-        let mut record = TaskRecord::new(
-            core.id.clone(),
-            config.ttl,
-            config.run.poll_interval,
-            principal,
-        );
-        record.owner = Some(self.layer.executor.owner().to_owned());
         let work = self.inner.call(req);
+        // A limit inside this layer (a `TimeoutLayer` below it) offered its
+        // deadline to the work's cancellation while being called: the
+        // task's TTL is capped to it, so `ttlMs` says when the work ends.
+        core.set_limit(
+            core.cancellation
+                .request_state()
+                .deadlines()
+                .offered()
+                .map(Stamp::at),
+        );
         ResponseFuture::boxed(promote(
             self.layer.clone(),
             core,
             outer,
             work,
             policy.delay(),
-            record,
+            RecordSeed { principal },
         ))
     }
 
@@ -302,6 +320,16 @@ async fn cancel(layer: &Shared, record: &TaskRecord) -> Result<(), BoxError> {
     if record.status.is_terminal() {
         return Ok(());
     }
+    // Its work ended here, the end not yet in the store: that end is the
+    // truth (the record read `working` only because the store failed it).
+    if let Some(end) = layer.executor.unwritten(&record.id) {
+        layer
+            .store
+            .finish(&record.id, end, layer.config.run.retention)
+            .await
+            .map_err(store_error)?;
+        return Ok(());
+    }
     let end = TaskEnd::Cancelled(Some("cancelled by the client (tasks/cancel)".into()));
     let ended = layer
         .store
@@ -348,17 +376,18 @@ async fn update(
     let Some(core) = layer.executor.get(&record.id) else {
         return update_remote(layer, record, answers).await;
     };
-    let taken = core.take_pending(answers);
-    if taken.is_empty() {
+    // The store first: a write that fails answers this request with an
+    // error and leaves the handler's input requests waiting.
+    let keys = core.pending_keys(answers);
+    if keys.is_empty() {
         return Ok(());
     }
-    let keys = taken.iter().map(|(k, _)| k.clone()).collect();
     layer
         .store
         .update(&record.id, TaskChange::AnswerInputs(keys))
         .await
         .map_err(store_error)?;
-    for (key, tx) in taken {
+    for (key, tx) in core.take_pending(answers) {
         let _ = tx.send(answers.get(&key).cloned().unwrap_or_default());
     }
     Ok(())

@@ -50,9 +50,12 @@ impl fmt::Debug for Shared {
     }
 }
 
+/// The most one store call may take, by default.
+pub(crate) const STORE_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Shared {
     pub(crate) fn new(store: impl TaskStore) -> Self {
-        let watched = Arc::new(Watched::new(store));
+        let watched = Arc::new(Watched::new(store, STORE_TIMEOUT));
         Self {
             config: Arc::new(Config {
                 tools: HashMap::new(),
@@ -74,9 +77,19 @@ impl Shared {
         }
     }
 
-    /// Whether a request bound to `principal` may see `record`.
+    /// The same tasks, each store call bounded by `timeout`.
+    pub(crate) fn store_timeout(&mut self, timeout: Duration) {
+        let watched = Arc::new(self.watched.with_timeout(timeout));
+        self.store = watched.clone();
+        self.watched = watched;
+    }
+
+    /// Whether a request bound to `principal` may see `record`: with
+    /// [`bind`](super::TasksLayer::bind), only a request bound to the
+    /// record's own principal (no principal sees no task).
     pub(crate) fn visible(&self, record: &TaskRecord, principal: Option<&String>) -> bool {
-        self.config.bind.is_none() || record.principal.as_ref() == principal
+        self.config.bind.is_none()
+            || principal.is_some_and(|p| record.principal.as_ref() == Some(p))
     }
 
     /// The principal a request binds to.
@@ -90,7 +103,14 @@ impl Shared {
     /// and whose owner (another replica) lost its lease is ended `failed`
     /// first (first writer wins: an end recorded meanwhile stays).
     pub(crate) async fn read(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
-        let record = self.store.get(id).await?;
+        let mut record = self.store.get(id).await?;
+        if let Some(r) = &mut record {
+            // An end this process has not managed to write yet is the
+            // truth: the store's `working` is only late.
+            if let Some(end) = self.executor.unwritten(id) {
+                r.end(&end);
+            }
+        }
         let Some(r) = &record else {
             return Ok(None);
         };

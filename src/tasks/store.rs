@@ -242,6 +242,12 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// The ids it holds.
+    #[cfg(test)]
+    pub(crate) fn ids(&self) -> Vec<String> {
+        self.lock().map.keys().cloned().collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Records> {
         // A panic while holding the lock leaves records that are each whole.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
@@ -317,7 +323,7 @@ impl TaskStore for MemoryStore {
             .with_live(id, |slot| {
                 let ended = slot.record.end(&end);
                 if ended {
-                    slot.expires = Some(Instant::now() + retain);
+                    slot.expires = Some(expiry(retain));
                 }
                 ended
             })
@@ -326,20 +332,68 @@ impl TaskStore for MemoryStore {
     }
 }
 
-/// A store that says which task changed after each change it made.
+/// When a record retained for `retain` from now goes: a retention past
+/// what the clock can count (`Duration::MAX`) is thirty years, "never".
+fn expiry(retain: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(retain)
+        .or_else(|| now.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
+/// The store as the layer uses it: every call bounded in time and a panic
+/// in it caught (both become [`StoreError::Unavailable`]: a store that
+/// hangs or panics never holds a task), and each change told to the
+/// listeners.
 pub(crate) struct Watched {
-    inner: Box<dyn TaskStore>,
+    inner: Arc<dyn TaskStore>,
     changes: broadcast::Sender<Arc<str>>,
+    /// The most one store call may take.
+    timeout: Duration,
 }
 
 impl Watched {
-    pub(crate) fn new(inner: impl TaskStore) -> Self {
+    pub(crate) fn new(inner: impl TaskStore, timeout: Duration) -> Self {
         // A listener that falls this far behind re-reads every task it
         // follows (see `listen`).
         let (changes, _) = broadcast::channel(256);
         Self {
-            inner: Box::new(inner),
+            inner: Arc::new(inner),
             changes,
+            timeout,
+        }
+    }
+
+    /// The same store and listeners, its calls bounded by `timeout`.
+    pub(crate) fn with_timeout(&self, timeout: Duration) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            changes: self.changes.clone(),
+            timeout,
+        }
+    }
+
+    /// Runs one call of the inner store within the timeout, catching a
+    /// panic.
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        use futures_util::FutureExt;
+        let call = std::panic::AssertUnwindSafe(call).catch_unwind();
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(_panic)) => Err(StoreError::Unavailable(
+                format!("the task store panicked in {what}").into(),
+            )),
+            Err(_) => Err(StoreError::Unavailable(
+                format!(
+                    "the task store did not answer {what} within {:?}",
+                    self.timeout
+                )
+                .into(),
+            )),
         }
     }
 
@@ -356,11 +410,11 @@ impl Watched {
 
 impl TaskStore for Watched {
     fn create(&self, record: TaskRecord) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.create(record)
+        Box::pin(self.bounded("create", async move { self.inner.create(record).await }))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        self.inner.get(id)
+        Box::pin(self.bounded("get", async move { self.inner.get(id).await }))
     }
 
     fn update<'a>(
@@ -369,7 +423,9 @@ impl TaskStore for Watched {
         change: TaskChange,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move {
-            let out = self.inner.update(id, change).await;
+            let out = self
+                .bounded("update", async { self.inner.update(id, change).await })
+                .await;
             if matches!(&out, Ok(Some(_))) {
                 self.changed(id);
             }
@@ -384,7 +440,9 @@ impl TaskStore for Watched {
         retain: Duration,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let out = self.inner.finish(id, end, retain).await;
+            let out = self
+                .bounded("finish", async { self.inner.finish(id, end, retain).await })
+                .await;
             if matches!(out, Ok(true)) {
                 self.changed(id);
             }
@@ -397,7 +455,9 @@ impl TaskStore for Watched {
         owner: &'a str,
         signal: TaskSignal,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.signal_owner(owner, signal)
+        Box::pin(self.bounded("signal_owner", async move {
+            self.inner.signal_owner(owner, signal).await
+        }))
     }
 
     fn owner_signals(&self, owner: &str) -> Option<BoxStream<'static, TaskSignal>> {
@@ -405,7 +465,10 @@ impl TaskStore for Watched {
     }
 
     fn owner_alive<'a>(&'a self, owner: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.inner.owner_alive(owner)
+        Box::pin(self.bounded(
+            "owner_alive",
+            async move { self.inner.owner_alive(owner).await },
+        ))
     }
 }
 

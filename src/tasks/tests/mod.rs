@@ -441,4 +441,5 @@ fn the_security_table_states_the_tasks_defaults() {
     );
 }
 
+mod ends;
 mod replicas;

@@ -1,0 +1,348 @@
+//! One task, from its record's creation to its end: the race of its work
+//! against a cancel, its TTL and the shutdown; its end, written once; the
+//! grace; the drop.
+//!
+//! # Every task ends
+//!
+//! * The work's panic is caught ([`catching_panics`](super::executor::catching_panics)):
+//!   the task ends `failed` ("task handler panicked").
+//! * Every store call is bounded ([`TasksLayer::store_timeout`](super::TasksLayer::store_timeout))
+//!   and a panic in it caught: a store that hangs or panics fails the call.
+//! * The end is written before the grace. When the store fails it, the
+//!   slot is freed all the same once the work is over, and the end is
+//!   written again with backoff ([`END_RETRY_FIRST`] doubling to
+//!   [`END_RETRY_MAX`]) until the store takes it: once the store is back,
+//!   the record is terminal within [`END_RETRY_MAX`] plus one store call.
+//!   Meanwhile a `tasks/*` request this process serves answers that end,
+//!   and [`TasksHandle::drained`](super::TasksHandle::drained) waits for
+//!   it; once the shutdown token fired, an end gets at most
+//!   [`END_TRIES_AFTER_SHUTDOWN`] more tries, then the record is the
+//!   store's to settle (a shared store fails it when this process's lease
+//!   lapses).
+//! * A handler waiting for input hears that its task ended
+//!   ([`InputError::Ended`](super::InputError::Ended)) before its grace
+//!   starts.
+//! * Should the runner itself be dropped (its runtime shutting down), its
+//!   slot is freed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::context::{Phase, TaskCore};
+use super::executor::{count, count_grace, Executor, RunSettings, Work};
+use super::record::{TaskChange, TaskEnd, TaskRecord};
+use super::store::StoreError;
+use crate::error::BoxError;
+use crate::jsonrpc::ErrorObject;
+use crate::CancelReason;
+
+/// The first wait before an end the store failed is written again.
+pub(crate) const END_RETRY_FIRST: Duration = Duration::from_millis(50);
+
+/// The longest wait between two tries of an end the store failed.
+pub(crate) const END_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// How many more tries an unwritten end gets once the shutdown token fired.
+pub(crate) const END_TRIES_AFTER_SHUTDOWN: u32 = 3;
+
+/// Why a task's work stopped before it ended on its own.
+#[derive(Debug)]
+enum Stop {
+    /// `tasks/cancel`, or the creating request cancelled before the task
+    /// was announced: `cancelled`.
+    Cancelled(CancelReason),
+    /// A limit inside the tasks layer, or another stop that is no client's
+    /// cancel: `failed` with this error.
+    Failed(ErrorObject),
+    /// Its TTL elapsed.
+    Expired(Duration),
+    /// The server shut down.
+    Shutdown,
+}
+
+impl Stop {
+    /// The stop a fired token means: only a cancel the client asked for
+    /// reads `cancelled`.
+    fn of(reason: CancelReason) -> Self {
+        match reason {
+            CancelReason::Peer(_)
+            | CancelReason::ClientDisconnected
+            | CancelReason::TransportClosed
+            | CancelReason::CallerDropped => Self::Cancelled(reason),
+            // The error the limit's layer answers without a grace.
+            CancelReason::Timeout(elapsed) => Self::Failed(ErrorObject::of_error(&elapsed)),
+            CancelReason::Shutdown => Self::Shutdown,
+            other => Self::Failed(ErrorObject::new(
+                ErrorObject::INTERNAL_ERROR,
+                format!("task stopped: {other}"),
+            )),
+        }
+    }
+
+    fn end(&self) -> (TaskEnd, &'static str) {
+        match self {
+            Self::Cancelled(reason) => (
+                TaskEnd::Cancelled(Some(format!("cancelled: {reason}"))),
+                "cancelled",
+            ),
+            Self::Failed(error) => (TaskEnd::Failed(error.clone()), "failed"),
+            Self::Expired(ttl) => (
+                TaskEnd::Failed(
+                    ErrorObject::new(
+                        ErrorObject::INTERNAL_ERROR,
+                        format!("task TTL elapsed: it ran for its maximum of {ttl:?}"),
+                    )
+                    .with_data(serde_json::json!({
+                        "ttlMs": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+                    })),
+                ),
+                "expired",
+            ),
+            Self::Shutdown => (
+                TaskEnd::Failed(ErrorObject::new(
+                    ErrorObject::INTERNAL_ERROR,
+                    "task stopped: the server shut down",
+                )),
+                "shutdown",
+            ),
+        }
+    }
+}
+
+/// Frees the task's slot if the runner is dropped before it did (its
+/// runtime shut down): the slot never outlives the work.
+struct Slot {
+    executor: Executor,
+    core: Arc<TaskCore>,
+    held: bool,
+}
+
+impl Slot {
+    /// The work is over: frees the slot, keeping `unwritten` as the
+    /// task's end until it is written.
+    fn free(&mut self, unwritten: Option<TaskEnd>) {
+        if std::mem::take(&mut self.held) {
+            self.core.set_phase(Phase::Gone);
+            self.executor.finished(&self.core.id, unwritten);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.held {
+            self.core.cancellation.cancel(CancelReason::Shutdown);
+            self.free(None);
+        }
+    }
+}
+
+/// One task's work, from its record's creation to its end.
+pub(crate) struct Runner {
+    executor: Executor,
+    core: Arc<TaskCore>,
+    settings: RunSettings,
+}
+
+impl Runner {
+    pub(crate) fn new(executor: Executor, core: Arc<TaskCore>, settings: RunSettings) -> Self {
+        Self {
+            executor,
+            core,
+            settings,
+        }
+    }
+
+    pub(crate) async fn run(
+        self,
+        mut work: Work,
+        record: TaskRecord,
+        created: oneshot::Sender<Result<TaskRecord, StoreError>>,
+    ) {
+        let core = self.core.clone();
+        let mut slot = Slot {
+            executor: self.executor.clone(),
+            core: core.clone(),
+            held: true,
+        };
+        let written_ttl = core.ttl();
+        if let Err(e) = core.store.create(record.clone()).await {
+            tracing::warn!(target: "tower_mcp_cancel::task", error = %e, "task not created; its work is dropped");
+            core.cancellation
+                .cancel(CancelReason::Other("the task store failed".into()));
+            drop(work);
+            // The write may have landed with its answer lost: the record
+            // must not read `working` with nothing running it.
+            let end = TaskEnd::Failed(ErrorObject::new(
+                ErrorObject::INTERNAL_ERROR,
+                format!("task not created: {e}"),
+            ));
+            let _ = created.send(Err(e));
+            slot.free(Some(end.clone()));
+            self.write_late(end).await;
+            return;
+        }
+        let (message, ttl) = core.created(written_ttl);
+        if let Some(message) = message {
+            let _ = core
+                .store
+                .update(&core.id, TaskChange::Message(message))
+                .await;
+        }
+        if let Some(ttl) = ttl {
+            let ms = ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+            let _ = core.store.update(&core.id, TaskChange::Ttl(ms)).await;
+        }
+        tracing::info!(target: "tower_mcp_cancel::task", "task created");
+        count("created");
+        let _ = created.send(Ok(record));
+
+        let (end, stop) = match self.race(&mut work).await {
+            Ok(out) => {
+                core.cancellation.complete();
+                match out {
+                    Ok(result) => ((TaskEnd::Completed(result), "completed"), None),
+                    Err(e) => (
+                        (TaskEnd::Failed(ErrorObject::of_error(&*e)), "failed"),
+                        None,
+                    ),
+                }
+            }
+            Err(stop) => (stop.end(), Some(stop)),
+        };
+        let (end, mut outcome) = end;
+        // Its end first: a handler waiting for input hears it before its
+        // grace, and nothing it does in the grace changes the status.
+        core.end_inputs();
+        let written = self.finish(end.clone()).await;
+        if let Some(stop) = stop {
+            self.grace(&mut work).await;
+            tracing::debug!(target: "tower_mcp_cancel::task", reason = ?stop, "task work dropped");
+        }
+        drop(work);
+        match written {
+            Some(true) => {}
+            // Another end was written first (a `tasks/cancel`).
+            Some(false) => outcome = "cancelled",
+            None => {
+                slot.free(Some(end.clone()));
+                if !self.write_late(end).await {
+                    outcome = "store_error";
+                }
+            }
+        }
+        slot.free(None);
+        tracing::Span::current().record("mcp.task.outcome", outcome);
+        tracing::info!(target: "tower_mcp_cancel::task", outcome, "task ended");
+        count(outcome);
+    }
+
+    /// Runs the work until it ends or something stops it: a cancel (checked
+    /// first, so a cancelled task's answer is never taken), the TTL, the
+    /// shutdown after its drain grace.
+    async fn race(&self, work: &mut Work) -> Result<Result<Value, BoxError>, Stop> {
+        let core = &self.core;
+        let shutdown = self.settings.shutdown.clone().unwrap_or_default();
+        let mut draining = false;
+        // `None` while draining: a drain grace past what the clock counts.
+        let mut drain_end: Option<Instant> = None;
+        loop {
+            let deadline = core.deadline();
+            let ttl_changed = core.ttl_changed.notified();
+            tokio::select! {
+                biased;
+                reason = core.cancellation.cancelled() => return Err(Stop::of(reason)),
+                out = work.as_mut() => return Ok(out),
+                () = at(deadline) => {
+                    let ttl = core.ttl().unwrap_or_default();
+                    core.cancellation.cancel(CancelReason::Other(
+                        format!("task TTL of {ttl:?} elapsed").into(),
+                    ));
+                    return Err(Stop::Expired(ttl));
+                }
+                () = shutdown.cancelled(), if !draining => {
+                    draining = true;
+                    drain_end = Instant::now().checked_add(self.settings.drain_grace);
+                }
+                () = at(drain_end) => {
+                    core.cancellation.cancel(CancelReason::Shutdown);
+                    return Err(Stop::Shutdown);
+                }
+                () = ttl_changed => {}
+            }
+        }
+    }
+
+    /// One try at writing the task's end: `Some(true)` written, `Some(false)`
+    /// another end was first, `None` the store failed.
+    async fn finish(&self, end: TaskEnd) -> Option<bool> {
+        let core = &self.core;
+        match core
+            .store
+            .finish(&core.id, end, self.settings.retention)
+            .await
+        {
+            Ok(ended) => Some(ended),
+            Err(e) => {
+                tracing::warn!(target: "tower_mcp_cancel::task", error = %e, "task end not recorded; it is tried again");
+                None
+            }
+        }
+    }
+
+    /// Writes an end the store failed, again and again with backoff, until
+    /// it takes it (`true`) or, the shutdown token fired, the last tries
+    /// failed (`false`). The end counts as unwritten until then.
+    async fn write_late(&self, end: TaskEnd) -> bool {
+        let mut wait = END_RETRY_FIRST;
+        let mut left_after_shutdown = END_TRIES_AFTER_SHUTDOWN;
+        let shutdown = self.settings.shutdown.clone().unwrap_or_default();
+        let written = loop {
+            tokio::time::sleep(wait).await;
+            if shutdown.is_cancelled() {
+                if left_after_shutdown == 0 {
+                    tracing::warn!(target: "tower_mcp_cancel::task", "task end not recorded before the shutdown; left to the store");
+                    break false;
+                }
+                left_after_shutdown -= 1;
+            }
+            if self.finish(end.clone()).await.is_some() {
+                break true;
+            }
+            wait = (wait * 2).min(END_RETRY_MAX);
+        };
+        self.executor.written(&self.core.id);
+        written
+    }
+
+    /// The cooperative grace of a stopped task: its work is polled on for
+    /// up to the grace (a handler's own `set_grace`, zero included, over
+    /// the layer's), its output going nowhere.
+    async fn grace(&self, work: &mut Work) {
+        let grace = self
+            .core
+            .cancellation
+            .grace()
+            .unwrap_or(self.settings.grace);
+        if grace.is_zero() {
+            return;
+        }
+        let finished = tokio::time::timeout(grace, work.as_mut()).await.is_ok();
+        let what = if finished { "finished" } else { "dropped" };
+        tracing::Span::current().record("mcp.grace", what);
+        count_grace(what);
+        tracing::debug!(target: "tower_mcp_cancel::task", grace = what, "task grace over");
+    }
+}
+
+/// Resolves at `deadline`; never without one.
+async fn at(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
