@@ -46,6 +46,13 @@ use tokio::time::Instant;
 use crate::jsonrpc::{self, Method, ParamsPeek, ParamsView, ProgressToken, RawRequest, RequestId};
 use crate::state::{Cancellation, ProgressTap};
 
+/// The shutdown token of the server transport a request came through (in
+/// its extensions): work that outlives the request — a task — stops with
+/// the server that took it.
+#[cfg(feature = "tasks")]
+#[derive(Clone, Debug)]
+pub(crate) struct TransportShutdown(pub(crate) tokio_util::sync::CancellationToken);
+
 /// An MCP request: id, method, raw params, progress token and extensions.
 ///
 /// ```

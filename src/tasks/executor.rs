@@ -233,7 +233,11 @@ impl Executor {
             "mcp.task.outcome" = tracing::field::Empty,
             "mcp.grace" = tracing::field::Empty,
         );
-        let runner = Runner::new(self.clone(), core, settings.clone());
+        let mut settings = settings.clone();
+        if settings.shutdown.is_none() {
+            settings.shutdown = seed.transport_shutdown;
+        }
+        let runner = Runner::new(self.clone(), core, settings);
         tokio::spawn(runner.run(work, record, tx).instrument(span));
         Ok(rx)
     }
@@ -266,6 +270,9 @@ impl Executor {
 pub(crate) struct RecordSeed {
     /// Whom the task belongs to ([`TasksLayer::bind`](super::TasksLayer::bind)).
     pub(crate) principal: Option<String>,
+    /// The shutdown token of the transport that took the creating request:
+    /// the task stops with it when the layer has no token of its own.
+    pub(crate) transport_shutdown: Option<CancellationToken>,
 }
 
 /// Serializes a handler's result for the store.

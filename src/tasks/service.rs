@@ -200,6 +200,10 @@ where
         // drop, so the layers inside leave a cancelled future to its grace.
         core.cancellation.own_grace(config.run.grace);
         let outer = req.cancellation().cloned();
+        let transport_shutdown = req
+            .extensions()
+            .get::<crate::request::TransportShutdown>()
+            .map(|s| s.0.clone());
         req.set_cancellation(core.cancellation.clone());
         req.extensions_mut().insert(TaskContext::new(core.clone()));
         req.extensions_mut().insert(TaskSink(core.clone()));
@@ -220,7 +224,10 @@ where
             outer,
             work,
             policy.delay(),
-            RecordSeed { principal },
+            RecordSeed {
+                principal,
+                transport_shutdown,
+            },
         ))
     }
 

@@ -277,6 +277,10 @@ fn start_call<S: McpService>(
     let mut extensions = parts.extensions;
     extensions.extend(std::mem::take(mcp.extensions_mut()));
     extensions.insert(parts.headers);
+    #[cfg(feature = "tasks")]
+    if let Some(token) = &config.shutdown {
+        extensions.insert(crate::request::TransportShutdown(token.clone()));
+    }
     *mcp.extensions_mut() = extensions;
 
     let cancel_on_disconnect =

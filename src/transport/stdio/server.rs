@@ -79,6 +79,8 @@ impl StdioServer {
             budget_key: self.budget_key.clone(),
             grace: self.grace.clone(),
             in_grace: InGrace::default(),
+            #[cfg(feature = "tasks")]
+            shutdown: self.shutdown.clone(),
         };
         let mut tasks = JoinSet::new();
         let mut lines = LineReader::new(BufReader::new(reader), self.max_line_bytes);
@@ -196,6 +198,9 @@ struct Connection {
     grace: MethodPolicy<Duration>,
     /// The requests in their grace: they count toward `max_in_flight`.
     in_grace: InGrace,
+    /// The server's shutdown token, for the tasks its requests create.
+    #[cfg(feature = "tasks")]
+    shutdown: Option<CancellationToken>,
 }
 
 impl Connection {
@@ -357,6 +362,11 @@ impl Connection {
         let is_listen = raw.method == jsonrpc::SUBSCRIPTIONS_LISTEN;
         let scope = Scope::new(guard.cancellation().clone());
         let mut req = call::prepare(raw, &view, &scope, Some(self.tx.clone()));
+        #[cfg(feature = "tasks")]
+        if let Some(token) = &self.shutdown {
+            req.extensions_mut()
+                .insert(crate::request::TransportShutdown(token.clone()));
+        }
         let grace = call::grace_of(&self.grace, &req);
         crate::timeout::inherit_budget(&mut req, view.budget);
         let call = call::run(
