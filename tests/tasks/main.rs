@@ -9,5 +9,8 @@ mod support;
 
 mod calls;
 mod common;
+mod ends;
 mod examples;
+mod harness;
 mod http;
+mod panics;
