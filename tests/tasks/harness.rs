@@ -43,11 +43,6 @@ impl Call {
     pub(crate) fn input(&self) -> Option<(Instant, String)> {
         self.input.lock().unwrap().clone()
     }
-
-    /// Whether the work is over: dropped, or ran to its end.
-    pub(crate) fn over(&self) -> bool {
-        self.probe.is_dropped()
-    }
 }
 
 /// The calls of the tools, in call order.
@@ -94,7 +89,8 @@ impl Calls {
 /// * `panic`: sleeps `ms`, panics;
 /// * `cleanup`: waits for its token, then cleans up for `ms` and answers
 ///   (with `{"panic": true}`, panics instead);
-/// * `status`: sets its status message, then sleeps `ms` and answers;
+/// * `status`: after 10 ms sets its status message, then sleeps `ms` and
+///   answers;
 /// * `ask`: asks for input `name`, answers `Hello, <name>!`; what its
 ///   request got is kept in its [`Call`].
 ///
@@ -139,6 +135,8 @@ pub(crate) fn tools(
                 }
                 "status" => {
                     let task = task.ok_or("not a task")?;
+                    // A task by then (unless the policy's delay is longer).
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     task.status("working on it").await;
                     tokio::time::sleep(ms).await;
                     Ok(done())

@@ -13,4 +13,5 @@ mod ends;
 mod examples;
 mod harness;
 mod http;
+mod instants;
 mod panics;
