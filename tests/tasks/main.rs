@@ -15,3 +15,4 @@ mod harness;
 mod http;
 mod instants;
 mod panics;
+mod transport_cancel;
