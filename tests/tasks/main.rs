@@ -11,6 +11,7 @@ mod calls;
 mod common;
 mod ends;
 mod examples;
+mod faults;
 mod harness;
 mod http;
 mod instants;

@@ -38,3 +38,13 @@ pub(crate) fn assert_no_panic() {
     let mine = panics.as_ref().and_then(|p| p.get(&thread));
     assert!(mine.is_none(), "a task panicked: {mine:?}");
 }
+
+/// How many unplanned panics this thread had so far.
+pub(crate) fn count() -> usize {
+    let thread = std::thread::current().name().unwrap_or("?").to_owned();
+    let panics = PANICS.lock().unwrap_or_else(|e| e.into_inner());
+    panics
+        .as_ref()
+        .and_then(|p| p.get(&thread))
+        .map_or(0, Vec::len)
+}
