@@ -3,8 +3,9 @@
 //! a write applied whose answer is lost) × a stop (`tasks/cancel`, the
 //! TTL, the shutdown, or none) at a number of 100 ms steps of the paused
 //! clock × a grace or none × the handler (completes, fails, panics,
-//! ignores its token, waits for input). The store heals at
-//! [`HEAL`]; the invariants, checked [`END_BOUND`] after it:
+//! ignores its token, waits for input). The store heals at [`HEAL`], and
+//! the shutdown token fires then (if it had not) to stop what still runs;
+//! the invariants, checked [`END_BOUND`] after it:
 //!
 //! * (a) the task's record, if it exists, is terminal;
 //! * (b) `running()` is 0 and `drained()` resolves;
@@ -170,18 +171,19 @@ async fn run(case: Case) -> Result<(), String> {
         Handler::WaitsForInput => ("ask", 0),
     };
     let start = tokio::time::Instant::now();
-    let answer = tokio::spawn({
+    let mut answer = tokio::spawn({
         let svc = svc.clone();
         async move { send(&svc, call(1, tool, json!({"ms": ms}))).await }
     });
     tokio::time::sleep_until(start + stop_at).await;
     let mut acked = false;
+    let mut early = None;
     match case.stop {
         StopBy::TasksCancel => {
             // The client knows the id once the call answered.
-            if answer.is_finished() {
-                let work = calls.get(0).await;
-                if let Some(id) = work.task_id() {
+            if let Ok(a) = tokio::time::timeout_at(start + HEAL, &mut answer).await {
+                early = Some(a);
+                if let Some(id) = calls.get(0).await.task_id() {
                     let req = task_req(2, "tasks/cancel", &id, json!({}));
                     acked = send(&svc, req).await.is_ok();
                 }
@@ -192,8 +194,15 @@ async fn run(case: Case) -> Result<(), String> {
     }
     tokio::time::sleep_until((start + HEAL).max(tokio::time::Instant::now())).await;
     store.heal_all();
+    // Whatever still runs (a handler that ignores its token, not stopped)
+    // is stopped by a shutdown once the store healed.
+    let late_shutdown = !shutdown.is_cancelled();
+    shutdown.cancel();
     let bound = END_BOUND + grace;
-    let answered = tokio::time::timeout(bound, answer).await;
+    let answered = match early {
+        Some(a) => Ok(a),
+        None => tokio::time::timeout(bound, answer).await,
+    };
     let answered = match answered {
         Ok(Ok(a)) => a.map_err(|e| e.to_string()),
         Ok(Err(join)) => return Err(format!("(e) the call panicked: {join}")),
@@ -226,7 +235,7 @@ async fn run(case: Case) -> Result<(), String> {
             || (case.handler == Handler::Panics && m.contains("panic"))
             || (case.handler == Handler::WaitsForInput && m.contains("input"))
             || (case.stop == StopBy::Ttl && m.contains("TTL"))
-            || (case.stop == StopBy::Shutdown && m.contains("shut down"))
+            || ((case.stop == StopBy::Shutdown || late_shutdown) && m.contains("shut down"))
             || m.contains("store")
     };
     let truthful = match status {
