@@ -413,3 +413,71 @@ impl<S: TaskStore> TaskStore for FaultyStore<S> {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::MemoryStore;
+
+    fn record(id: &str) -> TaskRecord {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "status": "working", "status_message": null,
+            "created_at_ms": 0, "updated_at_ms": 0, "ttl_ms": null,
+            "poll_interval_ms": 100, "input_requests": {}, "result": null,
+            "error": null, "principal": null,
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn faults_apply_in_order_for_their_count_until_healed() {
+        let store = FaultyStore::new(MemoryStore::new());
+        store.times(Op::Create, 2, Fault::Fail);
+        store.always(Op::Create, Fault::Delay(Duration::from_secs(3)));
+        for _ in 0..2 {
+            let err = store.create(record("a")).await.unwrap_err();
+            assert!(err.to_string().contains("injected fault"), "{err}");
+        }
+        assert!(
+            store.inner().get("a").await.unwrap().is_none(),
+            "a failure applies nothing"
+        );
+        let start = tokio::time::Instant::now();
+        store.create(record("a")).await.unwrap();
+        store.create(record("b")).await.unwrap();
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(6),
+            "delayed until healed"
+        );
+        store.heal(Op::Create);
+        store.create(record("c")).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(6));
+        assert_eq!(store.calls(Op::Create), 5);
+        store.called(Op::Create, 5).await;
+        assert_eq!(
+            store.calls(Op::Get),
+            0,
+            "reads through inner() are not counted"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hang_never_resolves_and_a_failed_signal_stream_ends() {
+        let store = FaultyStore::new(MemoryStore::new());
+        store.once(Op::OwnerAlive, Fault::Hang);
+        let hung = tokio::time::timeout(Duration::from_secs(3600), store.owner_alive("o")).await;
+        assert!(hung.is_err());
+        assert!(
+            store.owner_alive("o").await.unwrap(),
+            "the next call passes"
+        );
+        store.once(Op::OwnerSignals, Fault::Fail);
+        let mut signals = store.owner_signals("o").expect("a stream");
+        assert!(signals.next().await.is_none());
+        assert!(
+            store.owner_signals("o").is_none(),
+            "the memory store's own: none"
+        );
+    }
+}
