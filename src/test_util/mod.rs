@@ -12,6 +12,9 @@
 //!   [`Recorder::start_as`] / [`Recorder::watch_token_as`] key a handler's
 //!   events by an id or name of your choice (an SDK handler's request id).
 //! * [`settle`]: lets spawned tasks and woken futures run, without sleeping.
+//! * `FaultyStore` (with the `tasks` feature): a task store wrapper that
+//!   fails, delays, hangs or holds (at a `Gate` the test opens) the store
+//!   calls a test schedules, and counts them.
 //!
 //! ```
 //! use std::time::Duration;
@@ -35,12 +38,17 @@
 //! ```
 
 mod event;
+#[cfg(feature = "tasks")]
+mod faulty_store;
 mod probe;
 mod recorder;
 #[cfg(test)]
 mod tests;
 
 pub use event::Event;
+#[cfg(feature = "tasks")]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "test-util", feature = "tasks"))))]
+pub use faulty_store::{Fault, FaultyStore, Gate, Op};
 pub use probe::{DropGuard, DropProbe};
 pub use recorder::{Events, Recorder};
 

@@ -9,5 +9,11 @@ mod support;
 
 mod calls;
 mod common;
+mod ends;
 mod examples;
+mod faults;
+mod harness;
 mod http;
+mod instants;
+mod panics;
+mod transport_cancel;
