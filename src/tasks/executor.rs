@@ -89,13 +89,14 @@ struct Tasks {
     running: HashMap<String, Arc<TaskCore>>,
     /// Those whose work ended but whose end the store has not taken yet
     /// (it failed): retried by their runner, and the truth a `tasks/*`
-    /// request of this process answers meanwhile.
-    unwritten: HashMap<String, TaskEnd>,
+    /// request of this process answers meanwhile; with whether
+    /// [`drained`](Executor::drained) still waits for it.
+    unwritten: HashMap<String, (TaskEnd, bool)>,
 }
 
 impl Tasks {
     fn idle(&self) -> bool {
-        self.running.is_empty() && self.unwritten.is_empty()
+        self.running.is_empty() && !self.unwritten.values().any(|(_, waited)| *waited)
     }
 }
 
@@ -149,7 +150,7 @@ impl Executor {
     /// The end of task `id` when its work ended and the store has not
     /// taken that end yet.
     pub(crate) fn unwritten(&self, id: &str) -> Option<TaskEnd> {
-        self.lock().unwritten.get(id).cloned()
+        self.lock().unwritten.get(id).map(|(end, _)| end.clone())
     }
 
     /// The running task `id`.
@@ -157,8 +158,9 @@ impl Executor {
         self.inner.get(id)
     }
 
-    /// Resolves once no task runs and every task's end is written (or its
-    /// writing was given up, see [`Runner`]).
+    /// Resolves once no task runs and every task's end is written (or,
+    /// the shutdown token fired, was tried its last times before the
+    /// drain, see [`Runner`]).
     pub(crate) async fn drained(&self) {
         loop {
             let idle = self.inner.idle.notified();
@@ -248,17 +250,29 @@ impl Executor {
         let mut tasks = self.lock();
         tasks.running.remove(id);
         if let Some(end) = unwritten {
-            tasks.unwritten.insert(id.to_owned(), end);
+            tasks.unwritten.insert(id.to_owned(), (end, true));
         }
         if tasks.idle() {
             self.inner.idle.notify_waiters();
         }
     }
 
-    /// Task `id`'s end is written (or its writing given up).
+    /// Task `id`'s end is written.
     pub(crate) fn written(&self, id: &str) {
         let mut tasks = self.lock();
         tasks.unwritten.remove(id);
+        if tasks.idle() {
+            self.inner.idle.notify_waiters();
+        }
+    }
+
+    /// [`drained`](Self::drained) no longer waits for task `id`'s
+    /// unwritten end (it is still written as soon as the store takes it).
+    pub(crate) fn not_waited(&self, id: &str) {
+        let mut tasks = self.lock();
+        if let Some((_, waited)) = tasks.unwritten.get_mut(id) {
+            *waited = false;
+        }
         if tasks.idle() {
             self.inner.idle.notify_waiters();
         }

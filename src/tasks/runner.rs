@@ -15,10 +15,10 @@
 //!   the record is terminal within [`END_RETRY_MAX`] plus one store call.
 //!   Meanwhile a `tasks/*` request this process serves answers that end,
 //!   and [`TasksHandle::drained`](super::TasksHandle::drained) waits for
-//!   it; once the shutdown token fired, an end gets at most
-//!   [`END_TRIES_AFTER_SHUTDOWN`] more tries, then the record is the
-//!   store's to settle (a shared store fails it when this process's lease
-//!   lapses).
+//!   it; once the shutdown token fired, the drain waits for at most
+//!   [`END_TRIES_AFTER_SHUTDOWN`] more tries (the tries go on while the
+//!   process does; a process that exits first leaves the record to the
+//!   store: a shared store fails it when this process's lease lapses).
 //! * A handler waiting for input hears that its task ended
 //!   ([`InputError::Ended`](super::InputError::Ended)) before its grace
 //!   starts.
@@ -258,6 +258,11 @@ impl Runner {
                 reason = core.cancellation.cancelled() => return Err(Stop::of(reason)),
                 out = work.as_mut() => return Ok(out),
                 () = at(deadline) => {
+                    // A limit inside the layer that fired at this instant
+                    // (the TTL is capped to it) names the end.
+                    if let Some(reason) = core.cancellation.reason().cloned() {
+                        return Err(Stop::of(reason));
+                    }
                     let ttl = core.ttl().unwrap_or_default();
                     core.cancellation.cancel(CancelReason::Other(
                         format!("task TTL of {ttl:?} elapsed").into(),
@@ -295,28 +300,33 @@ impl Runner {
     }
 
     /// Writes an end the store failed, again and again with backoff, until
-    /// it takes it (`true`) or, the shutdown token fired, the last tries
-    /// failed (`false`). The end counts as unwritten until then.
+    /// it takes it. Once the shutdown token fired, the drain waits for
+    /// [`END_TRIES_AFTER_SHUTDOWN`] more tries only (`false`: it stopped
+    /// waiting before the end was written); the tries go on while the
+    /// process does.
     async fn write_late(&self, end: TaskEnd) -> bool {
         let mut wait = END_RETRY_FIRST;
         let mut left_after_shutdown = END_TRIES_AFTER_SHUTDOWN;
         let shutdown = self.settings.shutdown.clone().unwrap_or_default();
-        let written = loop {
+        let mut waited = true;
+        loop {
             tokio::time::sleep(wait).await;
-            if shutdown.is_cancelled() {
+            if waited && shutdown.is_cancelled() {
                 if left_after_shutdown == 0 {
-                    tracing::warn!(target: "tower_mcp_cancel::task", "task end not recorded before the shutdown; left to the store");
-                    break false;
+                    tracing::warn!(target: "tower_mcp_cancel::task", "task end not recorded by the drain; still tried");
+                    self.executor.not_waited(&self.core.id);
+                    waited = false;
+                } else {
+                    left_after_shutdown -= 1;
                 }
-                left_after_shutdown -= 1;
             }
             if self.finish(end.clone()).await.is_some() {
-                break true;
+                break;
             }
             wait = (wait * 2).min(END_RETRY_MAX);
-        };
+        }
         self.executor.written(&self.core.id);
-        written
+        waited
     }
 
     /// The cooperative grace of a stopped task: its work is polled on for

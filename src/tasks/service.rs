@@ -338,11 +338,18 @@ async fn cancel(layer: &Shared, record: &TaskRecord) -> Result<(), BoxError> {
         return Ok(());
     }
     let end = TaskEnd::Cancelled(Some("cancelled by the client (tasks/cancel)".into()));
-    let ended = layer
+    let ended = match layer
         .store
         .finish(&record.id, end, layer.config.run.retention)
         .await
-        .map_err(store_error)?;
+    {
+        Ok(ended) => ended,
+        // The write may have landed with its answer lost: the store says.
+        Err(e) => match layer.store.get(&record.id).await {
+            Ok(Some(r)) if r.status.is_terminal() => true,
+            _ => return Err(store_error(e).into()),
+        },
+    };
     if let Some(core) = layer.executor.get(&record.id) {
         core.cancellation
             .cancel(CancelReason::peer(Some("tasks/cancel")));
@@ -389,11 +396,19 @@ async fn update(
     if keys.is_empty() {
         return Ok(());
     }
-    layer
+    if let Err(e) = layer
         .store
-        .update(&record.id, TaskChange::AnswerInputs(keys))
+        .update(&record.id, TaskChange::AnswerInputs(keys.clone()))
         .await
-        .map_err(store_error)?;
+    {
+        // The write may have landed with its answer lost: the store says.
+        match layer.store.get(&record.id).await {
+            Ok(Some(r))
+                if !r.status.is_terminal()
+                    && keys.iter().all(|k| !r.input_requests.contains_key(k)) => {}
+            _ => return Err(store_error(e).into()),
+        }
+    }
     for (key, tx) in core.take_pending(answers) {
         let _ = tx.send(answers.get(&key).cloned().unwrap_or_default());
     }

@@ -90,11 +90,12 @@ async fn a_task_whose_store_fails_its_end_for_a_minute_frees_its_slot_and_ends_o
     let id = create(&svc, call(1, "sleep", json!({"ms": 1000}))).await;
     store.always(Op::Finish, Fault::Fail);
     calls.get(0).await.probe.dropped().await;
-    // The work ended: its slot is freed while its end is unwritten.
-    drained(&handle, "the end unwritten").await;
+    // The work ended: its slot is freed while its end is unwritten (which
+    // `drained()` waits for).
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(handle.running(), 0);
     store.heal(Op::Finish);
+    drained(&handle, "the end written once healed").await;
     let got = terminal_within(&svc, &id, END_BOUND).await.unwrap();
     assert_eq!(got["status"], "completed", "{got}");
     assert_eq!(got["result"]["content"][0]["text"], "done", "{got}");
@@ -128,7 +129,10 @@ async fn the_largest_ttl_poll_interval_and_grace_never_panic_and_tasks_still_end
 #[tokio::test(start_paused = true)]
 async fn the_largest_retention_never_panics_and_a_cancel_still_stops_the_work() {
     let calls = Calls::default();
-    let tasks = layer().retention(Duration::MAX);
+    // A grace, for the handler's cleanup to show its token fired.
+    let tasks = layer()
+        .retention(Duration::MAX)
+        .grace(Duration::from_secs(1));
     let handle = tasks.handle();
     let svc = stack(&tasks, &calls);
     let id = create(&svc, call(1, "cleanup", json!({"ms": 0}))).await;
