@@ -56,20 +56,109 @@
 //! let tasks = TasksLayer::new()
 //!     .tool("export", TaskPolicy::required())
 //!     .tool("search", TaskPolicy::optional().after(Duration::from_secs(2)))
-//!     .ttl(Some(Duration::from_secs(600)))
+//!     .ttl(Some(Duration::from_secs(600))) // what a task may take
 //!     .grace(Duration::from_millis(500));
 //! let server = ServiceBuilder::new()
-//!     .layer(CancelOnDisconnectLayer::new()) // the creating request
+//!     .layer(CancelOnDisconnectLayer::new())
+//!     // Outside the tasks layer: bounds plain calls, and the creating
+//!     // request of a task (not its work).
+//!     .layer(TimeoutLayer::new(Duration::from_secs(60)))
 //!     .layer(tasks)
-//!     .layer(TimeoutLayer::new(Duration::from_secs(60))) // each call, task or not
 //!     .service(service_fn(|req: McpRequest| async move {
 //!         Ok::<_, tower::BoxError>(serde_json::json!({"content": []}))
 //!     }));
 //! # let _ = server;
 //! ```
 //!
-//! Layers outside the tasks layer bound the creating request only; layers
-//! inside it bound the work, task or not.
+//! # Limits and the TTL
+//!
+//! Layers outside the tasks layer bound the creating request only (the
+//! call until it is answered, with its result or a `CreateTaskResult`);
+//! the TTL bounds a task's work. Layers *inside* the tasks layer bound the
+//! work, task or not: such a limit still ends a task's work at its
+//! deadline, so **a task's TTL is capped to it** — the `ttlMs` the task
+//! reports is the one enforced (a limit of 60 s under a TTL of 600 s
+//! reports `ttlMs: 60000` less the time before the promotion), and
+//! [`TaskContext::extend_ttl`] never extends past it. A task a limit stops
+//! ends `failed` with the limit's error, with or without a grace.
+//!
+//! # How a task ends
+//!
+//! | what happened | status | its error or message |
+//! | --- | --- | --- |
+//! | the handler answered | `completed` | its result |
+//! | the handler returned an error | `failed` | that error |
+//! | the handler panicked | `failed` | `-32603` "task handler panicked" |
+//! | `tasks/cancel` (here or on another replica), or the creating request cancelled before the task was announced | `cancelled` | why |
+//! | the TTL elapsed | `failed` | `-32603` "task TTL elapsed", `data.ttlMs` |
+//! | a limit inside the tasks layer | `failed` | the limit's error |
+//! | the shutdown, after the drain grace | `failed` | `-32603` "the server shut down" |
+//! | the record could not be created | — (the call is answered with the store's error) | the record, should its write have landed, `failed` |
+//! | the replica running it went away (a shared store) | `failed` | "its server went away" |
+//!
+//! Every task ends, whatever its store does: each store call is bounded
+//! ([`TasksLayer::store_timeout`]) and a panic in it caught; an end the
+//! store fails is written again until it takes it (from 50 ms apart,
+//! doubling, at most 5 s apart: once the store is back, the record is
+//! terminal within 5 s and one store call), while the task's slot is free
+//! and this process answers `tasks/get` with that end; a handler waiting
+//! for input hears that its task ended before its grace starts.
+//!
+//! # A whole server, and its shutdown
+//!
+//! The server transports hand their shutdown token to the tasks their
+//! requests create: give the token to the transport (for Streamable HTTP,
+//! to the service and to [`serve`](crate::transport::http::serve)), and
+//! the tasks stop with it after the layer's
+//! [drain grace](TasksLayer::drain_grace) ([`TasksLayer::shutdown`] is for
+//! a transport of your own). Then wait for [`TasksHandle::drained`]: it
+//! resolves once every task ended and its end is in the store.
+//! [`BoxTasksService`] names the stack's type, for a function that
+//! builds it.
+//!
+#![cfg_attr(feature = "http", doc = "```no_run")]
+#![cfg_attr(not(feature = "http"), doc = "```ignore")]
+//! use std::time::Duration;
+//! use tokio_util::sync::CancellationToken;
+//! use tower::{service_fn, BoxError, ServiceBuilder};
+//! use tower_mcp_cancel::tasks::{BoxTasksService, TaskPolicy, TasksHandle, TasksLayer};
+//! use tower_mcp_cancel::transport::http::{serve, StreamableHttpService};
+//! use tower_mcp_cancel::{CancelOnDisconnectLayer, McpRequest};
+//!
+//! async fn export(_req: McpRequest) -> Result<serde_json::Value, BoxError> {
+//!     tokio::time::sleep(Duration::from_secs(30)).await;
+//!     Ok(serde_json::json!({"content": [{"type": "text", "text": "exported"}]}))
+//! }
+//!
+//! fn mcp() -> (BoxTasksService, TasksHandle) {
+//!     let tasks = TasksLayer::new()
+//!         .tool("export", TaskPolicy::required())
+//!         .drain_grace(Duration::from_secs(10));
+//!     let handle = tasks.handle();
+//!     let stack = ServiceBuilder::new()
+//!         .layer(CancelOnDisconnectLayer::new())
+//!         .layer(tasks)
+//!         .service(service_fn(export));
+//!     (BoxTasksService::new(stack), handle)
+//! }
+//!
+//! # #[tokio::main] async fn main() -> std::io::Result<()> {
+//! let shutdown = CancellationToken::new();
+//! let (stack, tasks) = mcp();
+//! let app = axum::Router::new().route_service(
+//!     "/mcp",
+//!     StreamableHttpService::new(stack).shutdown(shutdown.clone()),
+//! );
+//! let signal = shutdown.clone();
+//! tokio::spawn(async move {
+//!     let _ = tokio::signal::ctrl_c().await;
+//!     signal.cancel();
+//! });
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! serve(listener, app, shutdown).await; // requests drained
+//! tasks.drained().await; // tasks stopped (after their drain grace) and written
+//! # Ok(()) }
+//! ```
 //!
 //! # Observability
 //!
@@ -106,6 +195,15 @@ pub use policy::TaskPolicy;
 pub use record::{TaskChange, TaskEnd, TaskRecord, TaskStatus, EXTENSION};
 pub use service::Tasks;
 pub use store::{MemoryStore, StoreError, TaskSignal, TaskStore};
+
+/// A tasks stack behind one type: a [`Tasks`] service (over any inner
+/// stack whose response is `R`) boxed, so that a function can return it
+/// and a transport (or axum) take it: `BoxTasksService::new(stack)` makes
+/// one (see the [module docs](self#a-whole-server-and-its-shutdown);
+/// tower's `ServiceBuilder::boxed_clone_sync` asks a `Sync` future of the
+/// stack, which a tasks stack's is not).
+pub type BoxTasksService<R = serde_json::Value> =
+    tower::util::BoxCloneSyncService<crate::McpRequest, TasksResponse<R>, crate::error::BoxError>;
 
 #[cfg(test)]
 mod tests;
