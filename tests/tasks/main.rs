@@ -8,6 +8,10 @@
 mod support;
 
 mod calls;
+mod client_checks;
+mod client_declare;
+mod client_retry;
 mod common;
 mod examples;
 mod http;
+mod mock;
