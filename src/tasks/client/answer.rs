@@ -235,5 +235,5 @@ fn error_object(v: &Value) -> Option<ErrorObject> {
     let message = obj.get("message")?.as_str()?;
     let mut error = ErrorObject::new(code, message);
     error.data = obj.get("data").cloned();
-    Ok::<_, ()>(error).ok()
+    Some(error)
 }

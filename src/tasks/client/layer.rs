@@ -26,9 +26,124 @@ type InputHandler =
     Arc<dyn Fn(Map<String, Value>) -> BoxFuture<'static, Map<String, Value>> + Send + Sync>;
 
 /// Turns a task back into one call, over a client transport (any
-/// `Service<McpRequest, Response = serde_json::Value>`): see the
-/// [module docs](super) for what it sends, what it retries and what
-/// cancels the task.
+/// `Service<McpRequest, Response = serde_json::Value>`).
+///
+/// # Declaring the extension
+///
+/// A server gives a task only to a request that declares the extension,
+/// and answers `tasks/*` only to one that does (`-32021` otherwise). The
+/// declaration is a key of the request's `params._meta`:
+///
+/// ```json
+/// {
+///   "name": "export",
+///   "arguments": {},
+///   "_meta": {
+///     "io.modelcontextprotocol/clientCapabilities": {
+///       "extensions": { "io.modelcontextprotocol/tasks": {} }
+///     }
+///   }
+/// }
+/// ```
+///
+/// [`declare_extension`] adds it to an [`McpRequest`]. [`TaskCallLayer`]
+/// adds it to every `tools/call`, `tasks/get`, `tasks/update` and
+/// `tasks/cancel` it passes on, and to a `subscriptions/listen` that asks
+/// for `taskIds`; [`TaskClient`](super::TaskClient) to each request it sends.
+///
+/// # What the layer does with a task
+///
+/// When a `tools/call` is answered with a `CreateTaskResult`,
+/// [`TaskCallLayer`] checks it, then polls `tasks/get` (at the task's
+/// `pollIntervalMs`, kept within [`poll_bounds`](TaskCallLayer::poll_bounds);
+/// at once when the `CreateTaskResult` does not say `working`) until the
+/// task ends, and resolves the call with the task's `result`, or fails it
+/// with the task's `error` (a `failed` task) or an error that says it was
+/// cancelled. Input requests go to the [`on_input`](TaskCallLayer::on_input)
+/// handler, its answers to `tasks/update`. Each change the task shows (its
+/// `statusMessage`, its `lastUpdatedAt`) is recorded as progress in the
+/// call's [`ProgressTap`](crate::ProgressTap): a
+/// [`ProgressResetLayer`](crate::ProgressResetLayer) above restarts its
+/// idle limit, and a [`ProgressObserver`](crate::ProgressObserver) sees the
+/// status message.
+///
+/// Every answer is checked before it is used ([`InvalidTaskAnswer`]
+/// otherwise): a `tasks/get` answer must be about the task polled, with
+/// one of the spec's five statuses and the fields that status requires
+/// (`completed`: a `result` object; `failed`: an `error` that is a
+/// JSON-RPC error object; `input_required`: an `inputRequests` object),
+/// `taskId`, `createdAt` and `lastUpdatedAt` strings, `ttlMs` an integer or
+/// `null`, `pollIntervalMs` (if there) an integer — an integral float such
+/// as `500.0` is one; a value past `u64::MAX` is read as `u64::MAX`, and
+/// the interval is held to the bounds anyway. A `CreateTaskResult` is
+/// checked for the same task fields.
+///
+/// # What the layer sends again
+///
+/// A `tasks/get` or `tasks/update` that fails *transiently* is sent again
+/// after a backoff (the polling interval, doubled per failure, capped at
+/// the upper poll bound), up to [`poll_retries`](TaskCallLayer::poll_retries)
+/// failures in a row; an answer resets the count. A `tasks/update` sent
+/// twice is harmless: a server ignores answers to keys no longer
+/// outstanding. Transient:
+///
+/// * a JSON-RPC `-32603` (internal error: a store that failed, a replica
+///   that went away);
+/// * over Streamable HTTP, a `502`, `503`, `504` or `429` status, a
+///   response stream that ended before its answer, a connection refused,
+///   reset, failed or unresolved (DNS), a timeout;
+/// * an I/O error of kind `ConnectionReset`, `ConnectionAborted`,
+///   `ConnectionRefused`, `NotConnected`, `TimedOut`, `UnexpectedEof` or
+///   `Interrupted`;
+/// * an [`Elapsed`](crate::Elapsed) of a timer *below* the layer (one poll
+///   took too long), except an inherited deadline.
+///
+/// Not transient, and failing the call at once: `-32602` (the server does
+/// not know the task — expired, purged: the call fails with a `-32602`
+/// that names the task, and nothing is cancelled), `-32021`, any other
+/// JSON-RPC error, an [`InvalidTaskAnswer`], a TLS failure, an answer too
+/// large or of the wrong content type, a closed stdio connection
+/// (`BrokenPipe`: it never reopens), any error this crate does not know.
+/// The `tools/call` itself is never sent again.
+///
+/// # What cancels the task
+///
+/// **Dropping the call's future sends `tasks/cancel`** — once, in the
+/// background, bounded by [`cancel_timeout`](TaskCallLayer::cancel_timeout)
+/// ([`cancels_sent`](TaskCallLayer::cancels_sent) waits for them) — so the
+/// timer layers above this one bound the whole task, retries included, as
+/// they bound any call. The call failing does the same when the task may
+/// still run: its retries ran out, an error that is not transient, an
+/// invalid answer, input asked of a client without a handler. Nothing is
+/// sent when the task ended (`completed`, `failed`, `cancelled`) or the
+/// server said it does not know it. A drop while a `tasks/get` is in
+/// flight drops that request too (the transport cancels it) and sends the
+/// `tasks/cancel`: the task may have ended in the meantime, and the
+/// server then acknowledges or refuses a cancel of an ended task, which
+/// changes nothing.
+///
+/// A request carrying [`KeepTaskHandle`] in its extensions gets the
+/// `CreateTaskResult` itself (unchecked), for a caller that follows the
+/// task on its own — with [`TaskClient`](super::TaskClient) over the same client: the task is
+/// then the caller's, and dropping anything cancels nothing.
+///
+/// A call dropped before its `CreateTaskResult` arrived has no task id to
+/// cancel here. Over stdio, `StdioClient` sends `tasks/cancel` when that
+/// late answer comes; over Streamable HTTP the drop closes the response
+/// stream, and the server's [`TasksLayer`](crate::tasks::TasksLayer) drops the
+/// work of a task it has not announced yet — one announced in the very
+/// instant the stream closed runs to its TTL.
+///
+/// # Task notifications
+///
+/// `notifications/tasks` reach no client service: a client transport's
+/// service answers one request with one value, the Streamable HTTP
+/// client leaves a response stream's other notifications out (logged at
+/// debug level), and the stdio client hands them to its connection-wide
+/// [`on_notification`] callback, not to a request. So neither the layer
+/// nor [`TaskClient`](super::TaskClient) listens; they poll.
+///
+/// # Example
 ///
 /// ```
 /// use std::time::Duration;
@@ -43,6 +158,11 @@ type InputHandler =
 ///     .service(transport);
 /// # let _ = client;
 /// ```
+#[cfg_attr(
+    feature = "stdio",
+    doc = "[`on_notification`]: crate::transport::stdio::StdioClientBuilder::on_notification"
+)]
+#[cfg_attr(not(feature = "stdio"), doc = "[`on_notification`]: crate::transport")]
 #[derive(Clone)]
 pub struct TaskCallLayer {
     config: Arc<Config>,
@@ -127,7 +247,7 @@ impl TaskCallLayer {
     /// upper [poll bound](Self::poll_bounds) — with the defaults and a 1 s
     /// interval, 2 + 4 + 5 + 5 + 5 s, a 21 s outage survived. An answer
     /// resets the count. What is transient is listed in the
-    /// [module docs](super#what-a-task-client-sends-again).
+    /// [type docs](Self#what-the-layer-sends-again).
     #[must_use]
     pub fn poll_retries(mut self, retries: u32) -> Self {
         Arc::make_mut(&mut self.config).retries = retries;
@@ -285,12 +405,14 @@ where
             let seed = DetailedTask::check(&answer, Shape::Created)?;
             match follow(&mut inner, &config, seed, tap.as_ref()).await {
                 Ok(result) => {
-                    guard.as_mut().map(CancelOnDrop::disarm);
+                    if let Some(guard) = guard.as_mut() {
+                        guard.disarm();
+                    }
                     Ok(result)
                 }
                 Err(stop) => {
-                    if !stop.open {
-                        guard.as_mut().map(CancelOnDrop::disarm);
+                    if let Some(guard) = guard.as_mut().filter(|_| !stop.open) {
+                        guard.disarm();
                     }
                     Err(stop.error)
                 }

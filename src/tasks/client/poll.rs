@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use tower::{Service, ServiceExt};
 
+use super::super::record::TaskStatus;
 use super::answer::{DetailedTask, Shape};
 use super::layer::Config;
 use super::retry::{backoff, is_transient};
@@ -15,9 +16,7 @@ use super::task_request;
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
 use crate::sanitize::for_log;
-use crate::ProgressTap;
-
-use super::super::record::TaskStatus;
+use crate::{McpRequest, ProgressTap};
 
 /// Why following a task stopped short of its result.
 pub(super) struct Stop {
@@ -228,5 +227,3 @@ where
         tokio::time::sleep(delay).await;
     }
 }
-
-use crate::McpRequest;

@@ -17,7 +17,7 @@ use crate::McpRequest;
 ///
 /// Each request declares the extension, is sent once (no retry: the
 /// caller decides what to do with a failure, see
-/// [what the layer sends again](super#what-a-task-client-sends-again)),
+/// [what the layer sends again](super::TaskCallLayer#what-the-layer-sends-again)),
 /// and its answer is checked: the transport's error as it is (a `-32602`
 /// when the server does not know the task), or [`InvalidTaskAnswer`].
 ///
