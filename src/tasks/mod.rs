@@ -186,7 +186,10 @@ mod service;
 mod shared;
 mod store;
 
-pub use client::{KeepTaskHandle, TaskCall, TaskCallLayer};
+pub use client::{
+    declare_extension, DetailedTask, InvalidTaskAnswer, KeepTaskHandle, TaskCall, TaskCallLayer,
+    TaskClient,
+};
 pub use context::{InputError, TaskContext};
 pub use future::TasksResponse;
 pub use layer::{TasksHandle, TasksLayer};

@@ -16,7 +16,7 @@ use crate::common::{handler, Probes};
 type Transport = BoxCloneSyncService<McpRequest, Value, BoxError>;
 
 /// The server (tasks layer over the test tools) as a client transport.
-fn server() -> (Transport, TasksHandle, Probes) {
+pub(crate) fn server() -> (Transport, TasksHandle, Probes) {
     let probes = Probes::default();
     let tasks = TasksLayer::new()
         .default_policy(TaskPolicy::optional())

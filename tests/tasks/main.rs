@@ -8,6 +8,11 @@
 mod support;
 
 mod calls;
+mod client_checks;
+mod client_declare;
+mod client_limits;
+mod client_retry;
+mod client_typed;
 mod common;
 mod ends;
 mod examples;
@@ -15,5 +20,6 @@ mod faults;
 mod harness;
 mod http;
 mod instants;
+mod mock;
 mod panics;
 mod transport_cancel;
