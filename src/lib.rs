@@ -139,7 +139,7 @@ pub mod __fuzz;
 
 // The README's code blocks are compiled (and the self-contained ones run)
 // as doctests.
-#[cfg(all(doctest, feature = "stdio", feature = "http"))]
+#[cfg(all(doctest, feature = "stdio", feature = "http", feature = "tasks"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 

@@ -364,6 +364,12 @@ impl Watched {
         }
     }
 
+    /// The most one call may take.
+    #[cfg(test)]
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The same store and listeners, its calls bounded by `timeout`.
     pub(crate) fn with_timeout(&self, timeout: Duration) -> Self {
         Self {

@@ -268,6 +268,11 @@ impl TaskCallLayer {
         self.config.cancel_timeout
     }
 
+    #[cfg(test)]
+    pub(crate) fn poll_retries_value(&self) -> u32 {
+        self.config.retries
+    }
+
     /// Resolves once every `tasks/cancel` that this layer's services sent
     /// in the background so far was answered or gave up (each is bounded by
     /// the [`cancel_timeout`](Self::cancel_timeout)): for a program that

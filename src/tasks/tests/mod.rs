@@ -436,6 +436,14 @@ fn the_security_table_states_the_tasks_defaults() {
     );
     assert_eq!(default_of("an ended task's record"), secs(run.retention));
     assert_eq!(
+        default_of("one call of the task store"),
+        secs(layer.shared.watched.timeout())
+    );
+    assert_eq!(
+        default_of("the task client's failed polls"),
+        TaskCallLayer::new().poll_retries_value().to_string()
+    );
+    assert_eq!(
         default_of("the task client's background"),
         secs(TaskCallLayer::new().cancel_timeout_value())
     );
