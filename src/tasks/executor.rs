@@ -3,32 +3,27 @@
 //! ends it has not managed to write yet; the [`runner`](super::runner)
 //! takes one task from its record's creation to its end.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, Once, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Once};
 
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::context::{Phase, TaskCore};
 use super::record::{TaskEnd, TaskRecord};
-use super::runner::Runner;
+use super::runner::{RunSettings, Runner, Work};
+use super::slots::Slots;
 use super::store::{StoreError, TaskSignal};
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
 use crate::CancelReason;
-
-/// The work of one task.
-pub(crate) type Work = Pin<Box<dyn Future<Output = Result<Value, BoxError>> + Send>>;
 
 /// The message of a task whose handler panicked.
 pub(crate) const PANICKED: &str = "task handler panicked";
@@ -47,17 +42,6 @@ pub(crate) fn catching_panics(
     }))
 }
 
-/// What the executor needs of the layer's settings.
-#[derive(Clone, Debug)]
-pub(crate) struct RunSettings {
-    pub(crate) poll_interval: Duration,
-    pub(crate) retention: Duration,
-    pub(crate) grace: Duration,
-    pub(crate) max_tasks: usize,
-    pub(crate) shutdown: Option<CancellationToken>,
-    pub(crate) drain_grace: Duration,
-}
-
 /// The tasks running in this process. Clones share them.
 #[derive(Clone)]
 pub(crate) struct Executor {
@@ -65,9 +49,7 @@ pub(crate) struct Executor {
 }
 
 pub(crate) struct Inner {
-    tasks: Mutex<Tasks>,
-    /// Woken when the last task ended and the last end was written.
-    idle: Notify,
+    slots: Arc<Slots>,
     /// This executor's owner id (random): records of its tasks name it.
     owner: String,
     /// Whether the loop that takes the owner's signals runs.
@@ -82,32 +64,10 @@ impl Drop for Inner {
     }
 }
 
-/// The tasks of one executor.
-#[derive(Default)]
-struct Tasks {
-    /// Those whose work runs: each holds one of the `max_tasks` slots.
-    running: HashMap<String, Arc<TaskCore>>,
-    /// Those whose work ended but whose end the store has not taken yet
-    /// (it failed): retried by their runner, and the truth a `tasks/*`
-    /// request of this process answers meanwhile; with whether
-    /// [`drained`](Executor::drained) still waits for it.
-    unwritten: HashMap<String, (TaskEnd, bool)>,
-}
-
-impl Tasks {
-    fn idle(&self) -> bool {
-        self.running.is_empty() && !self.unwritten.values().any(|(_, waited)| *waited)
-    }
-}
-
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Tasks> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// The running task `id`.
     pub(crate) fn get(&self, id: &str) -> Option<Arc<TaskCore>> {
-        self.lock().running.get(id).cloned()
+        self.slots.get(id)
     }
 }
 
@@ -124,8 +84,7 @@ impl Executor {
     pub(crate) fn new(owner: String) -> Self {
         Self {
             inner: Arc::new(Inner {
-                tasks: Mutex::default(),
-                idle: Notify::new(),
+                slots: Arc::default(),
                 owner,
                 signals: Once::new(),
                 stop: CancellationToken::new(),
@@ -138,19 +97,15 @@ impl Executor {
         &self.inner.owner
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Tasks> {
-        self.inner.lock()
-    }
-
     /// How many tasks run.
     pub(crate) fn running(&self) -> usize {
-        self.lock().running.len()
+        self.inner.slots.running()
     }
 
     /// The end of task `id` when its work ended and the store has not
     /// taken that end yet.
     pub(crate) fn unwritten(&self, id: &str) -> Option<TaskEnd> {
-        self.lock().unwritten.get(id).map(|(end, _)| end.clone())
+        self.inner.slots.unwritten(id)
     }
 
     /// The running task `id`.
@@ -162,15 +117,7 @@ impl Executor {
     /// the shutdown token fired, was tried its last times before the
     /// drain, see [`Runner`]).
     pub(crate) async fn drained(&self) {
-        loop {
-            let idle = self.inner.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.lock().idle() {
-                return;
-            }
-            idle.await;
-        }
+        self.inner.slots.drained().await;
     }
 
     /// Starts task `core` with `work`, created now: its record (built
@@ -186,10 +133,8 @@ impl Executor {
         seed: RecordSeed,
         settings: &RunSettings,
     ) -> Result<oneshot::Receiver<Result<TaskRecord, StoreError>>, ErrorObject> {
-        {
-            let mut tasks = self.lock();
-            if tasks.running.len() >= settings.max_tasks {
-                drop(tasks);
+        if !self.inner.slots.take(&core, settings.max_tasks) {
+            {
                 core.cancellation.cancel(CancelReason::Other(
                     "the server runs its maximum of tasks".into(),
                 ));
@@ -202,7 +147,6 @@ impl Executor {
                     ),
                 ));
             }
-            tasks.running.insert(core.id.clone(), core.clone());
         }
         let ttl = core.promoted(Instant::now());
         let mut record =
@@ -239,43 +183,9 @@ impl Executor {
         if settings.shutdown.is_none() {
             settings.shutdown = seed.transport_shutdown;
         }
-        let runner = Runner::new(self.clone(), core, settings);
+        let runner = Runner::new(self.inner.slots.clone(), core, settings);
         tokio::spawn(runner.run(work, record, tx).instrument(span));
         Ok(rx)
-    }
-
-    /// Frees task `id`'s slot: its work is over. `unwritten`: its end, when
-    /// the store has not taken it (kept until [`written`](Self::written)).
-    pub(crate) fn finished(&self, id: &str, unwritten: Option<TaskEnd>) {
-        let mut tasks = self.lock();
-        tasks.running.remove(id);
-        if let Some(end) = unwritten {
-            tasks.unwritten.insert(id.to_owned(), (end, true));
-        }
-        if tasks.idle() {
-            self.inner.idle.notify_waiters();
-        }
-    }
-
-    /// Task `id`'s end is written.
-    pub(crate) fn written(&self, id: &str) {
-        let mut tasks = self.lock();
-        tasks.unwritten.remove(id);
-        if tasks.idle() {
-            self.inner.idle.notify_waiters();
-        }
-    }
-
-    /// [`drained`](Self::drained) no longer waits for task `id`'s
-    /// unwritten end (it is still written as soon as the store takes it).
-    pub(crate) fn not_waited(&self, id: &str) {
-        let mut tasks = self.lock();
-        if let Some((_, waited)) = tasks.unwritten.get_mut(id) {
-            *waited = false;
-        }
-        if tasks.idle() {
-            self.inner.idle.notify_waiters();
-        }
     }
 }
 
@@ -301,22 +211,6 @@ pub(crate) fn to_value<R: Serialize>(out: Result<R, BoxError>) -> Result<Value, 
         Err(e) => Err(e),
     }
 }
-
-#[cfg(feature = "metrics")]
-pub(crate) fn count(outcome: &'static str) {
-    metrics::counter!("mcp.server.tasks", "mcp.task.outcome" => outcome).increment(1);
-}
-
-#[cfg(not(feature = "metrics"))]
-pub(crate) fn count(_outcome: &'static str) {}
-
-#[cfg(feature = "metrics")]
-pub(crate) fn count_grace(what: &'static str) {
-    metrics::counter!("mcp.server.tasks.grace", "mcp.grace" => what).increment(1);
-}
-
-#[cfg(not(feature = "metrics"))]
-pub(crate) fn count_grace(_what: &'static str) {}
 
 /// Delivers one signal to a task of this executor (none: nothing to do;
 /// a signal may come twice, the second finds nothing waiting).

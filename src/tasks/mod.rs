@@ -184,7 +184,9 @@ mod record;
 mod runner;
 mod service;
 mod shared;
+mod slots;
 mod store;
+mod watched;
 
 pub use client::{
     declare_extension, DetailedTask, InvalidTaskAnswer, KeepTaskHandle, TaskCall, TaskCallLayer,

@@ -25,20 +25,53 @@
 //! * Should the runner itself be dropped (its runtime shutting down), its
 //!   slot is freed.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::context::{Phase, TaskCore};
-use super::executor::{count, count_grace, Executor, RunSettings, Work};
 use super::record::{TaskChange, TaskEnd, TaskRecord};
+use super::slots::Slots;
 use super::store::StoreError;
 use crate::error::BoxError;
 use crate::jsonrpc::ErrorObject;
 use crate::CancelReason;
+
+/// The work of one task.
+pub(crate) type Work = Pin<Box<dyn Future<Output = Result<Value, BoxError>> + Send>>;
+
+/// What the executor needs of the layer's settings.
+#[derive(Clone, Debug)]
+pub(crate) struct RunSettings {
+    pub(crate) poll_interval: Duration,
+    pub(crate) retention: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) max_tasks: usize,
+    pub(crate) shutdown: Option<CancellationToken>,
+    pub(crate) drain_grace: Duration,
+}
+
+#[cfg(feature = "metrics")]
+pub(crate) fn count(outcome: &'static str) {
+    metrics::counter!("mcp.server.tasks", "mcp.task.outcome" => outcome).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn count(_outcome: &'static str) {}
+
+#[cfg(feature = "metrics")]
+pub(crate) fn count_grace(what: &'static str) {
+    metrics::counter!("mcp.server.tasks.grace", "mcp.grace" => what).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn count_grace(_what: &'static str) {}
 
 /// The first wait before an end the store failed is written again.
 pub(crate) const END_RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -116,7 +149,7 @@ impl Stop {
 /// Frees the task's slot if the runner is dropped before it did (its
 /// runtime shut down): the slot never outlives the work.
 struct Slot {
-    executor: Executor,
+    slots: Arc<Slots>,
     core: Arc<TaskCore>,
     held: bool,
 }
@@ -127,7 +160,7 @@ impl Slot {
     fn free(&mut self, unwritten: Option<TaskEnd>) {
         if std::mem::take(&mut self.held) {
             self.core.set_phase(Phase::Gone);
-            self.executor.finished(&self.core.id, unwritten);
+            self.slots.finished(&self.core.id, unwritten);
         }
     }
 }
@@ -143,15 +176,15 @@ impl Drop for Slot {
 
 /// One task's work, from its record's creation to its end.
 pub(crate) struct Runner {
-    executor: Executor,
+    slots: Arc<Slots>,
     core: Arc<TaskCore>,
     settings: RunSettings,
 }
 
 impl Runner {
-    pub(crate) fn new(executor: Executor, core: Arc<TaskCore>, settings: RunSettings) -> Self {
+    pub(crate) fn new(slots: Arc<Slots>, core: Arc<TaskCore>, settings: RunSettings) -> Self {
         Self {
-            executor,
+            slots,
             core,
             settings,
         }
@@ -165,7 +198,7 @@ impl Runner {
     ) {
         let core = self.core.clone();
         let mut slot = Slot {
-            executor: self.executor.clone(),
+            slots: self.slots.clone(),
             core: core.clone(),
             held: true,
         };
@@ -314,7 +347,7 @@ impl Runner {
             if waited && shutdown.is_cancelled() {
                 if left_after_shutdown == 0 {
                     tracing::warn!(target: "tower_mcp_cancel::task", "task end not recorded by the drain; still tried");
-                    self.executor.not_waited(&self.core.id);
+                    self.slots.not_waited(&self.core.id);
                     waited = false;
                 } else {
                     left_after_shutdown -= 1;
@@ -325,7 +358,7 @@ impl Runner {
             }
             wait = (wait * 2).min(END_RETRY_MAX);
         }
-        self.executor.written(&self.core.id);
+        self.slots.written(&self.core.id);
         waited
     }
 

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use http::Extensions;
 
-use super::executor::{Executor, RunSettings};
+use super::executor::Executor;
 use super::owner::OWNER_GONE;
 use super::policy::TaskPolicy;
 use super::record::{mint_id, TaskEnd, TaskRecord};
-use super::store::{StoreError, TaskSignal, TaskStore, Watched};
+use super::runner::RunSettings;
+use super::store::{StoreError, TaskSignal, TaskStore};
+use super::watched::Watched;
 use crate::jsonrpc::ErrorObject;
 
 /// Binds a task to whoever created it.

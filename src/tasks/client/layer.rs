@@ -13,17 +13,13 @@ use tower::Service;
 use tower_layer::Layer;
 
 use super::answer::{DetailedTask, InvalidTaskAnswer, Shape};
+use super::config::Config;
 use super::guard::CancelOnDrop;
 use super::poll::follow;
 use super::{declare_extension, KeepTaskHandle};
 use crate::error::BoxError;
 use crate::jsonrpc::ProgressToken;
 use crate::{McpRequest, ProgressObserver, ProgressTap};
-
-/// Answers a task's input requests: given the new outstanding requests (by
-/// key), resolves to the answers to send with `tasks/update`.
-type InputHandler =
-    Arc<dyn Fn(Map<String, Value>) -> BoxFuture<'static, Map<String, Value>> + Send + Sync>;
 
 /// Turns a task back into one call, over a client transport (any
 /// `Service<McpRequest, Response = serde_json::Value>`).
@@ -166,28 +162,6 @@ type InputHandler =
 #[derive(Clone)]
 pub struct TaskCallLayer {
     config: Arc<Config>,
-}
-
-#[derive(Clone)]
-pub(super) struct Config {
-    pub(super) min_poll: Duration,
-    pub(super) max_poll: Duration,
-    pub(super) cancel_timeout: Duration,
-    pub(super) retries: u32,
-    pub(super) input: Option<InputHandler>,
-    /// The background `tasks/cancel`s, for [`TaskCallLayer::cancels_sent`].
-    pub(super) cancels: TaskTracker,
-}
-
-impl Config {
-    /// The wait between polls for a task that suggests `suggested` ms:
-    /// within the bounds; the upper one without a suggestion.
-    pub(super) fn interval(&self, suggested: Option<u64>) -> Duration {
-        // The bounds are ordered (`poll_bounds`): `clamp` cannot panic.
-        suggested
-            .map_or(self.max_poll, Duration::from_millis)
-            .clamp(self.min_poll, self.max_poll)
-    }
 }
 
 impl fmt::Debug for TaskCallLayer {

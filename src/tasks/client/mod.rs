@@ -4,6 +4,7 @@
 //! they do is told on [`TaskCallLayer`].
 
 mod answer;
+mod config;
 mod guard;
 mod layer;
 mod poll;

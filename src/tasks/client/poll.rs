@@ -10,7 +10,7 @@ use tower::{Service, ServiceExt};
 
 use super::super::record::TaskStatus;
 use super::answer::{DetailedTask, Shape};
-use super::layer::Config;
+use super::config::Config;
 use super::retry::{backoff, is_transient};
 use super::task_request;
 use crate::error::BoxError;
