@@ -47,7 +47,8 @@ impl Entry {
             .then(|| &self.msg["params"]["requestId"])
     }
 
-    /// The token and value of a `notifications/progress` from the server.
+    /// The token and value of a `notifications/progress` from the server
+    /// (`None`: a value that is no number).
     pub(crate) fn progress(&self) -> Option<(&Value, Option<f64>)> {
         if self.dir != Dir::In || self.method() != Some("notifications/progress") {
             return None;
@@ -55,7 +56,8 @@ impl Entry {
         let p = self.msg.get("params")?;
         Some((
             p.get("progressToken")?,
-            p.get("progress").and_then(Value::as_f64),
+            p.get("progress")
+                .and_then(|v| crate::number::read::<f64>(v).ok()),
         ))
     }
 }
