@@ -69,6 +69,7 @@ pub(crate) struct Mismatch {
     found: String,
     /// The type's name (`SchemaType::NAME`).
     wanted: &'static str,
+    /// Why it is not one.
     why: Why,
 }
 

@@ -305,6 +305,23 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_progress_value_is_any_number() {
+        let log = Log::new();
+        for value in ["2.5", "3.0", "4e0", "\"5\""] {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t","progress":{value}}}}}"#
+            );
+            log.push(Dir::In, line.as_bytes());
+        }
+        let values: Vec<_> = log
+            .snapshot()
+            .iter()
+            .map(|e| e.progress().unwrap().1)
+            .collect();
+        assert_eq!(values, [Some(2.5), Some(3.0), Some(4.0), None]);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn wait_for_sees_later_entries_and_gives_up_at_the_deadline() {
         let log = Log::new();
