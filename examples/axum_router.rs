@@ -13,12 +13,11 @@
 //! # press Ctrl-C on curl: the server logs that the handler was dropped
 //! ```
 
-#[path = "common/cli.rs"]
-mod cli;
-
 use std::time::Duration;
 
 use axum::{routing::get, Router};
+use clap::error::{ContextKind, ContextValue};
+use clap::{CommandFactory, Parser};
 use serde_json::{json, Value};
 use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
@@ -62,7 +61,7 @@ async fn handle(req: McpRequest) -> Result<Value, BoxError> {
 /// StreamableHttpService mounted in an axum Router at /mcp, next to
 /// /healthz; one tool, `wait {secs}`. A client that closes its response
 /// stream drops the handler's future.
-#[derive(clap::Parser, Debug)]
+#[derive(Parser, Debug)]
 #[command(name = "axum_router")]
 struct Cli {
     /// The address to listen on.
@@ -72,7 +71,16 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let Cli { addr } = cli::parse();
+    // `--help`, or a refusal (exit status 2) of an unknown flag or of an
+    // address that does not parse; clap prints no usage line for the
+    // latter, so it is added.
+    let Cli { addr } = Cli::try_parse().unwrap_or_else(|mut e| {
+        if e.use_stderr() && e.get(ContextKind::Usage).is_none() {
+            let usage = Cli::command().render_usage();
+            e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+        }
+        e.exit()
+    });
     let mcp = ServiceBuilder::new()
         .layer(CancelOnDisconnectLayer::new())
         .layer(TimeoutLayer::new(Duration::from_secs(120)))

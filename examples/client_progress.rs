@@ -12,11 +12,9 @@
 //! It spawns the server given on its command line (by default the
 //! `stdio_service_fn` example, built next to it) and calls its `count` tool.
 
-#[path = "common/cli.rs"]
-mod cli;
-
 use std::time::Duration;
 
+use clap::Parser;
 use serde_json::json;
 use tokio::process::Command;
 use tower::BoxError;
@@ -27,7 +25,7 @@ use tower_mcp_cancel::{Elapsed, McpRequest, ProgressObserver, ProgressResetLayer
 /// Calls the `count` tool of a stdio MCP server under TimeoutLayer (5 min)
 /// and ProgressResetLayer (30 s of silence), printing each progress
 /// notification.
-#[derive(clap::Parser, Debug)]
+#[derive(Parser, Debug)]
 #[command(name = "client_progress")]
 struct Cli {
     /// The server to spawn, then its own arguments (flags included) [default:
@@ -38,7 +36,8 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let Cli { server: command } = cli::parse();
+    // `--help`, or a refusal of an unknown flag before SERVER (exit status 2).
+    let Cli { server: command } = Cli::parse();
     // The server: the command given, or the `stdio_service_fn` example
     // built next to this one.
     let mut args = command.into_iter();

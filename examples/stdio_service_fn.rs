@@ -13,11 +13,9 @@
 //! nothing more is written for it. `examples/client_progress.rs` drives it
 //! from a client stack.
 
-#[path = "common/cli.rs"]
-mod cli;
-
 use std::time::Duration;
 
+use clap::Parser;
 use serde_json::{json, Value};
 use tower::BoxError;
 use tower::{service_fn, ServiceBuilder};
@@ -76,13 +74,14 @@ async fn count(req: McpRequest) -> Result<Value, BoxError> {
 /// A stdio MCP server from a plain service_fn with one tool, `count {to}`
 /// (a step a second, with progress), under CancelOnDisconnectLayer and
 /// TimeoutLayer. Reads requests from stdin until it closes. Takes no flags.
-#[derive(clap::Parser, Debug)]
+#[derive(Parser, Debug)]
 #[command(name = "stdio_service_fn")]
 struct Cli {}
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let Cli {} = cli::parse();
+    // `--help`, or a refusal of any argument (exit status 2).
+    let Cli {} = Cli::parse();
     let server = ServiceBuilder::new()
         // Outermost: turns the transport's cancel signal into a drop.
         .layer(CancelOnDisconnectLayer::new())

@@ -9,8 +9,77 @@ mod cli;
 #[path = "support/example.rs"]
 mod example;
 
+use std::path::Path;
+
 use cli::assert_cli;
 use example::example;
+
+/// The examples a reader starts from by copying one file: each states its
+/// own flags and includes no other file, so that the copy compiles with the
+/// crate and its listed dev-dependencies alone. The other examples share
+/// `examples/common/`.
+const STAND_ALONE: [&str; 3] = ["stdio_service_fn", "axum_router", "client_progress"];
+
+/// Why `line` of an example's source would pull in another file: a module
+/// declared without a body (`mod cli;`, found through a path), or a
+/// `#[path]`, `include!` or `include_str!`.
+fn includes_a_file(line: &str) -> Option<&'static str> {
+    let code = line.split("//").next().unwrap_or_default().trim();
+    let item = code
+        .strip_prefix("pub(crate) ")
+        .or_else(|| code.strip_prefix("pub "))
+        .unwrap_or(code);
+    if item.starts_with("mod ") && item.ends_with(';') {
+        Some("a module from another file")
+    } else if code.starts_with("#[path") {
+        Some("a #[path] attribute")
+    } else if code.contains("include!(") || code.contains("include_str!(") {
+        Some("a file included by macro")
+    } else {
+        None
+    }
+}
+
+#[test]
+fn starting_point_examples_are_single_files() {
+    for name in STAND_ALONE {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(format!("{name}.rs"));
+        let source = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        for (n, line) in source.lines().enumerate() {
+            if let Some(why) = includes_a_file(line) {
+                panic!(
+                    "examples/{name}.rs:{}: {why} ({}): a reader who copies this example gets a file that does not compile alone",
+                    n + 1,
+                    line.trim()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn what_counts_as_including_a_file() {
+    for line in [
+        "mod cli;",
+        "pub mod common;",
+        "pub(crate) mod cli; // shared",
+        "#[path = \"common/cli.rs\"]",
+        "const HELP: &str = include_str!(\"help.txt\");",
+    ] {
+        assert!(includes_a_file(line).is_some(), "{line}");
+    }
+    for line in [
+        "mod tests {",
+        "// mod cli;",
+        "//! uses `#[path]` nowhere",
+        "let model = 1;",
+    ] {
+        assert_eq!(includes_a_file(line), None, "{line}");
+    }
+}
 
 /// The flags both example servers take.
 const SERVER_FLAGS: [&str; 5] = [

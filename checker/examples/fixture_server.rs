@@ -3,7 +3,7 @@
 //! show the checker fails it on that rule and passes it on the rest.
 //!
 //! ```text
-//! fixture_server [--legacy] [--no-tools] [--tasks [--task-ttl-ms N]] [--listen-cancel] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel | task-runs-on | terminal-changes | listen-error | listen-twice]
+//! fixture_server [--legacy] [--no-tools] [--floats] [--tasks [--task-ttl-ms N]] [--listen-cancel] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel | task-runs-on | terminal-changes | fractional-ttl | listen-error | listen-twice]
 //! ```
 //!
 //! Tools: `slow {seconds, interval_ms}` sleeps in steps, with progress when
@@ -27,7 +27,9 @@
 //! * `task-runs-on`: `tasks/cancel` is acknowledged, but the task runs on
 //!   to `completed`;
 //! * `terminal-changes`: a cancelled task turns `completed` when its time
-//!   is up (a terminal status that changes).
+//!   is up (a terminal status that changes);
+//! * `fractional-ttl`: `ttlMs` is half a millisecond past the TTL (the
+//!   schema owes an integer).
 //!
 //! `subscriptions/listen` (2026-07-28) is acknowledged with the filter it
 //! asked for, and held open until the client cancels it or the server gets
@@ -43,6 +45,9 @@
 //! `--legacy` makes it a 2025-era server: `server/discover` is unknown, an
 //! `initialize` handshake is expected. `--no-tools` declares no tools
 //! capability (the tools still answer: the checker must not call them).
+//! `--floats` writes its integers and numbers as floats (`2000.0`), as
+//! Python's `json` does: `ttlMs`, `pollIntervalMs`, `progress`, `total`;
+//! no break (the schema types them by value, not by spelling).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +70,7 @@ enum Break {
     CpuAfterCancel,
     TaskRunsOn,
     TerminalChanges,
+    FractionalTtl,
     ListenError,
     ListenTwice,
 }
@@ -82,7 +88,7 @@ struct Job {
 type Jobs = Arc<Mutex<HashMap<String, Job>>>;
 
 #[derive(Clone)]
-struct Out(mpsc::UnboundedSender<String>);
+struct Out(mpsc::UnboundedSender<String>, tasks::Numbers);
 
 impl Out {
     fn send(&self, v: Value) {
@@ -126,6 +132,7 @@ async fn main() {
         Some(Some("cpu-after-cancel")) => Break::CpuAfterCancel,
         Some(Some("task-runs-on")) => Break::TaskRunsOn,
         Some(Some("terminal-changes")) => Break::TerminalChanges,
+        Some(Some("fractional-ttl")) => Break::FractionalTtl,
         Some(Some("listen-error")) => Break::ListenError,
         Some(Some("listen-twice")) => Break::ListenTwice,
         Some(other) => {
@@ -147,14 +154,18 @@ async fn main() {
             let _ = stdout.flush().await;
         }
     });
-    let out = Out(tx);
+    let numbers = tasks::Numbers {
+        floats: args.iter().any(|a| a == "--floats"),
+    };
+    let out = Out(tx, numbers);
     let jobs: Jobs = Arc::default();
     let task_break = match mode {
         Break::TaskRunsOn => tasks::TaskBreak::RunsOn,
         Break::TerminalChanges => tasks::TaskBreak::TerminalChanges,
+        Break::FractionalTtl => tasks::TaskBreak::FractionalTtl,
         _ => tasks::TaskBreak::None,
     };
-    let mut table = tasks::Table::new(ttl, task_break);
+    let mut table = tasks::Table::new(ttl, task_break, numbers);
     let listen_cancel = args.iter().any(|a| a == "--listen-cancel");
     // The open subscriptions/listen streams, by id.
     let mut listens: Vec<Value> = Vec::new();
@@ -282,6 +293,7 @@ fn call(id: Value, params: &Value, mode: Break, jobs: &Jobs, out: &Out) {
     // unlist itself) before it is listed.
     let mut listed = jobs.lock().unwrap();
     let (out2, flag, key2) = (out.clone(), cancelled.clone(), key.clone());
+    let numbers = out.1;
     let jobs2 = jobs.clone();
     let spin = params["name"] == "spin";
     let task = match params["name"].as_str() {
@@ -300,7 +312,8 @@ fn call(id: Value, params: &Value, mode: Break, jobs: &Jobs, out: &Out) {
                     let quiet = flag.load(Ordering::SeqCst) && mode != Break::ProgressAfterCancel;
                     if !token.is_null() && !quiet {
                         out2.send(json!({"jsonrpc": "2.0", "method": "notifications/progress",
-                            "params": {"progressToken": token, "progress": i, "total": steps}}));
+                            "params": {"progressToken": token, "progress": numbers.int(i),
+                                "total": numbers.int(steps)}}));
                     }
                 }
                 jobs2.lock().unwrap().remove(&key2);

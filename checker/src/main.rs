@@ -23,6 +23,7 @@ use clap::Parser;
 mod evidence;
 mod http;
 mod mcp;
+mod number;
 mod procfs;
 mod rawhttp;
 mod report;

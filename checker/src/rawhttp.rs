@@ -219,7 +219,7 @@ pub(crate) fn error_code(body: &str) -> Option<i64> {
         .find_map(|l| l.strip_prefix("data:"))
         .unwrap_or(body)
         .trim();
-    serde_json::from_str::<Value>(json).ok()?["error"]["code"].as_i64()
+    crate::number::read(&serde_json::from_str::<Value>(json).ok()?["error"]["code"]).ok()
 }
 
 #[cfg(test)]
@@ -236,6 +236,12 @@ mod tests {
             error_code("event: message\ndata: {\"error\":{\"code\":-32600}}\n\n"),
             Some(-32600)
         );
+        // The schema's integer, written as a float.
+        assert_eq!(
+            error_code(r#"{"error":{"code":-32020.0,"message":"x"}}"#),
+            Some(-32020)
+        );
+        assert_eq!(error_code(r#"{"error":{"code":-32020.5}}"#), None);
         assert_eq!(error_code("<html>"), None);
     }
 

@@ -47,7 +47,8 @@ impl Entry {
             .then(|| &self.msg["params"]["requestId"])
     }
 
-    /// The token and value of a `notifications/progress` from the server.
+    /// The token and value of a `notifications/progress` from the server
+    /// (`None`: a value that is no number).
     pub(crate) fn progress(&self) -> Option<(&Value, Option<f64>)> {
         if self.dir != Dir::In || self.method() != Some("notifications/progress") {
             return None;
@@ -55,7 +56,8 @@ impl Entry {
         let p = self.msg.get("params")?;
         Some((
             p.get("progressToken")?,
-            p.get("progress").and_then(Value::as_f64),
+            p.get("progress")
+                .and_then(|v| crate::number::read::<f64>(v).ok()),
         ))
     }
 }
@@ -301,6 +303,23 @@ mod tests {
             None,
             "only the server's responses count"
         );
+    }
+
+    #[test]
+    fn a_progress_value_is_any_number() {
+        let log = Log::new();
+        for value in ["2.5", "3.0", "4e0", "\"5\""] {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t","progress":{value}}}}}"#
+            );
+            log.push(Dir::In, line.as_bytes());
+        }
+        let values: Vec<_> = log
+            .snapshot()
+            .iter()
+            .map(|e| e.progress().unwrap().1)
+            .collect();
+        assert_eq!(values, [Some(2.5), Some(3.0), Some(4.0), None]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -698,6 +698,62 @@ fn task_fixture_passes_the_task_checks() {
     passes_task_checks(code, &report, TASK_CHECKS);
 }
 
+/// A server that writes its integers as floats (`"ttlMs": 2000.0`, as
+/// Python's `json` writes a float) breaks no rule: the schema types a
+/// number by its value, not its spelling.
+#[test]
+fn a_fixture_writing_its_numbers_as_floats_passes_the_task_and_progress_checks() {
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--strict",
+        "--slow",
+        SLOW,
+        "--task",
+        "job seconds=30",
+        "--",
+        fixture.to_str().unwrap(),
+        "--tasks",
+        "--floats",
+    ]);
+    passes_task_checks(code, &report, TASK_CHECKS);
+    for id in [
+        "progress.token",
+        "progress.increases",
+        "cancel.progress-stops",
+    ] {
+        assert_eq!(outcome(&report, id), "pass", "{id}: {report:#}");
+    }
+}
+
+/// `ttlMs` owes an integer: half a millisecond more is a schema violation,
+/// reported on the task's creation (a MUST).
+#[test]
+fn a_fractional_ttl_fails_tasks_created_only() {
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--task",
+        "job seconds=30",
+        "--",
+        fixture.to_str().unwrap(),
+        "--tasks",
+        "--break",
+        "fractional-ttl",
+    ]);
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("tasks.created", "task-durably-created")],
+        "{report:#}"
+    );
+    let detail = check_of(&report, "tasks.created")["detail"]
+        .as_str()
+        .unwrap();
+    assert!(
+        detail.contains("ttlMs 2000.5 is not an integer"),
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "a failed MUST: {report:#}");
+}
+
 #[test]
 fn a_task_that_runs_on_after_its_cancel_fails_cancel_stops_only() {
     // tasks/cancel acknowledged, the task runs on to `completed`: a SHOULD

@@ -1,7 +1,9 @@
 //! What the example binaries' command lines share (clap's derive does the
 //! rest): the refusal with a usage line, and the duration syntax. Included
-//! by `common` (the example servers) and by the other binaries
-//! (`#[path]`); each uses what it needs.
+//! by `common` (the example servers) and by `mcp_call` (`#[path]`); each
+//! uses what it needs. Not by the single-file examples a reader copies
+//! (`stdio_service_fn`, `axum_router`, `client_progress`: tests/examples.rs
+//! keeps them single files), which state their own few flags.
 #![allow(dead_code)]
 
 use std::time::Duration;

@@ -4,7 +4,9 @@
 //! so no work runs anywhere. The breaks: `RunsOn` (`--break
 //! task-runs-on`) acknowledges a `tasks/cancel` and ignores it;
 //! `TerminalChanges` (`--break terminal-changes`) shows the task
-//! `cancelled`, then `completed` when its work would have ended.
+//! `cancelled`, then `completed` when its work would have ended;
+//! `FractionalTtl` (`--break fractional-ttl`) writes `ttlMs` with half a
+//! millisecond more, no integer.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,6 +29,25 @@ pub(crate) enum TaskBreak {
     None,
     RunsOn,
     TerminalChanges,
+    FractionalTtl,
+}
+
+/// How the server writes the numbers the schema types.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Numbers {
+    /// Integers as floats (`2000.0`), as Python's `json` writes a float.
+    pub(crate) floats: bool,
+}
+
+impl Numbers {
+    /// The integer `n` as this server writes it.
+    pub(crate) fn int(self, n: u64) -> Value {
+        if self.floats {
+            json!(n as f64)
+        } else {
+            json!(n)
+        }
+    }
 }
 
 /// The tasks, by id.
@@ -34,15 +55,17 @@ pub(crate) struct Table {
     tasks: HashMap<String, Task>,
     ttl: Duration,
     broken: TaskBreak,
+    numbers: Numbers,
     next: u64,
 }
 
 impl Table {
-    pub(crate) fn new(ttl: Duration, broken: TaskBreak) -> Self {
+    pub(crate) fn new(ttl: Duration, broken: TaskBreak, numbers: Numbers) -> Self {
         Self {
             tasks: HashMap::new(),
             ttl,
             broken,
+            numbers,
             next: 1,
         }
     }
@@ -120,9 +143,12 @@ impl Table {
             "status": status,
             "createdAt": iso(wall0),
             "lastUpdatedAt": iso(updated),
-            "ttlMs": self.ttl.as_millis() as u64,
-            "pollIntervalMs": 100,
+            "ttlMs": self.numbers.int(self.ttl.as_millis() as u64),
+            "pollIntervalMs": self.numbers.int(100),
         });
+        if self.broken == TaskBreak::FractionalTtl {
+            v["ttlMs"] = json!(self.ttl.as_millis() as f64 + 0.5);
+        }
         match status {
             "completed" => {
                 v["result"] =

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 
 use super::{cancel, create, get, not_an_ack, poll_every, Answer, Peer, TTL_WAIT_MAX};
+use crate::number;
 use crate::report::{task_rules, Check, Evidence};
 use crate::tool::ToolSpec;
 use crate::Config;
@@ -85,12 +86,12 @@ impl Task {
         let ttl = match v.get("ttlMs") {
             None => return Err("ttlMs is missing (null for unlimited)".into()),
             Some(Value::Null) => None,
-            Some(t) => Some(Duration::from_millis(
-                t.as_u64()
-                    .ok_or_else(|| format!("ttlMs {t} is not an integer"))?,
-            )),
+            Some(t) => Some(millis("ttlMs", t)?),
         };
-        let poll = v["pollIntervalMs"].as_u64().map(Duration::from_millis);
+        let poll = v
+            .get("pollIntervalMs")
+            .map(|p| millis("pollIntervalMs", p))
+            .transpose()?;
         Ok(Self {
             id,
             status,
@@ -106,6 +107,14 @@ impl Task {
         self.ttl
             .map_or("ttlMs null".into(), |t| format!("ttlMs {}", t.as_millis()))
     }
+}
+
+/// Field `key` of a task, integer milliseconds (the schema's `integer`,
+/// however it is written), as a duration.
+fn millis(key: &str, v: &Value) -> Result<Duration, String> {
+    let ms = number::read::<i64>(v).map_err(|e| format!("{key} {e}"))?;
+    let ms = u64::try_from(ms).map_err(|_| format!("{key} {ms} is negative"))?;
+    Ok(Duration::from_millis(ms))
 }
 
 /// What polling a task found.
@@ -404,13 +413,43 @@ mod tests {
     }
 
     #[test]
+    fn integral_ms_are_integers_however_written() {
+        for (ttl, poll) in [("2000.0", "100.0"), ("2e3", "1e2"), ("2000", "100")] {
+            let mut v = task();
+            v["ttlMs"] = serde_json::from_str(ttl).unwrap();
+            v["pollIntervalMs"] = serde_json::from_str(poll).unwrap();
+            let t = Task::parse(&v).unwrap_or_else(|e| panic!("{ttl}, {poll}: {e}"));
+            assert_eq!(t.ttl, Some(Duration::from_secs(2)), "{ttl}");
+            assert_eq!(t.poll, Some(Duration::from_millis(100)), "{poll}");
+            assert_eq!(t.ttl_text(), "ttlMs 2000");
+        }
+    }
+
+    #[test]
     fn what_a_task_must_carry() {
         for (key, value, says) in [
             ("taskId", Value::Null, "taskId"),
             ("status", json!("running"), "not a task status"),
             ("createdAt", Value::Null, "createdAt"),
             ("lastUpdatedAt", json!(5), "lastUpdatedAt"),
-            ("ttlMs", json!(-1), "not an integer"),
+            ("ttlMs", json!(60000.5), "ttlMs 60000.5 is not an integer"),
+            ("ttlMs", json!("60000"), "ttlMs \"60000\" is not an integer"),
+            ("ttlMs", json!(-1), "ttlMs -1 is negative"),
+            (
+                "pollIntervalMs",
+                json!(100.5),
+                "pollIntervalMs 100.5 is not an integer",
+            ),
+            (
+                "pollIntervalMs",
+                json!("100"),
+                "pollIntervalMs \"100\" is not an integer",
+            ),
+            (
+                "pollIntervalMs",
+                json!(-100),
+                "pollIntervalMs -100 is negative",
+            ),
         ] {
             let mut v = task();
             v[key] = value;
