@@ -1,12 +1,16 @@
 //! A server's input with the notifications rmcp would answer taken out
 //! ([`CheckedInput`]).
 
-use std::borrow::Cow;
+use std::fmt;
 
 use ::rmcp::service::RxJsonRpcMessage;
+use ::rmcp::transport::async_rw::{JsonRpcMessageCodec, JsonRpcMessageCodecError};
 use ::rmcp::RoleServer;
-use serde::de::IgnoredAny;
-use serde_json::Value;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::error::Category;
+use tokio_util::bytes::BytesMut;
+use tokio_util::codec::Decoder;
 use tower_mcp_cancel::transport::stdio::{process_streams, ProcessStdin, ProcessStdout};
 use tower_mcp_cancel::transport::{LineCheck, LineFilter};
 
@@ -31,79 +35,149 @@ pub fn stdio() -> (CheckedInput<ProcessStdin>, ProcessStdout) {
 /// A reader of newline-delimited JSON-RPC for an rmcp server that leaves
 /// out each notification rmcp would answer with an error.
 ///
-/// rmcp's line transport answers a line it cannot decode with a `-32600`
-/// error without an id, a notification included (a `notifications/cancelled`
-/// whose `params` are not an object): JSON-RPC answers no notification, and
-/// the cancellation page has a server ignore a cancel it cannot use. This
-/// reader leaves out each notification (a JSON object without `id`) that
-/// rmcp cannot decode ([`NotificationCheck`]); every other line, and any
-/// line longer than 1 MiB, passes through unchanged, byte for byte. It is
-/// the middleware's [`LineFilter`] with that check, and holds what that
-/// holds (at most one line, up to 1 MiB, and one read of the inner reader,
-/// 8 KiB). `CheckedInput::new(reader)` wraps a server's input (a pipe, a
-/// socket, stdin).
+/// rmcp's line transport answers a line it reads as JSON but cannot decode
+/// as a message with a `-32600` error without an id, a notification
+/// included (a `notifications/cancelled` whose `params` are not an object):
+/// JSON-RPC answers no notification, and the cancellation page has a server
+/// ignore a cancel it cannot use. This reader leaves out each line whose
+/// JSON value is an object without an `id` member and which rmcp would
+/// answer so ([`NotificationCheck`]), whatever the spelling (escapes, white
+/// space, member order, duplicate members: the verdict is rmcp's own
+/// decoder's). Every other line, and any line longer than 1 MiB, passes
+/// through unchanged, byte for byte. It is the middleware's [`LineFilter`]
+/// with that check, and holds what that holds (at most one line, up to
+/// 1 MiB, and one read of the inner reader, 8 KiB).
+/// `CheckedInput::new(reader)` wraps a server's input (a pipe, a socket,
+/// stdin).
 pub type CheckedInput<R> = LineFilter<R, NotificationCheck>;
 
-/// The check of [`CheckedInput`]: a line passes unless it is a
-/// notification rmcp cannot decode.
+/// The check of [`CheckedInput`]: a line passes unless it is an object
+/// without `id` that rmcp would answer with an error.
 #[derive(Clone, Copy, Debug, Default)]
 #[non_exhaustive]
 pub struct NotificationCheck;
 
 impl LineCheck for NotificationCheck {
-    const LEFT_OUT: &'static str =
-        "a notification rmcp cannot decode: ignored rather than answered";
+    const LEFT_OUT: &'static str = "a notification rmcp would answer: ignored rather than answered";
 
-    /// All but a notification rmcp cannot decode (one rmcp would skip
-    /// unanswered, such as a method it does not know, is left out just the
-    /// same).
+    /// All but a line rmcp's reader would answer with an error (its decoder
+    /// fails on the line with a data error, not a syntax one) whose value
+    /// is an object without a member named `id`.
     ///
-    /// A line that does not name a `notifications/` method passes unread, and
-    /// so does a message with an id: requests and responses are rmcp's to
-    /// judge (a request it cannot decode is answered with its id). A
-    /// notification of the plain shape (`"jsonrpc": "2.0"`, a method, `params`
-    /// an object or none), which rmcp decodes (an unknown one as a custom
-    /// notification), passes after one light read; only another shape is
-    /// decoded as rmcp would, and left out if that fails.
+    /// The verdict is rmcp's: the line is decoded with rmcp's public line
+    /// codec (`rmcp::transport::async_rw::JsonRpcMessageCodec`, which
+    /// parses a line with the same function as rmcp's reader, compatibility
+    /// rules included). Only the members of the object are read first, up
+    /// to an `id`: a message with an `id` (a request or a response, its
+    /// `id` among its first members as peers write it) passes after a few
+    /// bytes, undecoded, as the decision is the same for it whatever rmcp
+    /// makes of it. Requests rmcp cannot decode are rmcp's to answer;
+    /// arrays, other values and lines that are not JSON pass as well (rmcp
+    /// ignores what is not JSON).
     fn passes(&mut self, json: &[u8]) -> bool {
-        /// The fields that decide; `params` only by its kind.
-        #[derive(serde::Deserialize)]
-        struct Shape<'a> {
-            id: Option<IgnoredAny>,
-            #[serde(borrow)]
-            jsonrpc: Option<Cow<'a, str>>,
-            #[serde(borrow)]
-            method: Option<Cow<'a, str>>,
-            params: Option<Value>,
-        }
-        if memchr::memmem::find(json, b"notifications/").is_none() {
+        // The filter took one byte-order mark off, as rmcp's reader does; a
+        // second one is not JSON to rmcp (which would take it off too).
+        if json.starts_with(UTF8_BOM) {
             return true;
         }
-        let notification = match serde_json::from_slice::<Shape<'_>>(json) {
-            Ok(shape) if shape.id.is_some() => return true,
-            Ok(shape)
-                if shape.jsonrpc.as_deref() == Some("2.0")
-                    && shape.method.is_some()
-                    && shape.params.as_ref().is_none_or(Value::is_object) =>
-            {
-                return true
-            }
-            Ok(_) => true,
-            // Not an object (a batch, not JSON), or a field of another type.
-            Err(_) => json.trim_ascii_start().starts_with(b"{") && !has_id(json),
-        };
-        !notification || serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(json).is_ok()
+        match top_level(json) {
+            Top::NoId => !answered(json),
+            Top::Id | Top::Other => true,
+        }
     }
 }
 
-/// Whether an object has an `id` member, whatever the other members hold.
-fn has_id(json: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Id {
-        id: Option<IgnoredAny>,
+/// A UTF-8 byte-order mark.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Whether rmcp's reader, given `line` (without its line ending and
+/// byte-order mark), would answer it with an error.
+fn answered(line: &[u8]) -> bool {
+    let mut buf = BytesMut::with_capacity(line.len() + 1);
+    buf.extend_from_slice(line);
+    buf.extend_from_slice(b"\n");
+    let mut codec = JsonRpcMessageCodec::<RxJsonRpcMessage<RoleServer>>::default();
+    match codec.decode(&mut buf) {
+        // rmcp's reader answers a data error (JSON, but not a message it
+        // decodes) and ignores a syntax error (not JSON).
+        Err(JsonRpcMessageCodecError::Serde(e)) => {
+            matches!(e.classify(), Category::Data | Category::Io)
+        }
+        // Decoded, or skipped as rmcp skips a notification it does not know.
+        Ok(_) => false,
+        // Nothing else comes of a whole line; rmcp would not answer it.
+        Err(_) => false,
     }
-    // Unreadable as an object even so: not a notification rmcp could answer.
-    serde_json::from_slice::<Id>(json).map_or(true, |m| m.id.is_some())
+}
+
+/// What the first JSON value of a line is, as far as the check cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Top {
+    /// An object with a member named `id` (the rest may not even be JSON).
+    Id,
+    /// A whole object without one (whatever follows it).
+    NoId,
+    /// Another value, or no JSON.
+    Other,
+}
+
+/// Reads the members of the object `json` starts with until one is named
+/// `id` (its name unescaped, as serde reads it).
+fn top_level(json: &[u8]) -> Top {
+    /// Sets its flag on the first `id` member, and stops there.
+    struct Members<'a>(&'a mut bool);
+
+    impl<'de> Visitor<'de> for Members<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON-RPC message")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(IsId(id)) = map.next_key()? {
+                if id {
+                    *self.0 = true;
+                    // The rest is unread: serde_json reports the object
+                    // unfinished, which is ignored once the flag is set.
+                    return Ok(());
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(())
+        }
+    }
+
+    let mut id = false;
+    let read = serde_json::Deserializer::from_slice(json).deserialize_map(Members(&mut id));
+    match (id, read) {
+        (true, _) => Top::Id,
+        (false, Ok(())) => Top::NoId,
+        (false, Err(_)) => Top::Other,
+    }
+}
+
+/// A member name, read only as far as whether it is `id`.
+struct IsId(bool);
+
+impl<'de> Deserialize<'de> for IsId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<IsId, D::Error> {
+        struct Name;
+
+        impl Visitor<'_> for Name {
+            type Value = IsId;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+
+            fn visit_str<E>(self, name: &str) -> Result<IsId, E> {
+                Ok(IsId(name == "id"))
+            }
+        }
+
+        d.deserialize_str(Name)
+    }
 }
 
 #[cfg(test)]
@@ -148,6 +222,45 @@ mod tests {
         r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":7}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/progress","params":"x"}"#,
     ];
+
+    /// The same malformed cancel (its `params` an array) and the same good
+    /// one, spelled as JSON allows: each spelling of the first is left out,
+    /// each of the second passes.
+    #[test]
+    fn every_spelling_of_a_notification_gets_the_same_verdict() {
+        let spellings = [
+            // Escaped solidus, as some JSON writers put it.
+            r#"{"jsonrpc":"2.0","method":"notifications\/cancelled","params":PARAMS}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications\u002fcancelled","params":PARAMS}"#,
+            r#"{"jsonrpc":"2\u002e0","\u006dethod":"notifications/cancelled","params":PARAMS}"#,
+            r#" { "params" : PARAMS ,	"method" : "notifications/cancelled" , "jsonrpc" : "2.0" } "#,
+            // An `id` not at the top level does not make it a request.
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":PARAMS,"x":{"id":1}}"#,
+            "\u{feff}{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":PARAMS}\r",
+        ];
+        for spelling in spellings {
+            let bad = spelling.replace("PARAMS", "[1,2]");
+            let good = spelling.replace("PARAMS", r#"{"requestId":1}"#);
+            let line = |text: &str| {
+                let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+                NotificationCheck.passes(text.strip_suffix('\r').unwrap_or(text).as_bytes())
+            };
+            assert!(!line(&bad), "{bad}");
+            assert!(line(&good), "{good}");
+        }
+        // rmcp refuses a member named twice (serde's derived decoding), and
+        // answers the line: left out, however well-formed the rest.
+        let twice = r#"{"jsonrpc":"2.0","method":"ping","method":"notifications/cancelled","params":{"requestId":1}}"#;
+        assert!(!NotificationCheck.passes(twice.as_bytes()));
+        // With an `id` member, however spelled, it is a request: rmcp's.
+        for request in [
+            r#"{"jsonrpc":"2.0","\u0069d":3,"method":"notifications/cancelled","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":[1],"id":3}"#,
+            r#"{"jsonrpc":"2.0","id":3,"id":4,"method":"notifications\/cancelled","params":[1]}"#,
+        ] {
+            assert!(NotificationCheck.passes(request.as_bytes()), "{request}");
+        }
+    }
 
     #[tokio::test]
     async fn notifications_rmcp_cannot_decode_are_left_out_and_the_rest_is_unchanged() {

@@ -27,8 +27,14 @@ struct Peer {
 
 impl Peer {
     async fn send(&mut self, message: Value) {
-        let line = format!("{message}\n");
-        self.input.write_all(line.as_bytes()).await.unwrap();
+        self.send_line(&message.to_string()).await;
+    }
+
+    async fn send_line(&mut self, line: &str) {
+        self.input
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
     }
 
     /// The next line the server writes; `None` once its output ended.
@@ -114,18 +120,32 @@ async fn a_cancel_rmcp_cannot_decode_is_ignored_not_answered_when_the_input_is_c
         assert_eq!(peer.next().await.unwrap()["id"], json!(0));
         peer.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .await;
-        peer.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": [1, 2]}))
-            .await;
-        peer.send(json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}))
-            .await;
-        let first = peer.next().await.unwrap();
-        if checked {
-            assert_eq!(first["id"], json!(5), "only the ping is answered: {first}");
-        } else {
-            // rmcp's own reader answers the notification (pinned: when this
-            // fails, rmcp stopped doing it and CheckedInput can go).
-            assert_eq!(first["error"]["code"], json!(-32600), "{first}");
-            assert_eq!(peer.next().await.unwrap()["id"], json!(5));
+        // The same malformed cancel, plainly written and with JSON's
+        // escapes in its method's name.
+        for (n, line) in [
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":[1,2]}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications\/cancelled","params":[1,2]}"#,
+            r#"{"jsonrpc":"2.0","\u006dethod":"notifications\u002Fcancelled","params":[1,2]}"#,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            peer.send_line(line).await;
+            peer.send(json!({"jsonrpc": "2.0", "id": n, "method": "ping"}))
+                .await;
+            let first = peer.next().await.unwrap();
+            if checked {
+                assert_eq!(
+                    first["id"],
+                    json!(n),
+                    "only the ping is answered: {line} {first}"
+                );
+            } else {
+                // rmcp's own reader answers the notification (pinned: when
+                // this fails, rmcp stopped doing it and CheckedInput can go).
+                assert_eq!(first["error"]["code"], json!(-32600), "{line} {first}");
+                assert_eq!(peer.next().await.unwrap()["id"], json!(n));
+            }
         }
     }
 }

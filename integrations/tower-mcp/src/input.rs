@@ -26,10 +26,19 @@ impl LineCheck for NotificationCheck {
     /// few bytes, and nothing but an object without `id` is parsed whole
     /// and inspected.
     fn passes(&mut self, json: &[u8]) -> bool {
-        let start = json.trim_ascii_start();
+        // The white space tower-mcp trims (`str::trim`: Unicode's, vertical
+        // tab included); the decision is `rejected`'s, this only skips it
+        // where it cannot reject: a line that does not start with `{` once
+        // trimmed is not an object, and an object whose members include
+        // `id` is not a notification.
+        let blank = |b: &u8| b.is_ascii() && char::from(*b).is_whitespace();
+        let start = match json.iter().position(|b| !blank(b)) {
+            Some(i) => &json[i..],
+            None => return true,
+        };
         let judged = match start.first() {
-            Some(b'{') => top_level(start) == Top::NoId,
-            // Unicode white space before the object, which tower-mcp trims.
+            Some(b'{') => top_level(start) != Top::Id,
+            // Unicode white space (or not) before the first character.
             Some(&b) => b >= 0x80,
             None => false,
         };
@@ -252,9 +261,23 @@ mod tests {
         ] {
             let message = cancel(params);
             assert!(!passes(&line(&message)), "{message}");
-            // With white space around it, Unicode's too: the same.
-            let spaced = format!("\u{a0} {message} ");
-            assert!(!passes(spaced.as_bytes()), "{spaced}");
+            // With white space around it, Unicode's too (a vertical tab is
+            // white space to tower-mcp's `trim`, not to JSON): the same.
+            for spaced in [
+                format!("\u{a0} {message} "),
+                format!("\u{b}{message}"),
+                format!("\u{c}\u{b} {message}\u{b}"),
+            ] {
+                assert!(!passes(spaced.as_bytes()), "{spaced:?}");
+            }
+            // And with JSON's escapes in its names and method.
+            let escaped = line(&message)
+                .iter()
+                .map(|&b| char::from(b))
+                .collect::<String>()
+                .replace("method", "\\u006dethod")
+                .replace('/', "\\/");
+            assert!(!passes(escaped.as_bytes()), "{escaped}");
         }
         for message in [
             json!({"jsonrpc": "1.0", "method": "notifications/cancelled", "params": {"requestId": 1}}),

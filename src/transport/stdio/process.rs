@@ -17,13 +17,6 @@ type Out = super::std_io::Stdout;
 #[cfg(not(unix))]
 type Out = tokio::io::Stdout;
 
-/// What the two halves share: the descriptors to put back in blocking
-/// mode once both are dropped.
-#[cfg(unix)]
-type Restore = std::sync::Arc<super::std_io::NonBlocking>;
-#[cfg(not(unix))]
-type Restore = ();
-
 /// This process's stdin and stdout, for a stdio server's transport (an
 /// SDK's, or [`StdioServer::serve`](super::StdioServer::serve)).
 ///
@@ -38,11 +31,28 @@ type Restore = ();
 /// read does. A terminal, a file (and any stream on other platforms) keeps
 /// tokio's handles.
 ///
-/// Non-blocking mode is a property of the open file, shared with every
-/// descriptor of it: while either half lives, a `println!` elsewhere in the
-/// process could fail with `WouldBlock` when the pipe is full (it would
-/// corrupt the protocol anyway). Blocking mode is restored once both halves
-/// are dropped.
+/// The flags of this process's stdin and stdout are left as they are:
+/// non-blocking mode is a property of the open file, which every
+/// descriptor of it shares (the rest of the process, a parent, siblings),
+/// so nothing here sets it there. A pipe is opened anew through
+/// `/proc/self/fd` (Linux), an open file of its own that alone is
+/// non-blocking, and a socket is read and written with `MSG_DONTWAIT` on
+/// each call. A `println!` elsewhere in the process never sees `WouldBlock`
+/// because of these streams (it would corrupt the protocol anyway). A pipe
+/// that cannot be opened anew (another Unix, no `/proc`, a pipe the process
+/// may not open) keeps tokio's blocking-pool handle.
+///
+/// # Dropping, and more than one pair
+///
+/// Dropping either half closes that half's own descriptor (a duplicate, or
+/// the pipe opened anew) and nothing else: this process's stdin and stdout
+/// stay open, and their flags were never changed, so there is nothing to
+/// restore. A pair holds no state shared with any other, so `process_streams`
+/// can be called any number of times, and the pairs dropped in any order:
+/// each reads and writes as if it were alone, and dropping one never turns
+/// another's reads into blocking ones. (Two pairs read from the same input
+/// take turns at its bytes, as two readers of one pipe do: which pair gets
+/// a line is not defined, so a program serves one pair at a time.)
 ///
 /// Call it within a tokio runtime with I/O enabled: the streams are
 /// registered with its reactor (outside one it panics, as making any tokio
@@ -73,49 +83,37 @@ pub fn process_streams() -> (ProcessStdin, ProcessStdout) {
     {
         let stdin = ProcessStdin {
             inner: tokio::io::stdin(),
-            _restore: (),
         };
         let stdout = ProcessStdout {
             inner: tokio::io::stdout(),
-            _restore: (),
         };
         (stdin, stdout)
     }
 }
 
-/// The two halves over `stdin` and `stdout` (duplicated), sharing what to
-/// restore.
+/// The two halves over `stdin` and `stdout` (this process's, but for tests).
 #[cfg(unix)]
 fn halves(
     stdin: std::os::fd::BorrowedFd<'_>,
     stdout: std::os::fd::BorrowedFd<'_>,
 ) -> (ProcessStdin, ProcessStdout) {
-    let mut restore = super::std_io::NonBlocking::default();
-    let (inner_in, inner_out) = super::std_io::open(stdin, stdout, &mut restore);
-    let restore = std::sync::Arc::new(restore);
-    let stdin = ProcessStdin {
-        inner: inner_in,
-        _restore: restore.clone(),
-    };
-    let stdout = ProcessStdout {
-        inner: inner_out,
-        _restore: restore,
-    };
-    (stdin, stdout)
+    let (inner_in, inner_out) = super::std_io::open(stdin, stdout);
+    (
+        ProcessStdin { inner: inner_in },
+        ProcessStdout { inner: inner_out },
+    )
 }
 
 /// This process's stdin, from [`process_streams`].
 #[derive(Debug)]
 pub struct ProcessStdin {
     inner: In,
-    _restore: Restore,
 }
 
 /// This process's stdout, from [`process_streams`].
 #[derive(Debug)]
 pub struct ProcessStdout {
     inner: Out,
-    _restore: Restore,
 }
 
 impl AsyncRead for ProcessStdin {
@@ -160,41 +158,97 @@ impl AsyncWrite for ProcessStdout {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use std::os::fd::AsFd;
+    use std::io::Write;
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::time::{Duration, Instant};
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
     use crate::transport::stdio::std_io::non_blocking;
 
-    /// Either half keeps the streams non-blocking; once both are dropped,
-    /// in either order, blocking mode is back.
-    #[tokio::test]
-    async fn blocking_mode_comes_back_when_both_halves_are_dropped() {
-        for reader_first in [true, false] {
+    /// Writes a byte to `fd` unless disarmed within five seconds: it ends a
+    /// read that blocked the runtime's only thread (the failure this
+    /// guards against), so that the test fails rather than hangs.
+    struct Watchdog {
+        _disarm: std::sync::mpsc::Sender<()>,
+    }
+
+    impl Watchdog {
+        fn arm(fd: OwnedFd) -> Watchdog {
+            let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                if disarmed.recv_timeout(Duration::from_secs(5)).is_err() {
+                    let _ = std::fs::File::from(fd).write_all(b"!");
+                }
+            });
+            Watchdog { _disarm: disarm }
+        }
+    }
+
+    /// A pipe (read end, write end), or a socket pair (ours twice, peer).
+    fn streams(socket: bool) -> (OwnedFd, OwnedFd, OwnedFd) {
+        if socket {
+            let (ours, peer) = std::os::unix::net::UnixStream::pair().unwrap();
+            let ours = OwnedFd::from(ours);
+            (ours.try_clone().unwrap(), ours, OwnedFd::from(peer))
+        } else {
             let (tx, rx) = tokio::net::unix::pipe::pipe().unwrap();
-            let read_end = rx.into_blocking_fd().unwrap();
-            let write_end = tx.into_blocking_fd().unwrap();
-            let (mut stdin, mut stdout) = halves(read_end.as_fd(), write_end.as_fd());
-            stdout.write_all(b"line\n").await.unwrap();
-            stdout.flush().await.unwrap();
-            let mut buf = [0u8; 5];
-            stdin.read_exact(&mut buf).await.unwrap();
-            assert_eq!(&buf, b"line\n");
-            let (mut stdin, mut stdout) = (Some(stdin), Some(stdout));
-            if reader_first {
-                stdin.take();
-            } else {
-                stdout.take();
-            }
-            assert!(
-                non_blocking(read_end.as_fd()) && non_blocking(write_end.as_fd()),
-                "one half alive (reader dropped first: {reader_first})"
+            let (read_end, write_end) = (
+                rx.into_blocking_fd().unwrap(),
+                tx.into_blocking_fd().unwrap(),
             );
+            let peer = write_end.try_clone().unwrap();
+            (read_end, write_end, peer)
+        }
+    }
+
+    /// Two pairs over the same descriptors: whichever is dropped first, a
+    /// read on the other that has nothing to read waits without blocking
+    /// the runtime's (only) thread, and the descriptors themselves are
+    /// never put in non-blocking mode.
+    #[tokio::test(flavor = "current_thread")]
+    async fn dropping_one_pair_does_not_block_the_other() {
+        for socket in [false, true] {
+            let (input, output, peer) = streams(socket);
+            let first = halves(input.as_fd(), output.as_fd());
+            let (mut stdin, mut stdout) = halves(input.as_fd(), output.as_fd());
+            let what = if socket { "socket" } else { "pipe" };
+            std::fs::File::from(peer.try_clone().unwrap())
+                .write_all(b"four")
+                .unwrap();
+            drop(first);
+            // A read that fills its buffer leaves the reactor's readiness
+            // set: the next read goes straight to the descriptor.
+            let mut four = [0u8; 4];
+            stdin.read_exact(&mut four).await.unwrap();
+            assert_eq!(&four, b"four");
+            let watchdog = Watchdog::arm(peer);
+            let started = Instant::now();
+            let mut one = [0u8; 1];
+            let read = tokio::time::timeout(Duration::from_millis(200), stdin.read(&mut one)).await;
+            drop(watchdog);
+            let took = started.elapsed();
+            assert!(
+                read.is_err(),
+                "{what}: the read returned {read:?} after {took:?}"
+            );
+            assert!(
+                took < Duration::from_secs(2),
+                "{what}: the read took {took:?}"
+            );
+            // Nor were the descriptors' own flags changed, under a live pair
+            // or after.
+            assert!(
+                !non_blocking(input.as_fd()) && !non_blocking(output.as_fd()),
+                "{what}"
+            );
+            stdout.write_all(b"out\n").await.unwrap();
+            stdout.flush().await.unwrap();
             drop((stdin, stdout));
             assert!(
-                !non_blocking(read_end.as_fd()) && !non_blocking(write_end.as_fd()),
-                "both dropped (reader dropped first: {reader_first})"
+                !non_blocking(input.as_fd()) && !non_blocking(output.as_fd()),
+                "{what}"
             );
         }
     }

@@ -169,9 +169,9 @@ impl StdioServer {
     /// [`process_streams`](super::process_streams), read and written through
     /// the runtime's reactor when they are pipes or Unix sockets (on Unix;
     /// what an MCP host gives its server), not on tokio's blocking thread
-    /// pool. While the server runs, those descriptors are in non-blocking
-    /// mode (write nothing else to stdout meanwhile, it would corrupt the
-    /// protocol anyway); blocking mode is restored when it ends.
+    /// pool, without changing the flags of this process's own descriptors
+    /// (write nothing else to stdout meanwhile: it would corrupt the
+    /// protocol).
     pub async fn serve_stdio<S>(self, service: S) -> io::Result<()>
     where
         S: McpService,
