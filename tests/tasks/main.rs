@@ -14,6 +14,7 @@ mod examples;
 mod faults;
 mod harness;
 mod http;
+mod http_cancel;
 mod instants;
 mod panics;
 mod transport_cancel;
