@@ -34,11 +34,11 @@ use crate::support::http::{modern_headers, post, session_request, Conn, Proto};
 
 /// The grace of the adapter, when a test gives it one: far longer than
 /// [`END_BOUND`], so that a work dropped only when the grace is over fails.
-const GRACE: Duration = Duration::from_secs(600);
+pub(crate) const GRACE: Duration = Duration::from_secs(600);
 
 /// One call of the tool: its drop probe, its task id, and the cancellation
 /// its handler sees (the task's).
-struct Work {
+pub(crate) struct Work {
     probe: DropProbe,
     task: Option<String>,
     cancellation: Option<Cancellation>,
@@ -46,7 +46,9 @@ struct Work {
 
 /// `initialize` (for 2025 sessions), and `tools/call` of `sleep`: reports
 /// its [`Work`] at its first poll, then sleeps for ten minutes.
-fn tool(works: mpsc::UnboundedSender<Work>) -> BoxCloneSyncService<McpRequest, Value, BoxError> {
+pub(crate) fn tool(
+    works: mpsc::UnboundedSender<Work>,
+) -> BoxCloneSyncService<McpRequest, Value, BoxError> {
     BoxCloneSyncService::new(service_fn(move |req: McpRequest| {
         let works = works.clone();
         async move {
@@ -112,13 +114,13 @@ async fn server(grace: bool, sessions: bool) -> Server {
     }
 }
 
-async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
+pub(crate) async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(END_BOUND, f)
         .await
         .unwrap_or_else(|_| panic!("{what}: not within {END_BOUND:?}"))
 }
 
-fn declared() -> Value {
+pub(crate) fn declared() -> Value {
     json!({"io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}}})
 }
 
@@ -144,7 +146,7 @@ async fn held(s: &mut Server) -> Work {
 
 /// The server has seen the cancel: the work's token (the task's) fired
 /// while the record is still held (`reason`).
-async fn cancelled(work: &Work, what: &str) -> CancelReason {
+pub(crate) async fn cancelled(work: &Work, what: &str) -> CancelReason {
     let c = work.cancellation.clone().expect("a cancellation");
     let what = format!("{what}: the work's token while the record is written");
     bounded(&what, c.token().cancelled()).await;
@@ -154,33 +156,46 @@ async fn cancelled(work: &Work, what: &str) -> CancelReason {
 /// The gate is open: the work is dropped, no task runs, the record (if
 /// written) ends `expected` (its JSON containing `says`), never `working`.
 async fn ends(s: &Server, work: Work, expected: &str, says: &str, what: &str) {
-    s.gate.open();
+    opened(&s.store, &s.handle, &s.gate, work, expected, says, what).await;
+}
+
+/// [`ends`], for any transport.
+pub(crate) async fn opened(
+    store: &FaultyStore<MemoryStore>,
+    handle: &TasksHandle,
+    gate: &Gate,
+    work: Work,
+    expected: &str,
+    says: &str,
+    what: &str,
+) {
+    gate.open();
     let id = work.task.clone().unwrap();
     if tokio::time::timeout(END_BOUND, work.probe.dropped())
         .await
         .is_err()
     {
-        let record = s.store.inner().get(&id).await.unwrap();
+        let record = store.inner().get(&id).await.unwrap();
         panic!(
             "{what}: the work still runs {END_BOUND:?} after the gate opened; running() = {}, record = {record:?}",
-            s.handle.running()
+            handle.running()
         );
     }
     assert!(
         work.probe.was_cancelled(),
         "{what}: the work was not cancelled"
     );
-    if tokio::time::timeout(END_BOUND, s.handle.drained())
+    if tokio::time::timeout(END_BOUND, handle.drained())
         .await
         .is_err()
     {
         panic!(
             "{what}: running() = {} after the work's drop",
-            s.handle.running()
+            handle.running()
         );
     }
-    assert_eq!(s.handle.running(), 0, "{what}");
-    if let Some(record) = s.store.inner().get(&id).await.unwrap() {
+    assert_eq!(handle.running(), 0, "{what}");
+    if let Some(record) = store.inner().get(&id).await.unwrap() {
         let text = record.to_json(None).to_string();
         assert_eq!(record.status.as_str(), expected, "{what}: {text}");
         assert!(text.contains(says), "{what}: {text}");
