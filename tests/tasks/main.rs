@@ -19,6 +19,7 @@ mod examples;
 mod faults;
 mod harness;
 mod http;
+mod http_cancel;
 mod instants;
 mod mock;
 mod panics;
