@@ -108,7 +108,7 @@
 //!
 //! The server transports hand their shutdown token to the tasks their
 //! requests create: give the token to the transport (for Streamable HTTP,
-//! to the service and to [`serve`](crate::transport::http::serve)), and
+//! to the service and to `serve`), and
 //! the tasks stop with it after the layer's
 //! [drain grace](TasksLayer::drain_grace) ([`TasksLayer::shutdown`] is for
 //! a transport of your own). Then wait for [`TasksHandle::drained`]: it
