@@ -90,6 +90,7 @@
 pub(crate) mod admission;
 #[cfg(any(feature = "stdio", feature = "http"))]
 pub(crate) mod call;
+mod id_member;
 mod line_filter;
 #[cfg(feature = "stdio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "stdio")))]
@@ -102,6 +103,7 @@ pub mod http;
 #[cfg(any(feature = "stdio", feature = "http"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "stdio", feature = "http"))))]
 pub use call::server::McpService;
+pub use id_member::{id_member, IdMember};
 pub use line_filter::{LineCheck, LineFilter};
 
 /// The default drain grace of the servers

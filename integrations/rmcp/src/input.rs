@@ -1,18 +1,14 @@
 //! A server's input with the notifications rmcp would answer taken out
 //! ([`CheckedInput`]).
 
-use std::fmt;
-
 use ::rmcp::service::RxJsonRpcMessage;
 use ::rmcp::transport::async_rw::{JsonRpcMessageCodec, JsonRpcMessageCodecError};
 use ::rmcp::RoleServer;
-use serde::de::{IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
 use serde_json::error::Category;
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::Decoder;
 use tower_mcp_cancel::transport::stdio::{process_streams, ProcessStdin, ProcessStdout};
-use tower_mcp_cancel::transport::{LineCheck, LineFilter};
+use tower_mcp_cancel::transport::{id_member, IdMember, LineCheck, LineFilter};
 
 /// This process's stdin and stdout, the input read through
 /// [`CheckedInput`]: serve them with
@@ -80,9 +76,9 @@ impl LineCheck for NotificationCheck {
         if json.starts_with(UTF8_BOM) {
             return true;
         }
-        match top_level(json) {
-            Top::NoId => !answered(json),
-            Top::Id | Top::Other => true,
+        match id_member(json) {
+            IdMember::Absent => !answered(json),
+            _ => true,
         }
     }
 }
@@ -107,76 +103,6 @@ fn answered(line: &[u8]) -> bool {
         Ok(_) => false,
         // Nothing else comes of a whole line; rmcp would not answer it.
         Err(_) => false,
-    }
-}
-
-/// What the first JSON value of a line is, as far as the check cares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Top {
-    /// An object with a member named `id` (the rest may not even be JSON).
-    Id,
-    /// A whole object without one (whatever follows it).
-    NoId,
-    /// Another value, or no JSON.
-    Other,
-}
-
-/// Reads the members of the object `json` starts with until one is named
-/// `id` (its name unescaped, as serde reads it).
-fn top_level(json: &[u8]) -> Top {
-    /// Sets its flag on the first `id` member, and stops there.
-    struct Members<'a>(&'a mut bool);
-
-    impl<'de> Visitor<'de> for Members<'_> {
-        type Value = ();
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON-RPC message")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(IsId(id)) = map.next_key()? {
-                if id {
-                    *self.0 = true;
-                    // The rest is unread: serde_json reports the object
-                    // unfinished, which is ignored once the flag is set.
-                    return Ok(());
-                }
-                map.next_value::<IgnoredAny>()?;
-            }
-            Ok(())
-        }
-    }
-
-    let mut id = false;
-    let read = serde_json::Deserializer::from_slice(json).deserialize_map(Members(&mut id));
-    match (id, read) {
-        (true, _) => Top::Id,
-        (false, Ok(())) => Top::NoId,
-        (false, Err(_)) => Top::Other,
-    }
-}
-
-/// A member name, read only as far as whether it is `id`.
-struct IsId(bool);
-
-impl<'de> Deserialize<'de> for IsId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<IsId, D::Error> {
-        struct Name;
-
-        impl Visitor<'_> for Name {
-            type Value = IsId;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-
-            fn visit_str<E>(self, name: &str) -> Result<IsId, E> {
-                Ok(IsId(name == "id"))
-            }
-        }
-
-        d.deserialize_str(Name)
     }
 }
 

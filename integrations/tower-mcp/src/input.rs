@@ -1,14 +1,10 @@
 //! A server's input with the notifications tower-mcp would answer taken
 //! out ([`CheckedInput`]).
 
-use std::fmt;
-
-use serde::de::{IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use tower_mcp::inspection::{McpDirection, McpInspector, MCP_INSPECTION_PROFILES};
 use tower_mcp_cancel::transport::stdio::{process_streams, ProcessStdin, ProcessStdout};
-use tower_mcp_cancel::transport::{LineCheck, LineFilter};
+use tower_mcp_cancel::transport::{id_member, IdMember, LineCheck, LineFilter};
 
 /// The check of [`CheckedInput`]: a line passes unless it is a
 /// notification tower-mcp's inspection rejects.
@@ -37,7 +33,7 @@ impl LineCheck for NotificationCheck {
             None => return true,
         };
         let judged = match start.first() {
-            Some(b'{') => top_level(start) != Top::Id,
+            Some(b'{') => id_member(start) != IdMember::Present,
             // Unicode white space (or not) before the first character.
             Some(&b) => b >= 0x80,
             None => false,
@@ -121,75 +117,6 @@ pub type CheckedInput<R> = LineFilter<R, NotificationCheck>;
 pub fn stdio() -> (CheckedInput<ProcessStdin>, ProcessStdout) {
     let (stdin, stdout) = process_streams();
     (CheckedInput::new(stdin), stdout)
-}
-
-/// What the top level of a line holds, as far as it matters here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Top {
-    /// An object with an `id` member (the rest may not even be JSON).
-    Id,
-    /// A whole object without one.
-    NoId,
-    /// No object, or no JSON.
-    Other,
-}
-
-/// Reads the members of the object `json` starts with until one is `id`.
-fn top_level(json: &[u8]) -> Top {
-    /// Sets its flag on the first `id` key, and stops there.
-    struct Members<'a>(&'a mut bool);
-
-    impl<'de> Visitor<'de> for Members<'_> {
-        type Value = ();
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON-RPC message")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(IsId(id)) = map.next_key()? {
-                if id {
-                    *self.0 = true;
-                    // The rest is unread: serde_json reports the object
-                    // unfinished, which the caller ignores once the flag is set.
-                    return Ok(());
-                }
-                map.next_value::<IgnoredAny>()?;
-            }
-            Ok(())
-        }
-    }
-
-    let mut id = false;
-    let read = serde_json::Deserializer::from_slice(json).deserialize_map(Members(&mut id));
-    match (id, read) {
-        (true, _) => Top::Id,
-        (false, Ok(())) => Top::NoId,
-        (false, Err(_)) => Top::Other,
-    }
-}
-
-/// A member name, read only as far as whether it is `id`.
-struct IsId(bool);
-
-impl<'de> Deserialize<'de> for IsId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<IsId, D::Error> {
-        struct Name;
-
-        impl Visitor<'_> for Name {
-            type Value = IsId;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-
-            fn visit_str<E>(self, name: &str) -> Result<IsId, E> {
-                Ok(IsId(name == "id"))
-            }
-        }
-
-        d.deserialize_str(Name)
-    }
 }
 
 /// Whether `json` is an object without `id` that tower-mcp's inspection of
@@ -332,7 +259,5 @@ mod tests {
             assert!(passes(text.as_bytes()), "{text}");
         }
         assert!(passes(b"\xff{\"method\":5}"));
-        assert_eq!(top_level(br#"{"method":"x","params":{"id":1}}"#), Top::NoId);
-        assert_eq!(top_level(br#"{"method":"x","\u0069d":1}"#), Top::Id);
     }
 }
