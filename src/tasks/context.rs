@@ -305,24 +305,44 @@ impl TaskContext {
     /// [`TimeoutLayer`](crate::TimeoutLayer) below it) still ends the work
     /// at its deadline: the TTL is never extended past it, so the `ttlMs`
     /// the task reports is the one enforced.
+    ///
+    /// When the store fails to record the new TTL, the TTL stays as it was
+    /// (the one the task reports is the one enforced) and this returns
+    /// `false`.
     pub async fn extend_ttl(&self, by: Duration) -> bool {
-        let ttl = {
+        let (before, ttl) = {
             let mut state = self.core.lock();
-            let Some(ttl) = state.ttl.map(|t| t.saturating_add(by)) else {
+            let before = state.ttl;
+            let Some(ttl) = before.map(|t| t.saturating_add(by)) else {
                 return false;
             };
             state.ttl = state.capped(Some(ttl));
-            state.ttl.unwrap_or(ttl)
+            (before, state.ttl.unwrap_or(ttl))
         };
         self.core.ttl_changed.notify_one();
         if self.core.phase() != Phase::Created {
             return self.core.phase() != Phase::Gone;
         }
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        matches!(
-            self.core.store.update(&self.core.id, TaskChange::Ttl(Some(ms))).await,
-            Ok(Some(r)) if !r.status.is_terminal()
-        )
+        match self
+            .core
+            .store
+            .update(&self.core.id, TaskChange::Ttl(Some(ms)))
+            .await
+        {
+            Ok(Some(r)) => !r.status.is_terminal(),
+            Ok(None) => false,
+            Err(_) => {
+                // Not recorded: the TTL enforced stays the one reported.
+                let mut state = self.core.lock();
+                if state.ttl == Some(ttl) {
+                    state.ttl = before;
+                }
+                drop(state);
+                self.core.ttl_changed.notify_one();
+                false
+            }
+        }
     }
 
     /// Asks the client for input: `request` (`{"method", "params"}`, e.g. an

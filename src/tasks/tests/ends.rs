@@ -348,3 +348,35 @@ async fn every_duration_setting_at_its_maximum_never_panics_and_tasks_still_end(
     handle.drained().await;
     assert_eq!(status(&mut svc, &long).await["status"], "completed");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_ttl_extension_the_store_did_not_record_is_not_enforced_either() {
+    let store = Faults::default();
+    let layer = TasksLayer::with_store(store.clone())
+        .tool("sleep", TaskPolicy::optional())
+        .ttl(Some(Duration::from_secs(10)));
+    let extended = Arc::new(std::sync::Mutex::new(None));
+    let seen = extended.clone();
+    let faults = store.clone();
+    let mut svc = stack(layer, move |req: McpRequest| {
+        let (seen, faults) = (seen.clone(), faults.clone());
+        async move {
+            let task = TaskContext::of(&req).unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            faults.fail_update.store(1, Ordering::SeqCst);
+            *seen.lock().unwrap() = Some(task.extend_ttl(Duration::from_secs(60)).await);
+            std::future::pending::<()>().await;
+            Ok(json!({}))
+        }
+    });
+    let id = create(&mut svc, call(1, "sleep", json!({}), true)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(*extended.lock().unwrap(), Some(false), "not recorded");
+    assert_eq!(status(&mut svc, &id).await["ttlMs"], 10_000);
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let got = status(&mut svc, &id).await;
+    assert_eq!(
+        got["status"], "failed",
+        "the TTL reported is the one enforced: {got}"
+    );
+}

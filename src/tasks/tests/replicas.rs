@@ -24,6 +24,8 @@ struct Shared {
     sent: Arc<Mutex<Vec<TaskSignal>>>,
     /// Whether signals are lost on the way.
     lose: Arc<std::sync::atomic::AtomicBool>,
+    /// How many of the next signal streams end at once.
+    ending_streams: Arc<AtomicUsize>,
 }
 
 impl TaskStore for Shared {
@@ -62,6 +64,11 @@ impl TaskStore for Shared {
         Box::pin(async { Ok(()) })
     }
     fn owner_signals(&self, owner: &str) -> Option<BoxStream<'static, TaskSignal>> {
+        let ending = self.ending_streams.load(Ordering::SeqCst);
+        if ending > 0 {
+            self.ending_streams.store(ending - 1, Ordering::SeqCst);
+            return Some(Box::pin(futures_util::stream::empty()));
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         self.bus.lock().unwrap().insert(owner.to_owned(), tx);
         Some(Box::pin(futures_util::stream::unfold(rx, |mut rx| async {
@@ -245,4 +252,26 @@ async fn the_owners_own_tasks_are_never_failed_for_its_lease() {
         .await
         .unwrap();
     assert_eq!(got["status"], "working", "it runs here: {got}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_whose_signal_stream_ended_asks_for_it_again() {
+    let store = Shared::default();
+    store.ending_streams.store(2, Ordering::SeqCst);
+    let (a, b) = replicas(&store);
+    let mut on_a = stack(a, sleeper);
+    let mut on_b = stack(b.clone(), sleeper);
+    let (req, dropped) = with_probe(call(1, "sleep", json!({"ms": 600_000}), true));
+    let id = create(&mut on_b, req).await;
+    // Its first two streams end at once; the third carries the cancel.
+    tokio::time::sleep(crate::tasks::owner::RESUBSCRIBE * 3).await;
+    assert_eq!(store.ending_streams.load(Ordering::SeqCst), 0);
+    send(&mut on_a, task_req(2, "tasks/cancel", &id, json!({})))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(1), dropped)
+        .await
+        .expect("the owner drops the work")
+        .unwrap();
+    b.handle().drained().await;
 }
