@@ -109,6 +109,27 @@ impl Redis {
         }
     }
 
+    /// Pauses it (SIGSTOP): its connections stay open, nothing is
+    /// answered until [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("redis-server runs");
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}: {status}");
+    }
+
     /// Runs a command through a plain connection (for what the store does
     /// not do: killing clients, removing a lease).
     pub async fn command(&self, cmd: &redis::Cmd) -> redis::Value {
