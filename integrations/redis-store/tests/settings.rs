@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::*;
+use tokio::time::timeout;
 use tower_mcp_cancel::tasks::{TaskPolicy, TaskStatus, TaskStore, TasksLayer};
 use tower_mcp_cancel_redis::RedisStore;
 
@@ -19,6 +20,7 @@ async fn pttl(redis: &Redis, key: String) -> i64 {
 
 #[tokio::test]
 async fn settings_past_what_redis_takes_are_clamped_not_refused() {
+    watch_panics();
     let Some(redis) = Redis::start() else { return };
     let store = RedisStore::builder(redis.url())
         .lease(Duration::MAX)
@@ -41,4 +43,135 @@ async fn settings_past_what_redis_takes_are_clamped_not_refused() {
     let r = store.get(&id).await.unwrap().unwrap();
     assert_eq!(r.status, TaskStatus::Cancelled);
     assert!(pttl(&redis, format!("mcp:tasks:task:{id}")).await > 0);
+    assert_no_panic();
+}
+
+/// A bound, not a synchronisation: every wait here ends well before it.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// Through `svc`: a task cancelled (its work dropped, it reads
+/// `cancelled`), one that completes (it reads `completed`), then the
+/// layer drains.
+async fn a_task_cancelled_and_one_completed(layer: &TasksLayer, svc: &mut Svc) {
+    let (p, dropped) = probe();
+    let id = create(
+        svc,
+        call(1, "sleep", json!({"ms": 600_000})).with_extension(p),
+    )
+    .await;
+    let ack = send(svc, task_req(2, "tasks/cancel", &id, json!({})))
+        .await
+        .unwrap();
+    assert_eq!(ack["resultType"], "complete", "{ack}");
+    let got = send(svc, task_req(3, "tasks/get", &id, json!({})))
+        .await
+        .unwrap();
+    assert_eq!(got["status"], "cancelled", "{got}");
+    timeout(BOUND, dropped)
+        .await
+        .expect("its work dropped")
+        .unwrap();
+    let id = create(svc, call(4, "sleep", json!({"ms": 50}))).await;
+    let got = timeout(BOUND, async {
+        loop {
+            let got = send(svc, task_req(5, "tasks/get", &id, json!({})))
+                .await
+                .unwrap();
+            if got["status"] != "working" {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("it ended");
+    assert_eq!(got["status"], "completed", "{got}");
+    timeout(BOUND, layer.handle().drained())
+        .await
+        .expect("drained");
+    assert_no_panic();
+}
+
+#[tokio::test]
+async fn the_store_settings_at_zero_are_taken_as_their_floor_and_tasks_still_end() {
+    watch_panics();
+    let Some(redis) = Redis::start() else { return };
+    let store = RedisStore::builder(redis.url())
+        .lease(Duration::ZERO)
+        .reread(Duration::ZERO)
+        .backstop(Duration::ZERO)
+        .connect()
+        .await
+        .unwrap();
+    let layer = TasksLayer::with_store(store).tool("sleep", TaskPolicy::optional());
+    let mut svc = stack(layer.clone(), sleeper);
+    a_task_cancelled_and_one_completed(&layer, &mut svc).await;
+}
+
+#[tokio::test]
+async fn a_zero_timeout_fails_calls_cleanly_or_serves_them_never_panics() {
+    watch_panics();
+    let Some(redis) = Redis::start() else { return };
+    // Taken as 1 ms: on a loaded machine, a call may miss it.
+    let store = match RedisStore::builder(redis.url())
+        .timeout(Duration::ZERO)
+        .connect()
+        .await
+    {
+        Ok(store) => store,
+        Err(e) => {
+            assert!(e.to_string().contains("unavailable"), "{e}");
+            return;
+        }
+    };
+    let layer = TasksLayer::with_store(store).tool("sleep", TaskPolicy::optional());
+    let mut svc = stack(layer.clone(), sleeper);
+    let mut served = 0;
+    for n in 0..20 {
+        let out = timeout(BOUND, send(&mut svc, call(n, "sleep", json!({"ms": 1}))))
+            .await
+            .expect("no hang");
+        match out {
+            Ok(v) => served += usize::from(v["resultType"] == "task"),
+            Err(e) => assert!(e.to_string().contains("unavailable"), "{e}"),
+        }
+    }
+    eprintln!("a 1 ms timeout: {served} of 20 tasks created");
+    // Every task ends; an end Redis missed is written again until taken.
+    timeout(BOUND, layer.handle().drained())
+        .await
+        .expect("drained");
+    assert_no_panic();
+}
+
+#[tokio::test]
+async fn the_largest_store_and_layer_settings_never_panic_and_tasks_still_end() {
+    watch_panics();
+    let Some(redis) = Redis::start() else { return };
+    let store = RedisStore::builder(redis.url())
+        .lease(Duration::MAX)
+        .reread(Duration::MAX)
+        .timeout(Duration::MAX)
+        .backstop(Duration::MAX)
+        .connect()
+        .await
+        .unwrap();
+    let layer = TasksLayer::with_store(store.clone())
+        .tool("sleep", TaskPolicy::optional())
+        .ttl(Some(Duration::MAX))
+        .poll_interval(Duration::MAX)
+        .retention(Duration::MAX);
+    let mut svc = stack(layer.clone(), sleeper);
+    let id = create(&mut svc, call(9, "sleep", json!({"ms": 600_000}))).await;
+    let live = pttl(&redis, format!("mcp:tasks:task:{id}")).await;
+    assert!(live > 0, "a live record expires, clamped: {live}");
+    let ack = send(&mut svc, task_req(10, "tasks/cancel", &id, json!({})))
+        .await
+        .unwrap();
+    assert_eq!(ack["resultType"], "complete", "{ack}");
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().status,
+        TaskStatus::Cancelled
+    );
+    a_task_cancelled_and_one_completed(&layer, &mut svc).await;
 }

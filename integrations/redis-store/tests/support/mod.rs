@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -220,4 +221,40 @@ pub async fn create(svc: &mut Svc, req: McpRequest) -> String {
     let created = send(svc, req).await.unwrap();
     assert_eq!(created["resultType"], "task", "{created}");
     created["taskId"].as_str().unwrap().to_owned()
+}
+
+/// The panics seen so far, by the name of the thread they happened on (a
+/// test's own name on a current-thread runtime, where its spawned tasks
+/// run too): a panic in a spawned task is caught by tokio and fails no
+/// test by itself.
+static PANICS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// Records every panic from now on (the default report still printed).
+pub fn watch_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let thread = std::thread::current().name().unwrap_or("?").to_owned();
+            PANICS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((thread, info.to_string()));
+            previous(info);
+        }));
+    });
+}
+
+/// Fails when this thread panicked since [`watch_panics`].
+pub fn assert_no_panic() {
+    let thread = std::thread::current().name().unwrap_or("?").to_owned();
+    // Not held while asserting: the hook takes the lock.
+    let mine: Vec<_> = PANICS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|(t, _)| *t == thread)
+        .cloned()
+        .collect();
+    assert!(mine.is_empty(), "a panic in a spawned task: {mine:?}");
 }
