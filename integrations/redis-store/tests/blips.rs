@@ -1,6 +1,7 @@
 //! Redis failing at a task's two writes, against a real `redis-server`:
 //! an end written while Redis is paused lands once it is back, and a
-//! creation whose answer was lost ends `failed`, not `working` for ever.
+//! creation whose answer was lost ends `failed`, not `working` for ever;
+//! Redis going away fails calls cleanly, and they recover after its restart.
 
 mod support;
 
@@ -42,7 +43,11 @@ struct Watched {
     finishes: Arc<watch::Sender<Vec<Result<bool, String>>>>,
     created: Arc<Mutex<Vec<String>>>,
     lose_create_answer: Arc<AtomicBool>,
+    /// The next `finish` says it arrived, then waits to be let through.
+    hold_finish: Arc<Mutex<Option<Hold>>>,
 }
+
+type Hold = (oneshot::Sender<()>, oneshot::Receiver<()>);
 
 impl Watched {
     fn new(inner: RedisStore) -> Self {
@@ -51,6 +56,7 @@ impl Watched {
             finishes: Arc::new(watch::Sender::new(Vec::new())),
             created: Arc::default(),
             lose_create_answer: Arc::default(),
+            hold_finish: Arc::default(),
         }
     }
 
@@ -102,6 +108,11 @@ impl TaskStore for Watched {
         retain: Duration,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
+            let hold = self.hold_finish.lock().unwrap().take();
+            if let Some((arrived, through)) = hold {
+                let _ = arrived.send(());
+                let _ = through.await;
+            }
             let out = self.inner.finish(id, end, retain).await;
             let answer = out.as_ref().map(|b| *b).map_err(ToString::to_string);
             self.finishes.send_modify(|a| a.push(answer));
@@ -221,6 +232,44 @@ async fn an_end_written_while_redis_is_paused_lands_once_it_is_back() {
     );
 }
 
+/// The store's connections are dropped as the end is written: the
+/// connection manager reconnects, and the end lands (on the first try when
+/// it reconnected before it, on the next when the try met the dropped
+/// connection — about half the runs here, "broken pipe").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_written_as_redis_drops_the_connection_lands_on_the_next() {
+    let Some(redis) = Redis::start() else { return };
+    let store = Watched::new(connect(&redis, STORE_TIMEOUT).await);
+    let other = connect(&redis, Duration::from_secs(2)).await;
+    let layer = TasksLayer::with_store(store.clone()).tool("slow", TaskPolicy::optional());
+    let handle = layer.handle();
+    let (go, handler) = on_go();
+    let mut svc = stack(layer, handler);
+    let id = create(&mut svc, call(1, "slow", json!({}))).await;
+    let (arrived_tx, arrived) = oneshot::channel();
+    let (through, through_rx) = oneshot::channel();
+    *store.hold_finish.lock().unwrap() = Some((arrived_tx, through_rx));
+    go.send(()).unwrap();
+    timeout(BOUND, arrived)
+        .await
+        .expect("the end is being written")
+        .unwrap();
+    // Every command connection dropped (not this one, nor pub/sub).
+    redis
+        .command(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
+        .await;
+    through.send(()).unwrap();
+    let Some(r) = terminal(&other, &id, END_BOUND).await else {
+        let now = other.get(&id).await;
+        let answers = store.finishes.borrow().clone();
+        panic!("the end was not written within {END_BOUND:?} of the drop: {now:?}; finish answers {answers:?}");
+    };
+    assert_eq!(r.status, TaskStatus::Completed, "{r:?}");
+    assert_eq!(r.result.as_ref().unwrap()["content"][0]["text"], "done");
+    timeout(BOUND, handle.drained()).await.expect("drained");
+    eprintln!("finish answers {:?}", *store.finishes.borrow());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_whose_answer_was_lost_ends_failed_not_working_for_ever() {
     let Some(redis) = Redis::start() else { return };
@@ -260,4 +309,75 @@ async fn a_create_whose_answer_was_lost_ends_failed_not_working_for_ever() {
         .unwrap();
     timeout(BOUND, handle.drained()).await.expect("drained");
     eprintln!("answer: {out:?}; failed {:?} after it", start.elapsed());
+}
+
+#[tokio::test]
+async fn redis_going_away_fails_calls_cleanly_and_they_recover_after_its_restart() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let layer = TasksLayer::with_store(connect(&redis, Duration::from_millis(500)).await)
+        .tool("sleep", TaskPolicy::optional());
+    let mut svc = stack(layer.clone(), sleeper);
+    let (p, dropped) = probe();
+    let id = create(
+        &mut svc,
+        call(1, "sleep", json!({"ms": 300})).with_extension(p),
+    )
+    .await;
+    redis.stop();
+    let err = timeout(
+        BOUND,
+        send(&mut svc, task_req(2, "tasks/get", &id, json!({}))),
+    )
+    .await
+    .expect("no hang")
+    .unwrap_err();
+    assert!(err.to_string().contains("unavailable"), "{err}");
+    let err = timeout(
+        BOUND,
+        send(&mut svc, call(3, "sleep", json!({"ms": 600_000}))),
+    )
+    .await
+    .expect("no hang")
+    .unwrap_err();
+    assert!(err.to_string().contains("unavailable"), "{err}");
+    // The running task ends, its end not recorded: its slot is freed, and
+    // drained() waits for its end, written again until Redis takes it.
+    timeout(BOUND, dropped)
+        .await
+        .expect("its work ended")
+        .unwrap();
+    timeout(BOUND, async {
+        while layer.handle().running() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("its slot freed");
+    assert!(
+        timeout(Duration::ZERO, layer.handle().drained())
+            .await
+            .is_err(),
+        "drained() resolved with the end unwritten"
+    );
+    redis.restart();
+    // The next try (at most 5 s away) finds Redis back.
+    timeout(BOUND, layer.handle().drained())
+        .await
+        .expect("drained once Redis is back");
+    let id = timeout(BOUND, async {
+        loop {
+            match send(&mut svc, call(4, "sleep", json!({"ms": 600_000}))).await {
+                Ok(v) => return v["taskId"].as_str().unwrap().to_owned(),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .expect("recovered after the restart");
+    let got = send(&mut svc, task_req(5, "tasks/get", &id, json!({})))
+        .await
+        .unwrap();
+    assert_eq!(got["status"], "working");
 }

@@ -331,61 +331,6 @@ async fn b_owner(redis: &Redis) -> String {
 }
 
 #[tokio::test]
-async fn redis_going_away_fails_calls_cleanly_and_they_recover_after_its_restart() {
-    let Some(mut redis) = Redis::start() else {
-        return;
-    };
-    let layer = replica(store(&redis).await);
-    let mut svc = stack(layer.clone(), sleeper);
-    let (p, dropped) = probe();
-    let id = create(
-        &mut svc,
-        call(1, "sleep", json!({"ms": 300})).with_extension(p),
-    )
-    .await;
-    redis.stop();
-    let err = timeout(
-        BOUND,
-        send(&mut svc, task_req(2, "tasks/get", &id, json!({}))),
-    )
-    .await
-    .expect("no hang")
-    .unwrap_err();
-    assert!(err.to_string().contains("unavailable"), "{err}");
-    let err = timeout(
-        BOUND,
-        send(&mut svc, call(3, "sleep", json!({"ms": 600_000}))),
-    )
-    .await
-    .expect("no hang")
-    .unwrap_err();
-    assert!(err.to_string().contains("unavailable"), "{err}");
-    // The running task ends (its end not recorded), nothing waits forever.
-    timeout(BOUND, dropped)
-        .await
-        .expect("its work ended")
-        .unwrap();
-    timeout(BOUND, layer.handle().drained())
-        .await
-        .expect("drained");
-    redis.restart();
-    let id = timeout(BOUND, async {
-        loop {
-            match send(&mut svc, call(4, "sleep", json!({"ms": 600_000}))).await {
-                Ok(v) => return v["taskId"].as_str().unwrap().to_owned(),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    })
-    .await
-    .expect("recovered after the restart");
-    let got = send(&mut svc, task_req(5, "tasks/get", &id, json!({})))
-        .await
-        .unwrap();
-    assert_eq!(got["status"], "working");
-}
-
-#[tokio::test]
 async fn tasks_update_on_replica_a_answers_the_input_waiting_on_replica_b() {
     let Some(redis) = Redis::start() else { return };
     let a = replica(store(&redis).await);
