@@ -127,8 +127,10 @@ use crate::{McpRequest, ProgressObserver, ProgressTap};
 /// cancel here. Over stdio, `StdioClient` sends `tasks/cancel` when that
 /// late answer comes; over Streamable HTTP the drop closes the response
 /// stream, and the server's [`TasksLayer`](crate::tasks::TasksLayer) drops the
-/// work of a task it has not announced yet — one announced in the very
-/// instant the stream closed runs to its TTL.
+/// work of a task it has not announced yet (also while its record is being
+/// written, with or without the server's grace) — only one whose
+/// `CreateTaskResult` was already on its way in the very instant the
+/// stream closed runs to its TTL.
 ///
 /// # Task notifications
 ///
