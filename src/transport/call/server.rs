@@ -97,16 +97,27 @@ pub(crate) enum Ending {
 /// Builds the request the service sees, with its [`Cancellation`] and a
 /// [`Notifier`] that sends through `scope` into `tx`; `view` is what the
 /// decode read of its params (its tool's name is taken from there).
+///
+/// `shutdown` is the server's shutdown token, if it has one: the tasks the
+/// request creates stop with it (see the `tasks` module).
 pub(crate) fn prepare(
     raw: RawRequest,
     view: &ParamsView<'_>,
     scope: &Scope,
     tx: Option<tokio::sync::mpsc::Sender<Outgoing>>,
+    shutdown: Option<&tokio_util::sync::CancellationToken>,
 ) -> McpRequest {
     let notifier = Notifier::new(tx, raw.progress_token.clone(), scope.clone());
     let mut req = McpRequest::decoded(raw, view);
     req.set_cancellation(scope.cancellation().clone());
     req.extensions_mut().insert(notifier);
+    #[cfg(feature = "tasks")]
+    if let Some(token) = shutdown {
+        req.extensions_mut()
+            .insert(crate::request::TransportShutdown(token.clone()));
+    }
+    #[cfg(not(feature = "tasks"))]
+    let _ = shutdown;
     req
 }
 

@@ -272,15 +272,11 @@ fn start_call<S: McpService>(
         ),
     };
     let (scope, queue) = Scope::with_own_queue(cancellation, config.queue);
-    let mut mcp = call::prepare(raw, view, &scope, None);
+    let mut mcp = call::prepare(raw, view, &scope, None, config.shutdown.as_ref());
     crate::timeout::inherit_budget(&mut mcp, view.budget);
     let mut extensions = parts.extensions;
     extensions.extend(std::mem::take(mcp.extensions_mut()));
     extensions.insert(parts.headers);
-    #[cfg(feature = "tasks")]
-    if let Some(token) = &config.shutdown {
-        extensions.insert(crate::request::TransportShutdown(token.clone()));
-    }
     *mcp.extensions_mut() = extensions;
 
     let cancel_on_disconnect =

@@ -79,7 +79,6 @@ impl StdioServer {
             budget_key: self.budget_key.clone(),
             grace: self.grace.clone(),
             in_grace: InGrace::default(),
-            #[cfg(feature = "tasks")]
             shutdown: self.shutdown.clone(),
         };
         let mut tasks = JoinSet::new();
@@ -199,7 +198,6 @@ struct Connection {
     /// The requests in their grace: they count toward `max_in_flight`.
     in_grace: InGrace,
     /// The server's shutdown token, for the tasks its requests create.
-    #[cfg(feature = "tasks")]
     shutdown: Option<CancellationToken>,
 }
 
@@ -361,12 +359,13 @@ impl Connection {
         };
         let is_listen = raw.method == jsonrpc::SUBSCRIPTIONS_LISTEN;
         let scope = Scope::new(guard.cancellation().clone());
-        let mut req = call::prepare(raw, &view, &scope, Some(self.tx.clone()));
-        #[cfg(feature = "tasks")]
-        if let Some(token) = &self.shutdown {
-            req.extensions_mut()
-                .insert(crate::request::TransportShutdown(token.clone()));
-        }
+        let mut req = call::prepare(
+            raw,
+            &view,
+            &scope,
+            Some(self.tx.clone()),
+            self.shutdown.as_ref(),
+        );
         let grace = call::grace_of(&self.grace, &req);
         crate::timeout::inherit_budget(&mut req, view.budget);
         let call = call::run(
