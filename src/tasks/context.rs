@@ -131,17 +131,15 @@ impl TaskCore {
         state.ttl
     }
 
-    /// Marks the record written; returns the status message given
-    /// meanwhile, and the TTL when the handler changed it meanwhile from
-    /// `written`.
-    pub(crate) fn created(
-        &self,
-        written: Option<Duration>,
-    ) -> (Option<String>, Option<Option<Duration>>) {
+    /// Marks the record written with `written` as its `ttlMs`; returns the
+    /// status message given meanwhile, and the TTL in milliseconds when it
+    /// changed meanwhile (a handler's spawned work may extend it while the
+    /// record is written).
+    pub(crate) fn created(&self, written: Option<u64>) -> (Option<String>, Option<Option<u64>>) {
         let out = {
             let mut state = self.lock();
-            let ttl = (state.ttl != written).then_some(state.ttl);
-            (state.message.take(), ttl)
+            let now = state.ttl.map(super::record::millis);
+            (state.message.take(), (now != written).then_some(now))
         };
         self.set_phase(Phase::Created);
         out
@@ -323,7 +321,7 @@ impl TaskContext {
         if self.core.phase() != Phase::Created {
             return self.core.phase() != Phase::Gone;
         }
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let ms = super::record::millis(ttl);
         match self
             .core
             .store

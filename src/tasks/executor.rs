@@ -134,19 +134,17 @@ impl Executor {
         settings: &RunSettings,
     ) -> Result<oneshot::Receiver<Result<TaskRecord, StoreError>>, ErrorObject> {
         if !self.inner.slots.take(&core, settings.max_tasks) {
-            {
-                core.cancellation.cancel(CancelReason::Other(
-                    "the server runs its maximum of tasks".into(),
-                ));
-                core.set_phase(Phase::Gone);
-                return Err(ErrorObject::new(
-                    ErrorObject::INTERNAL_ERROR,
-                    format!(
-                        "the server runs its maximum of {} tasks; try again later",
-                        settings.max_tasks
-                    ),
-                ));
-            }
+            core.cancellation.cancel(CancelReason::Other(
+                "the server runs its maximum of tasks".into(),
+            ));
+            core.set_phase(Phase::Gone);
+            return Err(ErrorObject::new(
+                ErrorObject::INTERNAL_ERROR,
+                format!(
+                    "the server runs its maximum of {} tasks; try again later",
+                    settings.max_tasks
+                ),
+            ));
         }
         let ttl = core.promoted(Instant::now());
         let mut record =

@@ -252,7 +252,7 @@ pub(crate) fn mint_id() -> Result<String, getrandom::Error> {
     crate::random::hex_id::<16>()
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -129,9 +129,7 @@ impl Stop {
                         ErrorObject::INTERNAL_ERROR,
                         format!("task TTL elapsed: it ran for its maximum of {ttl:?}"),
                     )
-                    .with_data(serde_json::json!({
-                        "ttlMs": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
-                    })),
+                    .with_data(serde_json::json!({"ttlMs": super::record::millis(*ttl)})),
                 ),
                 "expired",
             ),
@@ -202,7 +200,7 @@ impl Runner {
             core: core.clone(),
             held: true,
         };
-        let written_ttl = core.ttl();
+        let written_ttl = record.ttl_ms;
         if let Err(e) = core.store.create(record.clone()).await {
             tracing::warn!(target: "tower_mcp_cancel::task", error = %e, "task not created; its work is dropped");
             core.cancellation
@@ -227,8 +225,7 @@ impl Runner {
                 .await;
         }
         if let Some(ttl) = ttl {
-            let ms = ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
-            let _ = core.store.update(&core.id, TaskChange::Ttl(ms)).await;
+            let _ = core.store.update(&core.id, TaskChange::Ttl(ttl)).await;
         }
         tracing::info!(target: "tower_mcp_cancel::task", "task created");
         count("created");
