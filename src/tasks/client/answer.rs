@@ -210,28 +210,32 @@ fn status_of(s: &str) -> Option<TaskStatus> {
     })
 }
 
-/// A non-negative integer, as the schema's `@format int` milliseconds: an
-/// integral float (`500.0`) is one; one past `u64::MAX` is `u64::MAX`.
-fn integer(v: &Value) -> Option<u64> {
-    if let Some(n) = v.as_u64() {
-        return Some(n);
+/// `v` as an integer, as the schema types one: any JSON number whose value
+/// is integral (`500`, `500.0`, `5e2`); one past `i128`'s range saturates.
+fn integral(v: &Value) -> Option<i128> {
+    if let Some(n) = v.as_i64() {
+        return Some(n.into());
     }
-    let f = v
-        .as_f64()
-        .filter(|f| v.is_f64() && f.fract() == 0.0 && *f >= 0.0)?;
-    // `as` saturates: 1e300 is u64::MAX.
-    Some(f as u64)
+    if let Some(n) = v.as_u64() {
+        return Some(n.into());
+    }
+    let f = v.as_f64().filter(|f| f.fract() == 0.0)?;
+    // `as` saturates: 1e300 is i128::MAX.
+    Some(f as i128)
+}
+
+/// A non-negative integer, as the schema's `@format int` milliseconds:
+/// one past `u64::MAX` is `u64::MAX`.
+fn integer(v: &Value) -> Option<u64> {
+    let n = integral(v)?;
+    (n >= 0).then(|| u64::try_from(n).unwrap_or(u64::MAX))
 }
 
 /// A JSON-RPC error object: an integer `code` (an integral float is one),
 /// a string `message`, any `data`.
 fn error_object(v: &Value) -> Option<ErrorObject> {
     let obj = v.as_object()?;
-    let code = obj.get("code")?;
-    let code = code.as_i64().or_else(|| {
-        let f = code.as_f64().filter(|f| f.fract() == 0.0)?;
-        (f >= i64::MIN as f64 && f <= i64::MAX as f64).then_some(f as i64)
-    })?;
+    let code = i64::try_from(integral(obj.get("code")?)?).ok()?;
     let message = obj.get("message")?.as_str()?;
     let mut error = ErrorObject::new(code, message);
     error.data = obj.get("data").cloned();
