@@ -257,3 +257,14 @@ impl Writer {
         }
     }
 }
+
+/// `n` lines of [`spelled`], the same ones every run: for a test that the
+/// generator reaches what it must.
+pub(crate) fn samples(n: usize) -> Vec<Vec<u8>> {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    (0..n)
+        .map(|_| spelled().new_tree(&mut runner).unwrap().current().line)
+        .collect()
+}
