@@ -181,9 +181,21 @@ fn on_go() -> (
     (go_tx, handler)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_end_written_while_redis_is_paused_lands_once_it_is_back() {
-    let Some(redis) = Redis::start() else { return };
+/// A task running on a replica over Redis (its store watched, its
+/// handler waiting for `go`), and another store to read it through.
+struct TaskToEnd {
+    redis: Redis,
+    store: Watched,
+    other: RedisStore,
+    handle: tower_mcp_cancel::tasks::TasksHandle,
+    go: oneshot::Sender<()>,
+    svc: Svc,
+    id: String,
+}
+
+/// [`TaskToEnd`], or `None` without a `redis-server`.
+async fn task_to_end() -> Option<TaskToEnd> {
+    let redis = Redis::start()?;
     let store = Watched::new(connect(&redis, STORE_TIMEOUT).await);
     let other = connect(&redis, Duration::from_secs(2)).await;
     let layer = TasksLayer::with_store(store.clone()).tool("slow", TaskPolicy::optional());
@@ -191,6 +203,31 @@ async fn an_end_written_while_redis_is_paused_lands_once_it_is_back() {
     let (go, handler) = on_go();
     let mut svc = stack(layer, handler);
     let id = create(&mut svc, call(1, "slow", json!({}))).await;
+    Some(TaskToEnd {
+        redis,
+        store,
+        other,
+        handle,
+        go,
+        svc,
+        id,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_written_while_redis_is_paused_lands_once_it_is_back() {
+    let Some(TaskToEnd {
+        redis,
+        store,
+        other,
+        handle,
+        go,
+        mut svc,
+        id,
+    }) = task_to_end().await
+    else {
+        return;
+    };
     // The work ends while Redis answers nothing.
     redis.pause();
     go.send(()).unwrap();
@@ -238,14 +275,18 @@ async fn an_end_written_while_redis_is_paused_lands_once_it_is_back() {
 /// connection — about half the runs here, "broken pipe").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_written_as_redis_drops_the_connection_lands_on_the_next() {
-    let Some(redis) = Redis::start() else { return };
-    let store = Watched::new(connect(&redis, STORE_TIMEOUT).await);
-    let other = connect(&redis, Duration::from_secs(2)).await;
-    let layer = TasksLayer::with_store(store.clone()).tool("slow", TaskPolicy::optional());
-    let handle = layer.handle();
-    let (go, handler) = on_go();
-    let mut svc = stack(layer, handler);
-    let id = create(&mut svc, call(1, "slow", json!({}))).await;
+    let Some(TaskToEnd {
+        redis,
+        store,
+        other,
+        handle,
+        go,
+        svc: _svc,
+        id,
+    }) = task_to_end().await
+    else {
+        return;
+    };
     let (arrived_tx, arrived) = oneshot::channel();
     let (through, through_rx) = oneshot::channel();
     *store.hold_finish.lock().unwrap() = Some((arrived_tx, through_rx));
