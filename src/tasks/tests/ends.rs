@@ -3,19 +3,72 @@
 //! inside the layer, settings at their extremes, anonymous callers.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Context;
 
+use futures_util::future::BoxFuture;
+use tokio::sync::Notify;
+
 use super::*;
 use crate::tasks::runner::END_RETRY_MAX;
-use crate::test_util::{Fault, FaultyStore, Gate, Op};
 use crate::{CancelReason, Cancellation, TimeoutLayer};
 
-/// The store of these tests: a memory store under the fault injector.
-type Faults = FaultyStore<MemoryStore>;
+/// A memory store that fails the next `n` calls of an operation, and whose
+/// creations may wait for a permit.
+#[derive(Clone, Default)]
+struct Faults {
+    inner: MemoryStore,
+    fail_finish: Arc<AtomicUsize>,
+    fail_update: Arc<AtomicUsize>,
+    gate_create: Arc<AtomicBool>,
+    create_arrived: Arc<Notify>,
+    create_permit: Arc<Notify>,
+}
 
-fn faults() -> Faults {
-    FaultyStore::new(MemoryStore::new())
+fn injected(n: &AtomicUsize) -> Result<(), StoreError> {
+    let left = n.load(Ordering::SeqCst);
+    if left == 0 {
+        return Ok(());
+    }
+    n.store(left - 1, Ordering::SeqCst);
+    Err(StoreError::Unavailable("injected".into()))
+}
+
+impl TaskStore for Faults {
+    fn create(&self, record: TaskRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if self.gate_create.load(Ordering::SeqCst) {
+                self.create_arrived.notify_one();
+                self.create_permit.notified().await;
+            }
+            self.inner.create(record).await
+        })
+    }
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        self.inner.get(id)
+    }
+    fn update<'a>(
+        &'a self,
+        id: &'a str,
+        change: TaskChange,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            injected(&self.fail_update)?;
+            self.inner.update(id, change).await
+        })
+    }
+    fn finish<'a>(
+        &'a self,
+        id: &'a str,
+        end: TaskEnd,
+        retain: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            injected(&self.fail_finish)?;
+            self.inner.finish(id, end, retain).await
+        })
+    }
 }
 
 async fn status(svc: &mut Svc, id: &str) -> Value {
@@ -56,8 +109,8 @@ async fn a_panicking_handler_ends_its_task_failed_and_frees_its_slot() {
 
 #[tokio::test(start_paused = true)]
 async fn an_end_the_store_failed_is_written_again_and_answered_meanwhile() {
-    let store = faults();
-    store.times(Op::Finish, 6, Fault::Fail);
+    let store = Faults::default();
+    store.fail_finish.store(6, Ordering::SeqCst);
     let layer = TasksLayer::with_store(store.clone()).tool("sleep", TaskPolicy::optional());
     let handle = layer.handle();
     let mut svc = stack(layer, sleeper);
@@ -67,7 +120,7 @@ async fn an_end_the_store_failed_is_written_again_and_answered_meanwhile() {
     // The work is over: its slot is free while its end waits for the store.
     assert_eq!(handle.running(), 0);
     assert_eq!(
-        store.inner().get(&id).await.unwrap().unwrap().status,
+        store.inner.get(&id).await.unwrap().unwrap().status,
         TaskStatus::Working,
         "the store has not taken the end yet"
     );
@@ -85,14 +138,14 @@ async fn an_end_the_store_failed_is_written_again_and_answered_meanwhile() {
         "{:?}",
         start.elapsed()
     );
-    let stored = store.inner().get(&id).await.unwrap().unwrap();
+    let stored = store.inner.get(&id).await.unwrap().unwrap();
     assert_eq!(stored.status, TaskStatus::Completed);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_store_that_stays_down_is_caught_up_once_it_is_back() {
-    let store = faults();
-    store.always(Op::Finish, Fault::Fail);
+    let store = Faults::default();
+    store.fail_finish.store(usize::MAX, Ordering::SeqCst);
     let layer = TasksLayer::with_store(store.clone()).tool("sleep", TaskPolicy::optional());
     let handle = layer.handle();
     let mut svc = stack(layer, sleeper);
@@ -100,16 +153,16 @@ async fn a_store_that_stays_down_is_caught_up_once_it_is_back() {
     tokio::time::sleep(Duration::from_secs(600)).await;
     assert_eq!(handle.running(), 0);
     assert_eq!(
-        store.inner().get(&id).await.unwrap().unwrap().status,
+        store.inner.get(&id).await.unwrap().unwrap().status,
         TaskStatus::Working
     );
     // Back: terminal within the longest wait between tries.
-    store.heal(Op::Finish);
+    store.fail_finish.store(0, Ordering::SeqCst);
     let back = tokio::time::Instant::now();
     handle.drained().await;
     assert!(back.elapsed() <= END_RETRY_MAX, "{:?}", back.elapsed());
     assert_eq!(
-        store.inner().get(&id).await.unwrap().unwrap().status,
+        store.inner.get(&id).await.unwrap().unwrap().status,
         TaskStatus::Completed
     );
 }
@@ -117,9 +170,8 @@ async fn a_store_that_stays_down_is_caught_up_once_it_is_back() {
 #[tokio::test(start_paused = true)]
 async fn a_cancel_while_the_record_is_written_cancels_the_unannounced_task() {
     for grace in [Duration::ZERO, Duration::from_secs(2)] {
-        let store = faults();
-        let gate = Gate::new();
-        store.once(Op::Create, Fault::Gate(gate.clone()));
+        let store = Faults::default();
+        store.gate_create.store(true, Ordering::SeqCst);
         let layer = TasksLayer::with_store(store.clone()).tool("sleep", TaskPolicy::optional());
         let handle = layer.handle();
         let mut svc = stack(layer, sleeper);
@@ -131,9 +183,9 @@ async fn a_cancel_while_the_record_is_written_cancels_the_unannounced_task() {
         let mut creator = svc.clone();
         let mut answer = Box::pin(async move { send(&mut creator, req).await });
         assert!(answer.as_mut().poll(&mut noop_cx()).is_pending());
-        gate.arrived(1).await;
+        store.create_arrived.notified().await;
         outer.cancel(CancelReason::peer(Some("changed my mind")));
-        gate.open();
+        store.create_permit.notify_one();
         // A transport with a grace polls the call on; the answer goes nowhere.
         let out = tokio::time::timeout(grace.max(Duration::from_millis(1)), answer).await;
         assert!(
@@ -142,7 +194,7 @@ async fn a_cancel_while_the_record_is_written_cancels_the_unannounced_task() {
         );
         dropped.await.unwrap();
         handle.drained().await;
-        let ids = store.inner().ids();
+        let ids = store.inner.ids();
         assert_eq!(ids.len(), 1, "the record was written");
         let got = status(&mut svc, &ids[0]).await;
         assert_eq!(got["status"], "cancelled", "grace {grace:?}: {got}");
@@ -213,7 +265,7 @@ async fn a_handler_waiting_for_input_hears_the_end_before_its_grace() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_update_write_answers_the_request_and_leaves_the_input_waiting() {
-    let store = faults();
+    let store = Faults::default();
     let layer = TasksLayer::with_store(store.clone()).tool("sleep", TaskPolicy::optional());
     let mut svc = stack(layer, |req: McpRequest| async move {
         let task = TaskContext::of(&req).unwrap();
@@ -224,7 +276,7 @@ async fn a_failed_update_write_answers_the_request_and_leaves_the_input_waiting(
     });
     let id = create(&mut svc, call(1, "sleep", json!({}), true)).await;
     tokio::task::yield_now().await;
-    store.once(Op::Update, Fault::Fail);
+    store.fail_update.store(1, Ordering::SeqCst);
     let answer = json!({"inputResponses": {"q": {"v": "yes"}}});
     let err = send(&mut svc, task_req(2, "tasks/update", &id, answer.clone()))
         .await
@@ -299,7 +351,7 @@ async fn every_duration_setting_at_its_maximum_never_panics_and_tasks_still_end(
 
 #[tokio::test(start_paused = true)]
 async fn a_ttl_extension_the_store_did_not_record_is_not_enforced_either() {
-    let store = faults();
+    let store = Faults::default();
     let layer = TasksLayer::with_store(store.clone())
         .tool("sleep", TaskPolicy::optional())
         .ttl(Some(Duration::from_secs(10)));
@@ -311,7 +363,7 @@ async fn a_ttl_extension_the_store_did_not_record_is_not_enforced_either() {
         async move {
             let task = TaskContext::of(&req).unwrap();
             tokio::time::sleep(Duration::from_secs(1)).await;
-            faults.once(Op::Update, Fault::Fail);
+            faults.fail_update.store(1, Ordering::SeqCst);
             *seen.lock().unwrap() = Some(task.extend_ttl(Duration::from_secs(60)).await);
             std::future::pending::<()>().await;
             Ok(json!({}))

@@ -449,7 +449,5 @@ fn the_security_table_states_the_tasks_defaults() {
     );
 }
 
-// Over `test_util::FaultyStore`.
-#[cfg(feature = "test-util")]
 mod ends;
 mod replicas;
