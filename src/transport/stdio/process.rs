@@ -167,18 +167,24 @@ mod tests {
     use super::*;
     use crate::transport::stdio::std_io::non_blocking;
 
-    /// Writes a byte to `fd` unless disarmed within five seconds: it ends a
-    /// read that blocked the runtime's only thread (the failure this
-    /// guards against), so that the test fails rather than hangs.
+    /// Writes a byte to `fd` unless disarmed (dropped) within five seconds:
+    /// it ends a read that blocked the runtime's only thread (the failure
+    /// this guards against), so that the test fails rather than hangs.
+    /// Disarmed, it writes nothing; it closes its own copy of `fd` only.
     struct Watchdog {
         _disarm: std::sync::mpsc::Sender<()>,
     }
 
     impl Watchdog {
-        fn arm(fd: OwnedFd) -> Watchdog {
+        fn arm(fd: &OwnedFd) -> Watchdog {
+            let fd = fd.try_clone().unwrap();
             let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
             std::thread::spawn(move || {
-                if disarmed.recv_timeout(Duration::from_secs(5)).is_err() {
+                // Dropping the sender disconnects: only the time running out
+                // is the failure.
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    disarmed.recv_timeout(Duration::from_secs(5))
+                {
                     let _ = std::fs::File::from(fd).write_all(b"!");
                 }
             });
@@ -223,7 +229,7 @@ mod tests {
             let mut four = [0u8; 4];
             stdin.read_exact(&mut four).await.unwrap();
             assert_eq!(&four, b"four");
-            let watchdog = Watchdog::arm(peer);
+            let watchdog = Watchdog::arm(&peer);
             let started = Instant::now();
             let mut one = [0u8; 1];
             let read = tokio::time::timeout(Duration::from_millis(200), stdin.read(&mut one)).await;
