@@ -13,8 +13,10 @@ cd "$HERE"
 
 sum() { sha256sum "$1" | cut -d' ' -f1; }
 
-# --- npm: @modelcontextprotocol/client@2.4.0, server@2.4.0, node@2.1.2, zod, and for the 2025-era cells
-# @modelcontextprotocol/sdk@1.32.2 (the TS SDK v1 client) and server-everything@2026.8.31 (lockfile-exact) ---
+# --- npm: @modelcontextprotocol/client@2.4.0, server@2.4.0, node@2.1.2, zod, for the 2025-era cells
+# @modelcontextprotocol/sdk@1.32.2 (the TS SDK v1 client) and server-everything@2026.8.31, and the
+# official conformance suite @modelcontextprotocol/conformance@0.2.0-alpha.11 (conformance_tasks.sh)
+# (lockfile-exact) ---
 npm_stamp="node_modules/.interop-lock-sha256"
 if [ "${FORCE:-0}" != 1 ] && [ -f "$npm_stamp" ] && [ "$(cat "$npm_stamp")" = "$(sum package-lock.json)" ]; then
   echo "interop: node_modules up to date"
@@ -43,5 +45,6 @@ node -e "const v=require('./node_modules/@modelcontextprotocol/client/package.js
 node -e "const v=require('./node_modules/@modelcontextprotocol/server/package.json').version; if(v!=='2.4.0'){console.error('server '+v);process.exit(1)}"
 node -e "const v=require('./node_modules/@modelcontextprotocol/sdk/package.json').version; if(v!=='1.32.2'){console.error('sdk '+v);process.exit(1)}"
 node -e "const v=require('./node_modules/@modelcontextprotocol/server-everything/package.json').version; if(v!=='2026.8.31'){console.error('server-everything '+v);process.exit(1)}"
+node -e "const v=require('./node_modules/@modelcontextprotocol/conformance/package.json').version; if(v!=='0.2.0-alpha.11'){console.error('conformance '+v);process.exit(1)}"
 .venv/bin/python -c "import importlib.metadata as m, sys; v=m.version('mcp'); sys.exit(0 if v=='2.3.0' else 'mcp '+v)"
-echo "interop: ok (npm @modelcontextprotocol/client@2.4.0 server@2.4.0 node@2.1.2 sdk@1.32.2 server-everything@2026.8.31; PyPI mcp==2.3.0)"
+echo "interop: ok (npm @modelcontextprotocol/client@2.4.0 server@2.4.0 node@2.1.2 sdk@1.32.2 server-everything@2026.8.31 conformance@0.2.0-alpha.11; PyPI mcp==2.3.0)"
