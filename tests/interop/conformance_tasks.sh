@@ -3,20 +3,22 @@
 # extension) against a server over Streamable HTTP: a URL, or a command this script starts.
 #
 #   bash tests/interop/conformance_tasks.sh URL
-#   bash tests/interop/conformance_tasks.sh -- COMMAND [ARGS...]   # PORT in ARGS: a free port
+#   bash tests/interop/conformance_tasks.sh -- COMMAND [ARGS...]   # prints "listening on URL"
 #
 #   bash tests/interop/install.sh   # first: installs the suite (pinned in package.json)
-#   bash tests/interop/conformance_tasks.sh -- target/debug/examples/http_server --listen 127.0.0.1:PORT --tasks
+#   bash tests/interop/conformance_tasks.sh -- target/debug/examples/http_server --listen 127.0.0.1:0 --tasks
 #
 # The suite is npm's @modelcontextprotocol/conformance@0.2.0-alpha.11 (the release of upstream
 # commit c321dd3), installed with the other interop peers by tests/interop/install.sh, exact in
 # package.json and package-lock.json. Nothing outside this repository is named: the CLI is
 # tests/interop/node_modules/@modelcontextprotocol/conformance/dist/index.js, run by node.
 #
-# With a COMMAND, every word PORT in its arguments becomes a free loopback port (PORT is also in
-# its environment); the script waits until the port accepts (at most 60 s; it stops early if the
-# command exits), runs the scenarios against http://127.0.0.1:PORT/mcp, then stops the command.
-# Its output goes to server.log in the results directory (shown after a failure).
+# With a COMMAND, the script starts it and reads its stdout until a line `listening on URL` (what
+# this project's example servers print, with the port bound: `--listen 127.0.0.1:0` takes a free
+# port from the OS, so no other server started meanwhile can take it first); at most 60 s, and
+# not past the command's exit. It runs the scenarios against that URL, then stops the command
+# (SIGTERM). The command's output goes to server.log in the results directory (its end is shown
+# after a failure).
 #
 # What it runs: each server scenario whose name starts with `tasks-` (the suite's `list --server`;
 # ten in alpha.11), one `server --url URL --scenario NAME -o DIR` each, with the suite's own output
@@ -89,25 +91,29 @@ cleanup() {
 trap cleanup EXIT
 
 if [ ${#SERVER[@]} -gt 0 ]; then
-    # A free loopback port, from the OS (node: already needed for the suite).
-    port="$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")"
-    cmd=("${SERVER[@]//PORT/$port}")
-    URL="http://127.0.0.1:$port/mcp"
-    echo "conformance_tasks: starting PORT=$port ${cmd[*]}"
-    PORT="$port" "${cmd[@]}" >"$RESULTS/server.log" 2>&1 &
+    echo "conformance_tasks: starting ${SERVER[*]}"
+    log="$RESULTS/server.log"
+    : >"$log"
+    # Its stdout comes through a pipe read here; its stderr goes to the log. $! is the command
+    # itself (exec), stopped by cleanup.
+    exec {server_out}< <(exec "${SERVER[@]}" 2>>"$log")
     server_pid=$!
-    # Until the port accepts or the server exits; bounded at 60 s (600 tries, 0.1 s apart).
-    up=0
-    for _ in $(seq 600); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then up=1; break; fi
-        kill -0 "$server_pid" 2>/dev/null || break
-        sleep 0.1
+    URL=
+    deadline=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$deadline" ] && IFS= read -r -t "$((deadline - SECONDS))" -u "$server_out" line; do
+        printf '%s\n' "$line" >>"$log"
+        if [[ $line =~ ^listening\ on\ (http://[^[:space:]]+) ]]; then
+            URL="${BASH_REMATCH[1]}"
+            break
+        fi
     done
-    if [ "$up" != 1 ]; then
-        echo "conformance_tasks: the server does not listen on port $port; its output:" >&2
-        tail -n 40 "$RESULTS/server.log" >&2
+    if [ -z "$URL" ]; then
+        echo "conformance_tasks: the server printed no 'listening on URL' line (within 60 s, before it exited); its output:" >&2
+        tail -n 40 "$log" >&2
         exit 2
     fi
+    # The rest of its stdout, to the log (a full pipe would block the server).
+    cat <&"$server_out" >>"$log" &
 fi
 
 if [ -n "${CONFORMANCE_SCENARIOS:-}" ]; then
