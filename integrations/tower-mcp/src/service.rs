@@ -246,8 +246,27 @@ fn to_jsonrpc(req: &McpRequest) -> Result<JsonRpcRequest, ErrorObject> {
         None => None,
     };
     let mut jreq = JsonRpcRequest::new(id, req.method());
-    jreq.params = params;
+    jreq.params = params.map(|p| without_legacy_task(req.method(), p));
     Ok(jreq)
+}
+
+/// A 2026-07-28 `tools/call`'s params without a `task` member: the tasks
+/// extension removed that 2025-11-25 parameter and has servers ignore it
+/// (sep-2663, Backwards Compatibility), where tower-mcp refuses the call
+/// with `-32602`. A 2025 request keeps it (tower-mcp's own tasks).
+fn without_legacy_task(method: &str, mut params: Value) -> Value {
+    if method == "tools/call" {
+        if let Some(p) = params.as_object_mut() {
+            let modern = p
+                .get("_meta")
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.contains_key("io.modelcontextprotocol/protocolVersion"));
+            if modern && p.remove("task").is_some() {
+                tracing::debug!("the removed `task` parameter of a tools/call ignored");
+            }
+        }
+    }
+    params
 }
 
 /// This crate's id as tower-mcp's (the same JSON).

@@ -430,3 +430,17 @@ async fn a_task_tool_that_never_looks_at_its_token_stops_at_its_ttl() {
     );
     assert_eq!(status(&mut peer, &task).await, "failed");
 }
+
+// The tasks extension removed the 2025-11-25 `task` parameter and has a
+// server ignore it; tower-mcp refuses such a 2026-07-28 call (-32602).
+#[tokio::test]
+async fn a_2026_call_with_the_removed_task_parameter_is_served_as_a_plain_call() {
+    let mut peer = Peer::serve(Server::Ours, None);
+    let mut req = call("call", "initialized", tasks_meta());
+    req["params"]["task"] = json!({"ttl": 60_000});
+    peer.send(&[req]).await;
+    let lines = peer.until_response("call").await;
+    let answer = lines.last().unwrap();
+    assert!(answer.get("error").is_none(), "{answer}");
+    assert!(answer["result"]["content"].is_array(), "{answer}");
+}

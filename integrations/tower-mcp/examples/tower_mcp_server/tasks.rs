@@ -143,11 +143,13 @@ pub(crate) fn tools(router: McpRouter) -> McpRouter {
             ))
         })
         .build();
+    // tower-mcp makes an ordinary handler's error a tool error
+    // (`isError: true`); an MRTR handler's error stays a JSON-RPC error.
     let protocol_error_job = ToolBuilder::new("protocol_error_job")
         .description("A task that fails with a JSON-RPC error.")
-        .extractor_handler((), |Json(_): Json<NoArgs>| async move {
+        .mrtr_handler(|_: tower_mcp::RequestContext, _: NoArgs| async move {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            Err::<CallToolResult, _>(tower_mcp::Error::JsonRpc(
+            Err::<RequestOutcome<CallToolResult>, _>(tower_mcp::Error::JsonRpc(
                 tower_mcp::JsonRpcError::internal_error("the job hit a protocol error"),
             ))
         })
