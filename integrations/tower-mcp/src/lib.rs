@@ -355,6 +355,17 @@ impl Service<RouterRequest> for RouterService {
 
     fn call(&mut self, mut req: RouterRequest) -> Self::Future {
         let id = req.id.clone();
+        // sep-2663 removed tools/call's `task` parameter and has servers
+        // ignore it; tower-mcp refuses a 2026-07-28 call that carries it.
+        if let tower_mcp::protocol::McpRequest::CallTool(p) = &mut req.inner {
+            let modern = p
+                .meta
+                .as_ref()
+                .is_some_and(|m| m.protocol_version.is_some());
+            if modern && p.task.take().is_some() {
+                tracing::debug!("the removed `task` parameter of a tools/call ignored");
+            }
+        }
         let cancellation = Cancellation::new();
         // tower-mcp adopts a token of its own type found in the extensions
         // as the handler's (`ctx.cancellation_token()`) and the one its
