@@ -326,6 +326,8 @@ async fn tower_mcp_server_command_line() {
         "--idle-ms",
         "--plain",
         "--listen",
+        "--tasks",
+        "--task-ttl",
     ];
     let malformed: &[&[&str]] = &[
         &["--timeout-ms", "2s"],
@@ -333,15 +335,18 @@ async fn tower_mcp_server_command_line() {
         &["--plai"],
         &["--events", "extra"],
         &["--listen", "nonsense"],
+        &["--tasks", "--task-ttl", "2 weeks"],
+        // A TTL without the tasks it would bound.
+        &["--task-ttl", "2s"],
     ];
     cli::assert_cli(&example::example("tower_mcp_server"), &flags, malformed).await;
 }
 
-/// Over tower-mcp's Streamable HTTP (`--listen`): a `slow` call whose
-/// client goes away (the call dropped, its stream closed) drops the
-/// handler, under the layer and on tower-mcp alone (its stateless
-/// transport runs a request inside its HTTP exchange, which hyper drops on
-/// a disconnect).
+/// Over Streamable HTTP (`--listen`: this crate's transport, or
+/// tower-mcp's with `--plain`): a `slow` call whose client goes away (the
+/// call dropped, its stream closed) drops the handler, through
+/// McpRouterService and on tower-mcp alone (its stateless transport runs a
+/// request inside its HTTP exchange, which hyper drops on a disconnect).
 #[tokio::test]
 async fn over_http_a_closed_stream_drops_the_handler() {
     use tower::ServiceExt as _;
