@@ -256,16 +256,18 @@ async fn serve_stack<S: McpService + Sync>(
 async fn main() {
     let cli = cli::parse::<Cli>();
     sdk_server::init_tracing();
-    let mut router = router(Events(cli.flags.events));
+    let router = router(Events(cli.flags.events));
     #[cfg(not(feature = "tasks"))]
     if cli.tasks {
         eprintln!("--tasks: this binary was built without the `tasks` feature (--features tasks)");
         std::process::exit(2);
     }
     #[cfg(feature = "tasks")]
-    if cli.tasks {
-        router = tasks::tools(router);
-    }
+    let router = if cli.tasks {
+        tasks::tools(router)
+    } else {
+        router
+    };
     let result = if cli.flags.plain {
         serve_plain(router, cli.flags.listen).await
     } else {
