@@ -41,9 +41,10 @@ const REQUEST_NOTIFICATIONS: usize = 64;
 /// before it returned goes out before its answer, and nothing after it (a
 /// task the handler spawned with a clone of its context sends into a
 /// closed channel). The request's [`Cancellation`](tower_mcp_cancel::Cancellation)
-/// fires the handler's `ctx.cancellation_token()`; dropping the call (the
-/// transport's cancel, a layer's limit, `tasks/cancel`, a task's TTL) fires
-/// it too, before the handler's future is dropped.
+/// fires the handler's `ctx.cancellation_token()` (at once, so a grace
+/// the transport gives it is the handler's), and dropping the call (the
+/// transport's cancel, a layer's limit, `tasks/cancel`, a task's TTL)
+/// fires it too: work the handler spawned stops with the call.
 ///
 /// The handler finds, with `ctx.extension::<T>()`, this crate's
 /// [`RequestContext`] (its deadline, its cancellation) and, with this
@@ -197,7 +198,7 @@ impl Service<McpRequest> for McpRouterService {
         Box::pin(async move {
             let call = jsonrpc.call_single(jreq);
             tokio::pin!(call);
-            // Declared after the call: dropped, and so fired, before it.
+            // Fires the token if the call is dropped before its end.
             let mut fire = FireOnDrop(Some(token.clone()));
             let cancelled = ctx.token();
             let mut fired = false;
