@@ -1,43 +1,57 @@
 //! The example tools written with tower-mcp (`ToolBuilder` tools on an
-//! `McpRouter`, as tower-mcp's docs show them), served by tower-mcp's own
-//! `StdioTransport` with `.layer(RouterLayer::new()…)` so that a cancel
-//! drops the handler's future, its input read through `CheckedInput`
-//! (`tower_mcp_cancel_tower_mcp::stdio()`) so that a malformed
-//! notification is ignored, not answered: `echo {text}`, `slow {seconds =
-//! 10, interval_ms = 100}` (never checks its token; reports progress each step
-//! when asked), `spawned {seconds, interval_ms}` (works in a spawned task
-//! that stops on its token).
+//! `McpRouter`, as tower-mcp's docs show them), served by this crate's
+//! stdio server through `McpRouterService` (a cancel drops the handler's
+//! future, even right behind its request; no progress after the answer),
+//! under `TimeoutLayer` (and `ProgressResetLayer` with `--idle-ms`):
+//! `echo {text}`, `slow {seconds = 10, interval_ms = 100}` (never checks
+//! its token; reports progress each step when asked), `spawned {seconds,
+//! interval_ms}` (works in a spawned task that stops on its token).
 //!
 //! ```sh
-//! cargo run -p tower-mcp-cancel-tower-mcp --example tower_mcp_server -- --events
-//! cargo run -p tower-mcp-cancel-tower-mcp --example tower_mcp_server -- --listen 127.0.0.1:8080 --events
+//! cargo run -p tower-mcp-cancel-tower-mcp --features tasks --example tower_mcp_server -- --events
+//! cargo run -p tower-mcp-cancel-tower-mcp --features tasks --example tower_mcp_server -- --listen 127.0.0.1:8080 --tasks
 //! ```
 //!
-//! Stdio by default; `--listen ADDR` serves tower-mcp's own Streamable HTTP
-//! transport at `/mcp` instead, stateless (`HttpTransport::stateless`, its
-//! configuration for 2026-07-28 servers without sessions), the layer given
-//! to it the same way.
+//! Stdio by default; `--listen ADDR` serves the same stack with this
+//! crate's Streamable HTTP transport at `/mcp` instead (stateless
+//! 2026-07-28; `Mcp-Name` checked).
+//!
+//! `--tasks` adds the conformance suite's task fixture tools under this
+//! crate's `TasksLayer` (the `io.modelcontextprotocol/tasks` extension),
+//! as the root package's `http_server --tasks` does (see
+//! `tower_mcp_server/tasks.rs`); `--task-ttl DURATION` sets a task's time
+//! to live (default 1 h).
 //!
 //! Flags: `--events` prints `STARTED <id> <ns>`, `DROPPED`, `DONE` and
 //! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
 //! the `tools/call` deadline (default 600 s, 60 s for other methods);
 //! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
-//! `--plain` serves the router with tower-mcp alone (its own `run()`,
-//! without `CheckedInput`), for contrast; `--help` lists them, and an
-//! unknown flag or a malformed value is refused with a usage line and exit
-//! status 2.
+//! `--plain` serves the router with tower-mcp alone (its own
+//! `StdioTransport::run()`, or its stateless `HttpTransport` with
+//! `--listen`), for contrast — with `--tasks` the fixture tools are then
+//! plain tools; `--help` lists them, and an unknown flag or a malformed
+//! value is refused with a usage line and exit status 2.
 
 use std::time::Duration;
 
+use tower::ServiceBuilder;
 use tower_mcp::extract::{Context, Json, State};
 use tower_mcp::schemars::JsonSchema;
 use tower_mcp::{CallToolResult, HttpTransport, McpRouter, StdioTransport, ToolBuilder};
-use tower_mcp_cancel_tower_mcp::RouterLayer;
+use tower_mcp_cancel::tasks::TasksLayer;
+use tower_mcp_cancel::transport::http::{OriginPolicy, StreamableHttpService};
+use tower_mcp_cancel::transport::stdio::{process_streams, StdioServer};
+use tower_mcp_cancel::transport::McpService;
+use tower_mcp_cancel::CancelOnDisconnectLayer;
+use tower_mcp_cancel_tower_mcp::McpRouterService;
 
 #[path = "../../../examples/common/cli.rs"]
 mod cli;
 #[path = "../../../examples/common/sdk_server.rs"]
 mod sdk_server;
+#[cfg(feature = "tasks")]
+#[path = "tower_mcp_server/tasks.rs"]
+mod tasks;
 
 use sdk_server::{Events, Probe};
 
@@ -147,31 +161,95 @@ fn router(events: Events) -> McpRouter {
 }
 
 /// The example tools as a tower-mcp server (echo, slow, spawned) over
-/// stdio, its router under RouterLayer so that a cancel, a deadline or the
-/// idle limit drops the handler's future.
+/// stdio, served by this crate's stdio server through McpRouterService so
+/// that a cancel, a deadline or the idle limit drops the handler's future.
 #[derive(clap::Parser, Debug)]
 #[command(name = "tower_mcp_server")]
 struct Cli {
     #[command(flatten)]
     flags: sdk_server::Flags,
+    /// Add the conformance suite's task fixture tools (`greet`,
+    /// `slow_compute`, `failing_job`, `protocol_error_job`,
+    /// `confirm_delete`, `multi_input`, `test_tool_with_task`), run as
+    /// tasks for clients that declare the tasks extension (needs this
+    /// package's `tasks` feature).
+    #[arg(long)]
+    tasks: bool,
+    /// A task's time to live (`500ms`, `30s`, `5m`, `1h`, or seconds)
+    /// [default: 1 h].
+    #[arg(long, value_name = "DURATION", value_parser = cli::duration, requires = "tasks")]
+    task_ttl: Option<Duration>,
 }
 
-/// Serves `router` (under `layer`, if any) with tower-mcp's stateless
-/// Streamable HTTP transport at `/mcp`, until Ctrl-C.
-async fn serve_http(
-    addr: std::net::SocketAddr,
+/// tower-mcp alone: its own transports, as its docs serve a router.
+async fn serve_plain(
     router: McpRouter,
-    layer: Option<RouterLayer>,
+    listen: Option<std::net::SocketAddr>,
 ) -> Result<(), String> {
-    let mut transport =
-        HttpTransport::new(router).stateless(tower_mcp::stateless::StatelessConfig::new());
-    if let Some(layer) = layer {
-        transport = transport.layer(layer);
+    match listen {
+        Some(addr) => {
+            let transport =
+                HttpTransport::new(router).stateless(tower_mcp::stateless::StatelessConfig::new());
+            let app = transport.into_router_at("/mcp");
+            let (listener, shutdown) = sdk_server::listen(addr).await?;
+            tower_mcp_cancel::transport::http::serve(listener, app, shutdown).await;
+            Ok(())
+        }
+        None => StdioTransport::new(router)
+            .run()
+            .await
+            .map_err(|e| e.to_string()),
     }
-    let app = transport.into_router_at("/mcp");
-    let (listener, shutdown) = sdk_server::listen(addr).await?;
-    tower_mcp_cancel::transport::http::serve(listener, app, shutdown).await;
-    Ok(())
+}
+
+/// The router through McpRouterService under this crate's layers (and
+/// the tasks layer), served by this crate's transports.
+async fn serve(
+    router: McpRouter,
+    flags: &sdk_server::Flags,
+    tasks: Option<TasksLayer>,
+) -> Result<(), String> {
+    let service = McpRouterService::new(router);
+    let layers = ServiceBuilder::new()
+        .layer(CancelOnDisconnectLayer::new())
+        // Outside the tasks layer: bounds plain calls, and a task's
+        // creating request (not its work, which its TTL bounds).
+        .layer(flags.timeout())
+        .option_layer(flags.progress());
+    match tasks {
+        Some(tasks) => {
+            let stack = layers.layer(tasks).service(service.clone());
+            serve_stack(stack, &service, flags.listen).await
+        }
+        None => serve_stack(layers.service(service.clone()), &service, flags.listen).await,
+    }
+}
+
+/// Serves `stack` over stdio, its input routed to `service`'s router, or
+/// over Streamable HTTP at `/mcp` of `listen`.
+async fn serve_stack<S: McpService + Sync>(
+    stack: S,
+    service: &McpRouterService,
+    listen: Option<std::net::SocketAddr>,
+) -> Result<(), String> {
+    match listen {
+        Some(addr) => {
+            let (listener, shutdown) = sdk_server::listen(addr).await?;
+            let mcp = StreamableHttpService::new(stack)
+                .origin_policy(OriginPolicy::Localhost)
+                .shutdown(shutdown.clone());
+            let app = axum::Router::new().route_service("/mcp", mcp);
+            tower_mcp_cancel::transport::http::serve(listener, app, shutdown).await;
+            Ok(())
+        }
+        None => {
+            let (input, output) = process_streams();
+            StdioServer::new()
+                .serve(stack, service.route_notifications(input), output)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    }
 }
 
 #[tokio::main]
@@ -179,35 +257,25 @@ async fn main() {
     let cli = cli::parse::<Cli>();
     sdk_server::init_tracing();
     let router = router(Events(cli.flags.events));
-    let layer = (!cli.flags.plain).then(|| {
-        let layer = RouterLayer::new().timeout(cli.flags.timeout());
-        match cli.flags.progress() {
-            Some(progress) => layer.progress(progress),
-            None => layer,
-        }
-    });
-
-    let result = match cli.flags.listen {
-        Some(addr) => serve_http(addr, router, layer).await,
-        None => {
-            let transport = StdioTransport::new(router);
-            let run = match layer {
-                // tower-mcp alone, as its docs serve it: the contrast.
-                None => {
-                    let mut transport = transport;
-                    transport.run().await
-                }
-                // Inside the runtime: the layer starts its progress relay
-                // here. The input is read through CheckedInput: a
-                // notification the layered transport would answer (a
-                // malformed cancel) is ignored instead.
-                Some(layer) => {
-                    let (input, output) = tower_mcp_cancel_tower_mcp::stdio();
-                    transport.layer(layer).run_with_streams(input, output).await
-                }
-            };
-            run.map_err(|e| e.to_string())
-        }
+    #[cfg(not(feature = "tasks"))]
+    if cli.tasks {
+        eprintln!("--tasks: this binary was built without the `tasks` feature (--features tasks)");
+        std::process::exit(2);
+    }
+    #[cfg(feature = "tasks")]
+    let router = if cli.tasks {
+        tasks::tools(router)
+    } else {
+        router
+    };
+    let result = if cli.flags.plain {
+        serve_plain(router, cli.flags.listen).await
+    } else {
+        #[cfg(feature = "tasks")]
+        let layer = cli.tasks.then(|| tasks::layer(cli.task_ttl));
+        #[cfg(not(feature = "tasks"))]
+        let layer = None;
+        serve(router, &cli.flags, layer).await
     };
     sdk_server::exit(result, "tower-mcp server");
 }

@@ -1,11 +1,22 @@
-//! Drop-cancellation, timeouts and progress-reset for servers written with
-//! [tower-mcp](https://docs.rs/tower-mcp) (0.25), with the layers of
-//! [`tower_mcp_cancel`].
+//! Drop-cancellation, timeouts, progress-reset and tasks for servers
+//! written with [tower-mcp](https://docs.rs/tower-mcp) (0.25), with the
+//! layers of [`tower_mcp_cancel`].
 //!
-//! tower-mcp's `McpRouter` is a tower service and its transports take a
-//! `.layer(...)`: give them a [`RouterLayer`] configured with this crate's
-//! [`TimeoutLayer`] and [`ProgressResetLayer`], and serve stdio from
-//! [`stdio()`] (its input read through [`CheckedInput`], see below):
+//! Two ways in:
+//!
+//! * **This crate's transports** (recommended for stdio, and the only way
+//!   to tasks): [`McpRouterService`] makes tower-mcp's `McpRouter` a
+//!   `Service<McpRequest>` that any of this crate's layers stack over —
+//!   `TimeoutLayer`, `ProgressResetLayer`, and `TasksLayer` (its feature
+//!   `tasks`) — served by this crate's
+//!   [`StdioServer`](tower_mcp_cancel::transport::stdio::StdioServer) or
+//!   `StreamableHttpService` in place of tower-mcp's `StdioTransport` and
+//!   `HttpTransport`. See [below](#served-by-this-crates-transports).
+//! * **tower-mcp's own transports**: give them a [`RouterLayer`]
+//!   configured with this crate's [`TimeoutLayer`] and
+//!   [`ProgressResetLayer`] (`.layer(...)`), and serve stdio from
+//!   [`stdio()`] (its input read through [`CheckedInput`]). Their own
+//!   races stay (see [what it does not cover](#what-it-does-not-cover)).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -37,7 +48,9 @@
 //! }
 //! ```
 //!
-//! # What it does
+#![doc = include_str!("served.md")]
+//!
+//! # What `RouterLayer` does
 //!
 //! tower-mcp fires a request's cancellation token (`ctx.cancellation_token()`)
 //! for the peer's `notifications/cancelled` and does not answer the
@@ -77,6 +90,11 @@
 //! its context), is not passed on.
 //!
 //! # What it does not cover
+//!
+//! Served by [`McpRouterService`] and this crate's transports, none of
+//! what follows applies: those transports read the wire, register each
+//! request before the next line is read, and write progress in order. With
+//! `RouterLayer` over tower-mcp's own transports:
 //!
 //! * Giving the router a token of its own replaces the child of the
 //!   connection's token that tower-mcp's stdio transport would have given
@@ -123,11 +141,18 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 // docs.rs (`--cfg docsrs`, see Cargo.toml): an item behind a feature
-// would say which (this package has none today).
+// says which.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The README's code blocks are compiled as doctests (the tasks one needs
+// the middleware's `tasks`, a dev-dependency feature).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod input;
 mod request;
+mod service;
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -146,6 +171,7 @@ use tower_service::Service;
 
 pub use self::input::{stdio, CheckedInput, NotificationCheck};
 use self::request::LayeredRequest;
+pub use self::service::McpRouterService;
 use tower::BoxError;
 use tower_mcp_cancel::integration::ProgressRegistry;
 use tower_mcp_cancel::{
@@ -329,6 +355,17 @@ impl Service<RouterRequest> for RouterService {
 
     fn call(&mut self, mut req: RouterRequest) -> Self::Future {
         let id = req.id.clone();
+        // sep-2663 removed tools/call's `task` parameter and has servers
+        // ignore it; tower-mcp refuses a 2026-07-28 call that carries it.
+        if let tower_mcp::protocol::McpRequest::CallTool(p) = &mut req.inner {
+            let modern = p
+                .meta
+                .as_ref()
+                .is_some_and(|m| m.protocol_version.is_some());
+            if modern && p.task.take().is_some() {
+                tracing::debug!("the removed `task` parameter of a tools/call ignored");
+            }
+        }
         let cancellation = Cancellation::new();
         // tower-mcp adopts a token of its own type found in the extensions
         // as the handler's (`ctx.cancellation_token()`) and the one its

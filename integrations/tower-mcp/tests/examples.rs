@@ -78,11 +78,13 @@ struct Server {
 
 impl Server {
     async fn start(era: Era, plain: bool) -> Self {
+        Self::start_with(era, if plain { &["--plain"] } else { &[] }).await
+    }
+
+    /// The server with `args` besides `--events`.
+    async fn start_with(era: Era, args: &[&str]) -> Self {
         let mut command = tokio::process::Command::new(example::example("tower_mcp_server"));
-        command.arg("--events");
-        if plain {
-            command.arg("--plain");
-        }
+        command.arg("--events").args(args);
         let mut child = command
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())
@@ -326,6 +328,8 @@ async fn tower_mcp_server_command_line() {
         "--idle-ms",
         "--plain",
         "--listen",
+        "--tasks",
+        "--task-ttl",
     ];
     let malformed: &[&[&str]] = &[
         &["--timeout-ms", "2s"],
@@ -333,15 +337,18 @@ async fn tower_mcp_server_command_line() {
         &["--plai"],
         &["--events", "extra"],
         &["--listen", "nonsense"],
+        &["--tasks", "--task-ttl", "2 weeks"],
+        // A TTL without the tasks it would bound.
+        &["--task-ttl", "2s"],
     ];
     cli::assert_cli(&example::example("tower_mcp_server"), &flags, malformed).await;
 }
 
-/// Over tower-mcp's Streamable HTTP (`--listen`): a `slow` call whose
-/// client goes away (the call dropped, its stream closed) drops the
-/// handler, under the layer and on tower-mcp alone (its stateless
-/// transport runs a request inside its HTTP exchange, which hyper drops on
-/// a disconnect).
+/// Over Streamable HTTP (`--listen`: this crate's transport, or
+/// tower-mcp's with `--plain`): a `slow` call whose client goes away (the
+/// call dropped, its stream closed) drops the handler, through
+/// McpRouterService and on tower-mcp alone (its stateless transport runs a
+/// request inside its HTTP exchange, which hyper drops on a disconnect).
 #[tokio::test]
 async fn over_http_a_closed_stream_drops_the_handler() {
     use tower::ServiceExt as _;
@@ -384,4 +391,70 @@ async fn over_http_a_closed_stream_drops_the_handler() {
             "plain {plain}"
         );
     }
+}
+
+/// Polls `tasks/get` of `task` (a process: in the server's poll steps of
+/// 20 ms, at most [`BOUND`]) until its status is not one of `passing`;
+/// returns that answer.
+#[cfg(feature = "tasks")]
+async fn poll_task(server: &mut Server, task: &str, ext: &Value, passing: &[&str]) -> Value {
+    let start = tokio::time::Instant::now();
+    for n in 0.. {
+        let id = format!("get-{task}-{n}");
+        server
+            .request_with(&id, "tasks/get", json!({"taskId": task}), ext.clone())
+            .await;
+        let got = server.until_response(&id).await.pop().unwrap();
+        if !passing.iter().any(|s| got["result"]["status"] == *s) {
+            return got;
+        }
+        assert!(start.elapsed() < BOUND, "still {}", got["result"]["status"]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    unreachable!()
+}
+
+/// `--tasks`: a fixture tool that asks for input runs as a task of the
+/// tasks layer, and its input request reaches the client through
+/// `tasks/get` and its answer the tool through `tasks/update`: the tool,
+/// a tower-mcp tool, found the request's `TaskContext` in its context.
+#[cfg(feature = "tasks")]
+#[tokio::test]
+async fn tower_mcp_server_tasks_an_input_request_goes_out_and_its_answer_comes_back() {
+    let ext = json!({"io.modelcontextprotocol/clientCapabilities": {
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    }});
+    let mut server = Server::start_with(Era::Modern, &["--tasks"]).await;
+    server
+        .request("discover", "server/discover", json!({}))
+        .await;
+    let found = server.until_response("discover").await;
+    let extensions = &found.last().unwrap()["result"]["capabilities"]["extensions"];
+    assert!(
+        extensions.get("io.modelcontextprotocol/tasks").is_some(),
+        "{found:?}"
+    );
+    let args = json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"}});
+    server
+        .request_with("call", "tools/call", args, ext.clone())
+        .await;
+    let created = server.until_response("call").await;
+    let created = &created.last().unwrap()["result"];
+    assert_eq!(created["resultType"], "task", "{created}");
+    let task = created["taskId"].as_str().unwrap().to_owned();
+    let asked = poll_task(&mut server, &task, &ext, &["working"]).await;
+    assert_eq!(asked["result"]["status"], "input_required", "{asked}");
+    let request = &asked["result"]["inputRequests"]["confirm"];
+    assert_eq!(request["method"], "elicitation/create", "{asked}");
+    let answer = json!({"taskId": task, "inputResponses": {
+        "confirm": {"action": "accept", "content": {"confirm": true}}
+    }});
+    server
+        .request_with("update", "tasks/update", answer, ext.clone())
+        .await;
+    server.until_response("update").await;
+    let done = poll_task(&mut server, &task, &ext, &["working", "input_required"]).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    let text = &done["result"]["result"]["content"][0]["text"];
+    assert_eq!(text, "deleted a.txt", "{done}");
 }

@@ -437,6 +437,30 @@ async fn progress_that_does_not_increase_is_not_written() {
     assert_eq!(all, vec![5.0, 6.0]);
 }
 
+// sep-2663 removed tools/call's `task` parameter and has servers ignore
+// it; tower-mcp alone refuses a 2026-07-28 call with it (-32602).
+#[tokio::test]
+async fn a_2026_call_with_the_removed_task_parameter_is_served_as_a_plain_call() {
+    for layer in [Some(RouterLayer::new()), None] {
+        let plain = layer.is_none();
+        let h = start(layer).await;
+        let req = McpRequest::new(7, "tools/call").with_params(json!({
+            "name": "slow", "arguments": {"steps": 1, "interval_ms": 1},
+            "task": {"ttl": 60_000},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        }));
+        let out = h.client.clone().oneshot(req).await;
+        if plain {
+            assert!(out.is_err(), "tower-mcp now ignores it: {out:?}");
+        } else {
+            assert!(out.is_ok_and(|r| r["content"].is_array()));
+        }
+    }
+}
+
 #[tokio::test]
 async fn plain_tower_mcp_runs_a_cancelled_handler_to_its_end() {
     let mut h = start(None).await;
