@@ -57,8 +57,10 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod conn;
 mod signals;
 mod store;
+mod tasks;
 
 pub use store::{RedisStore, RedisStoreBuilder};
 
