@@ -140,10 +140,7 @@ async fn start_on(
 ) -> Result<String, serde_json::Value> {
     for _ in 0..30 {
         match fleet.start().await {
-            Ok(id) if cluster.primary_of(&task_key(&id)).await == primary => {
-                let landed = fleet.tasks.pop().expect("just started");
-                return Ok(landed.0);
-            }
+            Ok(id) if cluster.primary_of(&task_key(&id)).await == primary => return Ok(id),
             Ok(_) => {}
             Err(refused) => return Err(refused),
         }
@@ -195,12 +192,13 @@ async fn a_cluster_failover_loses_no_acknowledged_task_with_the_durable_setting(
     cluster.nodes[other_replica].resume();
     cluster.replicas_online(1).await;
     // ...and its primary is killed with -9, tasks running.
-    let measured = format!("probe-{}", std::process::id());
+    let measured = start_on(&cluster, &mut fleet, other)
+        .await
+        .expect("acknowledged by the replica");
     cluster.nodes[other].kill();
-    let failing = failing_until_served(
-        &fleet.store_b,
-        &measured_on(&cluster, other, &measured).await,
-    )
+    let failing = failing_until_served(&fleet.store_b, &measured, || async {
+        cluster.primary_of(&task_key(&measured)).await != other
+    })
     .await;
     eprintln!("FIGURE cluster kill -9 (durable): calls on its slots failed for {failing:?}");
     // Back, it is the new primary's replica: the shard's ends can be
@@ -209,17 +207,6 @@ async fn a_cluster_failover_loses_no_acknowledged_task_with_the_durable_setting(
     cluster.replicas_online(1).await;
     fleet.all_survive_and_end().await;
     assert_no_panic();
-}
-
-/// An id whose record key is on node `node`'s slots.
-async fn measured_on(cluster: &Cluster, node: usize, base: &str) -> String {
-    for n in 0.. {
-        let id = format!("{base}-{n}");
-        if cluster.primary_of(&task_key(&id)).await == node {
-            return id;
-        }
-    }
-    unreachable!()
 }
 
 /// The non-durable row of the table: with the default setting, a task
@@ -257,6 +244,7 @@ async fn a_cluster_failover_may_lose_an_acknowledged_task_without_it() {
     let lost = start_on(&cluster, &mut fleet, shard)
         .await
         .expect("acknowledged without a replica");
+    fleet.tasks.pop();
     // The tasks written before (replicated) survive the kill.
     cluster.nodes[shard].kill();
     cluster.nodes[replica].resume();

@@ -431,7 +431,16 @@ impl Sentinel {
                 .sentinel
                 .command(redis::cmd("SENTINEL").arg("REPLICAS").arg(MASTER))
                 .await;
-            let known = matches!(master, Ok(redis::Value::Array(ref r)) if !r.is_empty());
+            // Known, and not flagged down or disconnected.
+            let known = match master {
+                Ok(redis::Value::Array(replicas)) => replicas.into_iter().any(|r| {
+                    let fields: Vec<String> = redis::from_redis_value(r).unwrap_or_default();
+                    fields
+                        .chunks(2)
+                        .any(|kv| kv[0] == "flags" && kv.get(1).is_some_and(|f| f == "slave"))
+                }),
+                _ => false,
+            };
             let primary = self.serving().await;
             let online = match primary {
                 Some(p) => p.info("replication").await.contains("state=online"),

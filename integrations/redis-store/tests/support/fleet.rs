@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio::time::timeout;
-use tower_mcp_cancel::tasks::{StoreError, TaskPolicy, TaskStore, TasksLayer};
+use tower_mcp_cancel::tasks::{StoreError, TaskChange, TaskPolicy, TaskStore, TasksLayer};
 use tower_mcp_cancel_redis::{RedisStore, RedisStoreBuilder};
 
 use super::*;
@@ -110,23 +110,35 @@ impl Fleet {
     }
 }
 
-/// Calls `get` on `store` until it answers; every failure is
-/// `Unavailable` within the store's timeout (1.5 s) plus scheduling
-/// slack. How long calls failed.
-pub async fn failing_until_served(store: &RedisStore, id: &str) -> Duration {
+/// Writes task `id` (a status message: a write, which a demoted primary
+/// refuses) through `store` every 10 ms until `switched` holds and a
+/// write succeeded after it; every failure is `Unavailable` within the
+/// store's timeout (1.5 s) plus scheduling slack. How long writes failed
+/// (first failure to last; zero when none did).
+pub async fn failing_until_served<F: std::future::Future<Output = bool>>(
+    store: &RedisStore,
+    id: &str,
+    mut switched: impl FnMut() -> F,
+) -> Duration {
     let start = Instant::now();
-    let mut failing = Duration::ZERO;
+    let mut failed: Option<(Instant, Instant)> = None;
+    let mut done = false;
     loop {
         assert!(start.elapsed() < BOUND, "calls still fail after {BOUND:?}");
         let call = Instant::now();
-        match store.get(id).await {
-            Ok(_) => return failing,
+        let change = TaskChange::Message(format!("at {:?}", start.elapsed()));
+        match store.update(id, change).await {
+            Ok(_) if done => break,
+            Ok(_) => done = switched().await,
             Err(StoreError::Unavailable(_)) => {
                 assert!(call.elapsed() < Duration::from_millis(2500), "a call hung");
-                failing = start.elapsed();
+                let first = failed.map_or(call, |(first, _)| first);
+                failed = Some((first, Instant::now()));
+                done = switched().await;
             }
             Err(e) => panic!("not Unavailable: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    failed.map_or(Duration::ZERO, |(first, last)| last - first)
 }
