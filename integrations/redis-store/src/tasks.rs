@@ -30,23 +30,25 @@ impl RedisStore {
         if let Some(owner) = &record.owner {
             // The creator is alive: its lease holds from the record's
             // first moment on.
+            let key = self.lease_key(owner);
             let mut cmd = redis::cmd("SET");
-            cmd.arg(self.lease_key(owner))
-                .arg(1)
-                .arg("PX")
-                .arg(millis(settings.lease));
-            lease = Some(cmd);
+            cmd.arg(&key).arg(1).arg("PX").arg(millis(settings.lease));
+            lease = Some((key, cmd));
         }
         let mut conn = self.conn();
         let created: Option<String> = if settings.tagged {
-            if let Some(lease) = lease {
+            if let Some((key, lease)) = lease {
                 bounded(settings.timeout, lease.exec_async(&mut conn)).await?;
+                // On its own node: acknowledged there too, or a failover
+                // of that node could leave the task without a live owner.
+                conn.wait(&key, settings.acknowledged_by, settings.timeout)
+                    .await?;
             }
             bounded(settings.timeout, set.query_async(&mut conn)).await?
         } else {
             let mut pipe = redis::pipe();
             pipe.atomic().add_command(set);
-            if let Some(lease) = lease {
+            if let Some((_, lease)) = lease {
                 pipe.add_command(lease).ignore();
             }
             let (created,): (Option<String>,) =
