@@ -36,8 +36,6 @@ impl RedisStore {
                 .await
             }
             TaskSignal::Input { id, answers } => {
-                // The inbox first (its keys in the task's slot), then the
-                // message (in the owner's).
                 let inbox = self.inbox_key(&id);
                 let mut pipe = redis::pipe();
                 pipe.atomic();
@@ -46,12 +44,20 @@ impl RedisStore {
                 }
                 let keep = millis(settings.backstop.max(settings.lease));
                 pipe.pexpire(&inbox, keep.cast_signed()).ignore();
+                let message = format!("{INPUT}{id}");
+                if !settings.tagged {
+                    // One node: the message in the inbox's MULTI.
+                    pipe.publish(channel, message).ignore();
+                    return bounded(settings.timeout, pipe.exec_async(&mut conn)).await;
+                }
+                // A cluster: the inbox (in the task's slot), then the
+                // message (in the owner's). The answers are stored once
+                // the first part is: a lost message costs a re-read.
                 bounded(settings.timeout, pipe.exec_async(&mut conn)).await?;
-                bounded(
-                    settings.timeout,
-                    conn.publish(&channel, format!("{INPUT}{id}")),
-                )
-                .await
+                if let Err(e) = bounded(settings.timeout, conn.publish(&channel, message)).await {
+                    tracing::debug!(error = %e, "task signals: input message not sent; the re-read takes it");
+                }
+                Ok(())
             }
             // A signal this store does not know has nothing to carry.
             _ => Ok(()),
@@ -115,14 +121,19 @@ impl RedisStore {
         // Every live task's inbox, each read and emptied at once (each in
         // its task's slot), all sent together on the multiplexed
         // connection.
+        // Every answer taken is delivered, whatever another inbox's read
+        // did (taken is emptied: dropping it would lose it).
         let inboxes =
             futures_util::future::join_all(live.iter().map(|id| self.take_inbox(id))).await;
+        let mut failed = Ok(());
         for inbox in inboxes {
-            if let Some(input) = inbox? {
-                out.push_back(input);
+            match inbox {
+                Ok(Some(input)) => out.push_back(input),
+                Ok(None) => {}
+                Err(e) => failed = Err(e),
             }
         }
-        Ok(())
+        failed
     }
 
     async fn subscribe(&self, owner: &str) -> Result<Subscription, StoreError> {
