@@ -67,9 +67,11 @@
 //! "Survives" holds when the promoted replica is one that acknowledged:
 //! with `n` equal to the replicas of each primary, any of them. The
 //! package's `tests/cluster.rs` and `tests/sentinel.rs` prove each row
-//! against real `redis-server` and `redis-sentinel` processes. On a
-//! cluster, a `WAIT` goes to the primary of the task's slot; a failover in
-//! the microseconds between a write and its `WAIT` is not covered.
+//! against real `redis-server` and `redis-sentinel` processes. A `WAIT`
+//! counts the acknowledgements of the connection that wrote: through
+//! Sentinel it goes over that very connection; on one node and on a
+//! cluster (to the primary of the key's slot) a reconnection or a failover
+//! in the microseconds between a write and its `WAIT` is not covered.
 //!
 //! # How it keeps the store's rules
 //!
