@@ -6,6 +6,8 @@
     python3 api/imports.py --self-test  # the checker on made-up crates
 
 Reads every `crate::…`, `super::…` and `self::…` path in `src/**/*.rs`
+(and, each package a crate of its own, in `integrations/*/src/**/*.rs`
+and `checker/src/**/*.rs`)
 (`use` trees included; comments and string literals skipped, so a doc
 link is no import), resolves it to the module it names, and builds a
 graph for every module that has children, at every level: one between the
@@ -360,10 +362,22 @@ def self_test() -> int:
     return int(failed > 0)
 
 
+def sources() -> list[pathlib.Path]:
+    """The `src/` of every package of the workspace: the crate's own, then
+    each integration's and the checker's."""
+    others = sorted(ROOT.glob("integrations/*/src")) + sorted(ROOT.glob("checker/src"))
+    return [SRC] + [p for p in others if p.is_dir()]
+
+
 def main() -> int:
     if "--self-test" in sys.argv:
         return self_test()
-    return check(SRC, show_graph="--graph" in sys.argv)
+    status = 0
+    for src in sources():
+        if "--graph" in sys.argv:
+            print(f"## {src.relative_to(ROOT)}")
+        status |= check(src, show_graph="--graph" in sys.argv)
+    return status
 
 
 if __name__ == "__main__":

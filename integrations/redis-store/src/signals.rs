@@ -1,5 +1,5 @@
-//! Signals to a task's owner: `PUBLISH` on the owner's channel (at most
-//! once), and the owner's periodic re-read of its live tasks and their
+//! Signals to a task's owner: a message on the owner's channel (at most
+//! once; `SPUBLISH` on a cluster), and the owner's periodic re-read of its live tasks and their
 //! inboxes (which finds what a lost message carried), with the refresh of
 //! its lease.
 
@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use redis::aio::PubSubStream;
 use redis::AsyncCommands;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tower_mcp_cancel::tasks::{StoreError, TaskRecord, TaskSignal};
 
-use crate::store::{bounded, RedisStore};
+use crate::conn::{bounded, millis, Subscription};
+use crate::store::RedisStore;
 
 const CANCEL: &str = "c:";
 const INPUT: &str = "i:";
@@ -31,7 +31,7 @@ impl RedisStore {
             TaskSignal::Cancel { id } => {
                 bounded(
                     settings.timeout,
-                    conn.publish::<_, _, ()>(channel, format!("{CANCEL}{id}")),
+                    conn.publish(&channel, format!("{CANCEL}{id}")),
                 )
                 .await
             }
@@ -42,10 +42,22 @@ impl RedisStore {
                 for (key, answer) in &answers {
                     pipe.hset(&inbox, key, answer.to_string()).ignore();
                 }
-                let keep = crate::store::millis(settings.backstop.max(settings.lease));
+                let keep = millis(settings.backstop.max(settings.lease));
                 pipe.pexpire(&inbox, keep.cast_signed()).ignore();
-                pipe.publish(channel, format!("{INPUT}{id}")).ignore();
-                bounded(settings.timeout, pipe.exec_async(&mut conn)).await
+                let message = format!("{INPUT}{id}");
+                if !settings.tagged {
+                    // One node: the message in the inbox's MULTI.
+                    pipe.publish(channel, message).ignore();
+                    return bounded(settings.timeout, pipe.exec_async(&mut conn)).await;
+                }
+                // A cluster: the inbox (in the task's slot), then the
+                // message (in the owner's). The answers are stored once
+                // the first part is: a lost message costs a re-read.
+                bounded(settings.timeout, pipe.exec_async(&mut conn)).await?;
+                if let Err(e) = bounded(settings.timeout, conn.publish(&channel, message)).await {
+                    tracing::debug!(error = %e, "task signals: input message not sent; the re-read takes it");
+                }
+                Ok(())
             }
             // A signal this store does not know has nothing to carry.
             _ => Ok(()),
@@ -68,7 +80,7 @@ impl RedisStore {
     async fn tick(&self, owner: &str, out: &mut VecDeque<TaskSignal>) -> Result<(), StoreError> {
         let settings = &self.shared.settings;
         let mut conn = self.conn();
-        let lease = crate::store::millis(settings.lease);
+        let lease = millis(settings.lease);
         bounded(
             settings.timeout,
             conn.set_options::<_, _, ()>(
@@ -106,31 +118,26 @@ impl RedisStore {
                 live.push(id);
             }
         }
-        // Every live task's inbox, read and emptied in one round trip.
-        if live.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for id in &live {
-            let inbox = self.inbox_key(id);
-            pipe.hgetall(&inbox).del(&inbox).ignore();
-        }
-        let inboxes: Vec<Vec<(String, String)>> =
-            bounded(settings.timeout, pipe.query_async(&mut conn)).await?;
-        for (id, raw) in live.into_iter().zip(inboxes) {
-            if let Some(input) = input(id, raw) {
-                out.push_back(input);
+        // Every live task's inbox, each read and emptied at once (each in
+        // its task's slot), all sent together on the multiplexed
+        // connection.
+        // Every answer taken is delivered, whatever another inbox's read
+        // did (taken is emptied: dropping it would lose it).
+        let inboxes =
+            futures_util::future::join_all(live.iter().map(|id| self.take_inbox(id))).await;
+        let mut failed = Ok(());
+        for inbox in inboxes {
+            match inbox {
+                Ok(Some(input)) => out.push_back(input),
+                Ok(None) => {}
+                Err(e) => failed = Err(e),
             }
         }
-        Ok(())
+        failed
     }
 
-    async fn subscribe(&self, owner: &str) -> Result<PubSubStream, StoreError> {
-        let timeout = self.shared.settings.timeout;
-        let mut pubsub = bounded(timeout, self.shared.client.get_async_pubsub()).await?;
-        bounded(timeout, pubsub.subscribe(self.channel(owner))).await?;
-        Ok(pubsub.into_on_message())
+    async fn subscribe(&self, owner: &str) -> Result<Subscription, StoreError> {
+        self.shared.subscriber.subscribe(&self.channel(owner)).await
     }
 }
 
@@ -148,7 +155,7 @@ fn input(id: String, raw: Vec<(String, String)>) -> Option<TaskSignal> {
 struct State {
     store: RedisStore,
     owner: String,
-    messages: Option<PubSubStream>,
+    messages: Option<Subscription>,
     due: VecDeque<TaskSignal>,
     next_tick: Instant,
     period: Duration,
@@ -209,10 +216,7 @@ impl State {
         }
     }
 
-    async fn message(&mut self, msg: redis::Msg) {
-        let Ok(payload) = msg.get_payload::<String>() else {
-            return;
-        };
+    async fn message(&mut self, payload: String) {
         if let Some(id) = payload.strip_prefix(CANCEL) {
             self.due.push_back(TaskSignal::Cancel { id: id.to_owned() });
         } else if let Some(id) = payload.strip_prefix(INPUT) {

@@ -1,17 +1,15 @@
-//! [`RedisStore`]: the records, their atomic changes and ends, and their
-//! expiry, in Redis.
+//! [`RedisStore`] and its settings: the key layout, a record's read and
+//! its compare-and-set write, its expiry.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-use futures_util::stream::BoxStream;
-use redis::aio::ConnectionManager;
-use redis::{AsyncCommands, Client, RedisError, Script};
-use tower_mcp_cancel::tasks::{StoreError, TaskChange, TaskEnd, TaskRecord, TaskSignal, TaskStore};
+use redis::{AsyncCommands, Script};
+use tower_mcp_cancel::tasks::{StoreError, TaskRecord};
+
+use crate::conn::{bounded, connect, millis, Conn, Subscriber, Topology, MAX_PX};
 
 /// Writes `ARGV[2]` to `KEYS[1]` only if it still holds `ARGV[1]` (the
 /// record as read), with `PX ARGV[3]` (or its current expiry kept when
@@ -34,7 +32,7 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 /// record first, before the call fails.
 const MAX_RETRIES: usize = 64;
 
-/// A [`TaskStore`] in Redis, shared by the replicas of one server. Clones
+/// A [`TaskStore`](crate::TaskStore) in Redis, shared by the replicas of one server. Clones
 /// share the connection. See the [crate docs](crate).
 #[derive(Clone)]
 pub struct RedisStore {
@@ -42,13 +40,13 @@ pub struct RedisStore {
 }
 
 pub(crate) struct Shared {
-    /// For the owners' pub/sub connections.
-    pub(crate) client: Client,
-    /// Every other command: one multiplexed connection, re-established
-    /// when lost.
-    pub(crate) conn: ConnectionManager,
+    /// For the owners' subscriptions.
+    pub(crate) subscriber: Subscriber,
+    /// Every other command: multiplexed, re-established when lost (on a
+    /// cluster, one per node; through Sentinel, to the current primary).
+    pub(crate) conn: Conn,
     pub(crate) settings: Settings,
-    cas: Script,
+    pub(crate) cas: Script,
     /// The live tasks each owner of this store created, by owner: what the
     /// owner re-reads.
     pub(crate) owned: Mutex<HashMap<String, HashSet<String>>>,
@@ -61,6 +59,11 @@ pub(crate) struct Settings {
     pub(crate) reread: Duration,
     pub(crate) timeout: Duration,
     pub(crate) backstop: Duration,
+    /// How many replicas acknowledge a creation and an end (`WAIT`).
+    pub(crate) acknowledged_by: usize,
+    /// Hash-tagged keys (a cluster): a task's keys share its id's slot,
+    /// an owner's lease and channel its name's.
+    pub(crate) tagged: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -74,11 +77,26 @@ impl fmt::Debug for RedisStore {
 /// The settings of a [`RedisStore`], then [`connect`](Self::connect).
 #[derive(Clone, Debug)]
 pub struct RedisStoreBuilder {
-    url: String,
+    topology: Topology,
     settings: Settings,
 }
 
 impl RedisStoreBuilder {
+    fn new(topology: Topology) -> Self {
+        Self {
+            topology,
+            settings: Settings {
+                prefix: "mcp:tasks:".into(),
+                lease: Duration::from_secs(10),
+                reread: Duration::from_secs(1),
+                timeout: Duration::from_secs(2),
+                backstop: Duration::from_secs(300),
+                acknowledged_by: 0,
+                tagged: false,
+            },
+        }
+    }
+
     /// The prefix of every key and channel (default `mcp:tasks:`): several
     /// servers may share one Redis under different prefixes.
     #[must_use]
@@ -125,23 +143,29 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects (within the [`timeout`](Self::timeout)). Fails when the URL
-    /// is invalid or Redis cannot be reached.
-    pub async fn connect(self) -> Result<RedisStore, StoreError> {
-        let client = Client::open(self.url.as_str()).map_err(unavailable)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.settings.timeout))
-            .set_response_timeout(Some(self.settings.timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(self.settings.timeout);
-        let conn = bounded(
-            self.settings.timeout,
-            ConnectionManager::new_with_config(client.clone(), config),
-        )
-        .await?;
+    /// How many Redis replicas must acknowledge (`WAIT`) a task's creation
+    /// before [`create`](crate::TaskStore::create) succeeds (so before its
+    /// `CreateTaskResult` is sent), and a task's end before
+    /// [`finish`](crate::TaskStore::finish) does (default 0: Redis's answer is
+    /// enough). Fewer acknowledgements within the
+    /// [`timeout`](Self::timeout) fail the call with
+    /// [`StoreError::Unavailable`]. What each setting keeps through a
+    /// failover: the [crate docs](crate#durability).
+    #[must_use]
+    pub fn acknowledged_by(mut self, replicas: usize) -> Self {
+        self.settings.acknowledged_by = replicas;
+        self
+    }
+
+    /// Connects (within the [`timeout`](Self::timeout)). Fails when a URL
+    /// is invalid or Redis cannot be reached (through Sentinel: when no
+    /// Sentinel names a reachable primary).
+    pub async fn connect(mut self) -> Result<RedisStore, StoreError> {
+        let (conn, subscriber) = connect(&self.topology, self.settings.timeout).await?;
+        self.settings.tagged = matches!(self.topology, Topology::Cluster(_));
         Ok(RedisStore {
             shared: Arc::new(Shared {
-                client,
+                subscriber,
                 conn,
                 settings: self.settings,
                 cas: Script::new(COMPARE_AND_SET),
@@ -151,55 +175,41 @@ impl RedisStoreBuilder {
     }
 }
 
-/// A Redis error as the store's.
-pub(crate) fn unavailable(e: RedisError) -> StoreError {
-    StoreError::Unavailable(Box::new(e))
-}
-
-/// Runs `f` within `timeout`: a command never hangs on a Redis that went
-/// away.
-pub(crate) async fn bounded<T>(
-    timeout: Duration,
-    f: impl Future<Output = Result<T, RedisError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(timeout, f).await {
-        Ok(out) => out.map_err(unavailable),
-        Err(_) => Err(StoreError::Unavailable(
-            format!("Redis did not answer within {timeout:?}").into(),
-        )),
-    }
-}
-
-fn corrupt(id: &str, e: serde_json::Error) -> StoreError {
+pub(crate) fn corrupt(id: &str, e: serde_json::Error) -> StoreError {
     StoreError::Unavailable(format!("the record of task {id:?} is not readable: {e}").into())
 }
 
-/// The longest expiry this store asks of Redis (100 years): a longer
-/// setting (`Duration::MAX` for "forever") is taken as this, where Redis
-/// would refuse it.
-const MAX_PX: u64 = 100 * 365 * 24 * 3600 * 1000;
-
-/// `d` in milliseconds for `PX`: at least 1, at most [`MAX_PX`].
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis())
-        .unwrap_or(u64::MAX)
-        .clamp(1, MAX_PX)
-}
-
 impl RedisStore {
-    /// The settings for a store at `url` (`redis://host:port/db`,
-    /// `rediss://` needs a TLS feature of the redis crate).
+    /// The settings for a store on one Redis node at `url`
+    /// (`redis://host:port/db`; `rediss://` needs a TLS feature of the
+    /// redis crate).
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
-        RedisStoreBuilder {
-            url: url.into(),
-            settings: Settings {
-                prefix: "mcp:tasks:".into(),
-                lease: Duration::from_secs(10),
-                reread: Duration::from_secs(1),
-                timeout: Duration::from_secs(2),
-                backstop: Duration::from_secs(300),
-            },
-        }
+        RedisStoreBuilder::new(Topology::Node(url.into()))
+    }
+
+    /// The settings for a store on a Redis Cluster (or a managed service
+    /// in cluster mode), found from `seeds`: the URLs of some of its
+    /// nodes (`redis://host:port`). Every operation's keys share one hash
+    /// slot; owners hear their signals by sharded pub/sub (Redis 7 or
+    /// later, Valkey).
+    pub fn cluster(seeds: impl IntoIterator<Item = impl Into<String>>) -> RedisStoreBuilder {
+        RedisStoreBuilder::new(Topology::Cluster(
+            seeds.into_iter().map(Into::into).collect(),
+        ))
+    }
+
+    /// The settings for a store on the primary that the Sentinels at
+    /// `sentinels` (`redis://host:port` each) name `master`. After a
+    /// failover the store asks them again, at the first call that finds
+    /// the old primary gone or read-only.
+    pub fn sentinel(
+        sentinels: impl IntoIterator<Item = impl Into<String>>,
+        master: impl Into<String>,
+    ) -> RedisStoreBuilder {
+        RedisStoreBuilder::new(Topology::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master.into(),
+        })
     }
 
     /// A store at `url` with the default settings.
@@ -207,23 +217,33 @@ impl RedisStore {
         Self::builder(url).connect().await
     }
 
+    /// `{kind}:{name}`, with `name` as the hash tag on a cluster.
+    fn key(&self, kind: &str, name: &str) -> String {
+        let settings = &self.shared.settings;
+        if settings.tagged {
+            format!("{}{kind}:{{{name}}}", settings.prefix)
+        } else {
+            format!("{}{kind}:{name}", settings.prefix)
+        }
+    }
+
     pub(crate) fn record_key(&self, id: &str) -> String {
-        format!("{}task:{id}", self.shared.settings.prefix)
+        self.key("task", id)
     }
 
     pub(crate) fn lease_key(&self, owner: &str) -> String {
-        format!("{}lease:{owner}", self.shared.settings.prefix)
+        self.key("lease", owner)
     }
 
     pub(crate) fn inbox_key(&self, id: &str) -> String {
-        format!("{}inbox:{id}", self.shared.settings.prefix)
+        self.key("inbox", id)
     }
 
     pub(crate) fn channel(&self, owner: &str) -> String {
-        format!("{}owner:{owner}", self.shared.settings.prefix)
+        self.key("owner", owner)
     }
 
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Conn {
         self.shared.conn.clone()
     }
 
@@ -236,7 +256,7 @@ impl RedisStore {
 
     /// How long the record of a live task is kept: its TTL plus the
     /// backstop from its creation (0: no expiry).
-    fn live_px(&self, record: &TaskRecord) -> u64 {
+    pub(crate) fn live_px(&self, record: &TaskRecord) -> u64 {
         record.ttl_ms.map_or(0, |ttl| {
             let end = record
                 .created_at_ms
@@ -246,8 +266,15 @@ impl RedisStore {
         })
     }
 
-    async fn read(&self, id: &str) -> Result<Option<(String, TaskRecord)>, StoreError> {
-        let mut conn = self.conn();
+    pub(crate) async fn read(&self, id: &str) -> Result<Option<(String, TaskRecord)>, StoreError> {
+        self.read_on(&mut self.conn(), id).await
+    }
+
+    async fn read_on(
+        &self,
+        conn: &mut Conn,
+        id: &str,
+    ) -> Result<Option<(String, TaskRecord)>, StoreError> {
         let key = self.record_key(id);
         let raw: Option<String> = bounded(self.shared.settings.timeout, conn.get(&key)).await?;
         match raw {
@@ -262,28 +289,35 @@ impl RedisStore {
     /// Reads task `id`, lets `change` decide what to write (`None`: nothing),
     /// and writes it only if the record is still the one read, else reads
     /// again. Returns the record as written or as read.
-    async fn compare_and_set(
+    pub(crate) async fn compare_and_set(
         &self,
+        id: &str,
+        change: impl FnMut(&mut TaskRecord) -> Option<u64>,
+    ) -> Result<Option<(TaskRecord, bool)>, StoreError> {
+        self.compare_and_set_on(&mut self.conn(), id, change).await
+    }
+
+    /// [`compare_and_set`](Self::compare_and_set) on `conn` (through
+    /// Sentinel: on one primary, the one a `WAIT` after it asks).
+    pub(crate) async fn compare_and_set_on(
+        &self,
+        conn: &mut Conn,
         id: &str,
         mut change: impl FnMut(&mut TaskRecord) -> Option<u64>,
     ) -> Result<Option<(TaskRecord, bool)>, StoreError> {
         let key = self.record_key(id);
         for _ in 0..MAX_RETRIES {
-            let Some((raw, mut record)) = self.read(id).await? else {
+            let Some((raw, mut record)) = self.read_on(conn, id).await? else {
                 return Ok(None);
             };
             let Some(px) = change(&mut record) else {
                 return Ok(Some((record, false)));
             };
             let new = serde_json::to_string(&record).map_err(|e| corrupt(id, e))?;
-            let mut conn = self.conn();
             let mut invocation = self.shared.cas.key(&key);
             invocation.arg(&raw).arg(&new).arg(px);
-            let written: i64 = bounded(
-                self.shared.settings.timeout,
-                invocation.invoke_async(&mut conn),
-            )
-            .await?;
+            let written: i64 =
+                bounded(self.shared.settings.timeout, invocation.invoke_async(conn)).await?;
             if written == 1 {
                 return Ok(Some((record, true)));
             }
@@ -298,122 +332,4 @@ pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-impl TaskStore for RedisStore {
-    fn create(&self, record: TaskRecord) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let settings = &self.shared.settings;
-            let raw = serde_json::to_string(&record).map_err(|e| corrupt(&record.id, e))?;
-            let mut set = redis::cmd("SET");
-            set.arg(self.record_key(&record.id)).arg(raw).arg("NX");
-            let px = self.live_px(&record);
-            if px > 0 {
-                set.arg("PX").arg(px);
-            }
-            let mut pipe = redis::pipe();
-            pipe.atomic().add_command(set);
-            if let Some(owner) = &record.owner {
-                // The creator is alive: its lease holds from the record's
-                // first moment on.
-                pipe.cmd("SET")
-                    .arg(self.lease_key(owner))
-                    .arg(1)
-                    .arg("PX")
-                    .arg(millis(settings.lease))
-                    .ignore();
-            }
-            let mut conn = self.conn();
-            let (created,): (Option<String>,) =
-                bounded(settings.timeout, pipe.query_async(&mut conn)).await?;
-            if created.is_none() {
-                return Err(StoreError::Unavailable(
-                    format!("task id {:?} exists already", record.id).into(),
-                ));
-            }
-            if let Some(owner) = record.owner {
-                self.owned().entry(owner).or_default().insert(record.id);
-            }
-            Ok(())
-        })
-    }
-
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(async move { Ok(self.read(id).await?.map(|(_, r)| r)) })
-    }
-
-    fn update<'a>(
-        &'a self,
-        id: &'a str,
-        change: TaskChange,
-    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(async move {
-            let ttl_changed = matches!(change, TaskChange::Ttl(_));
-            let out = self
-                .compare_and_set(id, |record| {
-                    if !record.apply(&change) {
-                        return None;
-                    }
-                    // A new TTL moves the backstop; else the expiry stays.
-                    Some(if ttl_changed { self.live_px(record) } else { 0 })
-                })
-                .await?;
-            Ok(out.map(|(r, _)| r))
-        })
-    }
-
-    fn finish<'a>(
-        &'a self,
-        id: &'a str,
-        end: TaskEnd,
-        retain: Duration,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let out = self
-                .compare_and_set(id, |record| record.end(&end).then(|| millis(retain)))
-                .await?;
-            let Some((record, ended)) = out else {
-                return Ok(false);
-            };
-            if let Some(owner) = &record.owner {
-                if let Some(ids) = self.owned().get_mut(owner) {
-                    ids.remove(id);
-                }
-            }
-            if ended {
-                // The inbox goes with the record's life; an error here only
-                // leaves it to its own expiry.
-                let mut conn = self.conn();
-                let _ = bounded(
-                    self.shared.settings.timeout,
-                    conn.pexpire::<_, ()>(self.inbox_key(id), millis(retain).cast_signed()),
-                )
-                .await;
-            }
-            Ok(ended)
-        })
-    }
-
-    fn signal_owner<'a>(
-        &'a self,
-        owner: &'a str,
-        signal: TaskSignal,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.signal(owner, signal))
-    }
-
-    fn owner_signals(&self, owner: &str) -> Option<BoxStream<'static, TaskSignal>> {
-        Some(crate::signals::stream(self.clone(), owner.to_owned()))
-    }
-
-    fn owner_alive<'a>(&'a self, owner: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let mut conn = self.conn();
-            bounded(
-                self.shared.settings.timeout,
-                conn.exists(self.lease_key(owner)),
-            )
-            .await
-        })
-    }
 }

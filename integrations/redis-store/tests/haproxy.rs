@@ -84,18 +84,25 @@ impl Replica {
             .args(["--listen", "127.0.0.1:0", "--events", "--lease", "1"])
             .args(["--redis", &redis.url()])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn the replica example");
+        // The address on stdout; the `<KIND> <id> <unix-ns>` events on
+        // stderr.
         let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
-        let keep = lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(a) = line.strip_prefix("listening on http://") {
                     let _ = tx.send(a.trim_end_matches("/mcp").to_owned());
                 }
+            }
+        });
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 keep.lock().unwrap().push(line);
             }
         });
@@ -105,6 +112,16 @@ impl Replica {
             addr,
             lines,
         }
+    }
+
+    /// Whether it printed the event `kind` for `id`.
+    fn printed(&self, kind: &str, id: &str) -> bool {
+        let start = format!("{kind} {id} ");
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with(&start))
     }
 
     fn count(&self, prefix: &str) -> usize {
@@ -222,8 +239,7 @@ async fn behind_haproxy_without_stickiness_replicas_are_one_server_for_tasks() {
         let ran = (0..2)
             .find(|&i| replicas[i].count("DROPPED") > dropped[i])
             .unwrap();
-        let cancel = format!("SERVED tasks/cancel {id}");
-        let served_on = |i: usize| replicas[i].lines.lock().unwrap().contains(&cancel);
+        let served_on = |i: usize| replicas[i].printed("SERVED_CANCEL", &id);
         until("the cancel's line", || served_on(0) || served_on(1)).await;
         let served = usize::from(!served_on(0));
         if served != ran {
@@ -245,8 +261,7 @@ async fn behind_haproxy_without_stickiness_replicas_are_one_server_for_tasks() {
     .await
     .unwrap();
     let id = created["taskId"].as_str().unwrap().to_owned();
-    let runs = format!("RUNS {id}");
-    let runs_on = |i: usize| replicas[i].lines.lock().unwrap().contains(&runs);
+    let runs_on = |i: usize| replicas[i].printed("RUNS", &id);
     until("a replica runs it", || runs_on(0) || runs_on(1)).await;
     let ran = usize::from(!runs_on(0));
     replicas[ran].child.take();
@@ -268,4 +283,55 @@ async fn behind_haproxy_without_stickiness_replicas_are_one_server_for_tasks() {
         "{got}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The example's command line is clap's: `--help` lists the topology
+/// flags and exits 0; a typo, no topology, or two of them, exit 2 before
+/// anything is connected.
+#[test]
+fn the_replica_example_refuses_a_typo_with_status_2() {
+    let run = |args: &[&str]| {
+        Command::new(example())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the example runs")
+    };
+    let help = run(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--redis ",
+        "--redis-cluster",
+        "--sentinel ",
+        "--sentinel-master",
+        "--acknowledged-by",
+        "--events",
+    ] {
+        assert!(text.contains(flag), "{flag} in --help:\n{text}");
+    }
+    for args in [
+        &["--redis", "redis://127.0.0.1:1/", "--evnets"][..],
+        &["--events"][..],
+        &[
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--redis-cluster",
+            "redis://127.0.0.1:2",
+        ][..],
+        &["--sentinel", "redis://127.0.0.1:1"][..],
+        &[
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--acknowledged-by",
+            "two",
+        ][..],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Usage"),
+            "{args:?}: {out:?}"
+        );
+    }
 }

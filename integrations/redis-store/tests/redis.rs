@@ -488,3 +488,77 @@ async fn an_input_answer_whose_message_was_lost_is_delivered_by_the_reread() {
     .expect("delivered by the re-read");
     assert_eq!(done["result"]["content"][0]["text"], "Ada");
 }
+
+/// The re-read takes every live task's inbox: one it cannot read (here a
+/// key of the wrong type; on a cluster, a node failing over) does not
+/// lose the answers it took from the others (taken is emptied).
+#[tokio::test]
+async fn an_unreadable_inbox_loses_no_other_tasks_answers() {
+    watch_panics();
+    let Some(redis) = Redis::start() else { return };
+    let b_store = RedisStore::builder(redis.url())
+        .reread(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let mut on_b = stack(replica(b_store), |req: McpRequest| async move {
+        let task = tower_mcp_cancel::tasks::TaskContext::of(&req).unwrap();
+        let answer = task
+            .input("name", json!({"method": "elicitation/create"}))
+            .await?;
+        Ok(json!({"content": [{"type": "text", "text": answer["content"]["name"]}]}))
+    });
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        ids.push(create(&mut on_b, call(n, "slow", json!({}))).await);
+    }
+    for id in &ids {
+        timeout(BOUND, async {
+            while send(&mut on_b, task_req(9, "tasks/get", id, json!({})))
+                .await
+                .unwrap()["status"]
+                != "input_required"
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("input_required");
+    }
+    // One inbox unreadable; the others' answers written with no message:
+    // only the re-read delivers them, each re-read failing on the first.
+    redis
+        .command(
+            redis::cmd("SET")
+                .arg(format!("mcp:tasks:inbox:{}", ids[0]))
+                .arg("x"),
+        )
+        .await;
+    for id in &ids[1..] {
+        redis
+            .command(
+                redis::cmd("HSET")
+                    .arg(format!("mcp:tasks:inbox:{id}"))
+                    .arg("name")
+                    .arg(r#"{"action":"accept","content":{"name":"Ada"}}"#),
+            )
+            .await;
+    }
+    for id in &ids[1..] {
+        let done = timeout(BOUND, async {
+            loop {
+                let got = send(&mut on_b, task_req(9, "tasks/get", id, json!({})))
+                    .await
+                    .unwrap();
+                if got["status"] == "completed" {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("every readable inbox's answer delivered");
+        assert_eq!(done["result"]["content"][0]["text"], "Ada");
+    }
+    assert_no_panic();
+}

@@ -175,3 +175,48 @@ async fn the_largest_store_and_layer_settings_never_panic_and_tasks_still_end() 
     );
     a_task_cancelled_and_one_completed(&layer, &mut svc).await;
 }
+
+/// A topology with no nodes, a URL that is none, a Sentinel that is not
+/// there, or more replicas asked than exist: an error from `connect` or
+/// the call, within the timeout, never a panic.
+#[tokio::test]
+async fn topologies_out_of_nothing_are_errors_not_panics() {
+    watch_panics();
+    let quick = Duration::from_millis(300);
+    let bound = Duration::from_secs(5);
+    let none: Vec<String> = Vec::new();
+    let attempts = [
+        RedisStore::cluster(none.clone()),
+        RedisStore::cluster(["not a url"]),
+        RedisStore::sentinel(none, "mymaster"),
+        RedisStore::sentinel(["redis://127.0.0.1:1"], "mymaster"),
+        RedisStore::sentinel(["not a url"], ""),
+    ];
+    for builder in attempts {
+        let seen = format!("{builder:?}");
+        let out = timeout(bound, builder.timeout(quick).connect())
+            .await
+            .unwrap_or_else(|_| panic!("{seen}: connect hung"));
+        assert!(out.is_err(), "{seen}: connected to nothing");
+    }
+    let Some(redis) = Redis::start() else { return };
+    // No replica at all, or more than a WAIT can count.
+    for replicas in [1, usize::MAX] {
+        let store = RedisStore::builder(redis.url())
+            .timeout(quick)
+            .acknowledged_by(replicas)
+            .connect()
+            .await
+            .unwrap();
+        let layer = TasksLayer::with_store(store).tool("sleep", TaskPolicy::optional());
+        let mut svc = stack(layer, sleeper);
+        let out = timeout(bound, send(&mut svc, call(1, "sleep", json!({"ms": 10}))))
+            .await
+            .expect("the creation ends");
+        assert!(
+            out.is_err(),
+            "acknowledged by {replicas} of 0 replicas: {out:?}"
+        );
+    }
+    assert_no_panic();
+}

@@ -4,6 +4,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cluster;
+pub mod fleet;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

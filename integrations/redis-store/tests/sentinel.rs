@@ -1,0 +1,148 @@
+//! The store through Redis Sentinel (a primary, its replica and one
+//! `redis-sentinel`, started by the tests on loopback ports): it follows a
+//! failover (`SENTINEL FAILOVER`, a primary killed with -9) in the middle
+//! of running tasks; calls during one fail with `Unavailable` within the
+//! store's timeout and succeed after; and what a failover keeps is what
+//! the crate docs' durability table says.
+
+mod support;
+
+use support::cluster::{until, Node, Sentinel, MASTER};
+use support::fleet::*;
+use support::{assert_no_panic, watch_panics};
+use tokio::time::timeout;
+use tower_mcp_cancel::tasks::TaskStore;
+use tower_mcp_cancel_redis::RedisStore;
+
+async fn fleet(set: &Sentinel, durable: usize) -> Fleet {
+    let sentinels = set.sentinels();
+    Fleet::new(|_| RedisStore::sentinel(sentinels.clone(), MASTER), durable).await
+}
+
+/// Waits until the Sentinel names `node` as the primary.
+async fn named(set: &Sentinel, node: &Node) {
+    until("the Sentinel names the new primary", || async {
+        set.named().await == Some(node.port)
+    })
+    .await;
+}
+
+/// Stops `node`'s replica and cuts it off (what was sent before still
+/// reaches it when it resumes): writes from now on are the primary's only.
+async fn cut_off(primary: &Node, replica: &Node) {
+    replica.pause();
+    primary
+        .command(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"))
+        .await
+        .unwrap();
+}
+
+/// The durable rows of the table: with `acknowledged_by(1)`, a
+/// `SENTINEL FAILOVER` and then a primary killed with -9, tasks running,
+/// lose no acknowledged task; a creation no replica acknowledged is
+/// refused; every task still ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_loses_no_acknowledged_task_with_the_durable_setting() {
+    watch_panics();
+    let Some(mut set) = Sentinel::start().await else {
+        return;
+    };
+    let mut fleet = fleet(&set, 1).await;
+    for _ in 0..4 {
+        fleet.start().await.expect("acknowledged by the replica");
+    }
+    let first = fleet.tasks[0].0.clone();
+
+    // No replica to acknowledge: refused, not acknowledged.
+    cut_off(&set.primary, &set.replica).await;
+    let refused = fleet.start().await;
+    assert!(
+        refused.is_err(),
+        "acknowledged with no replica: {refused:?}"
+    );
+    set.replica.resume();
+    set.in_sync().await;
+
+    // A failover the Sentinel is asked for.
+    // (Refused with NOGOODSLAVE until the Sentinel has seen the replica
+    // answer again since it resumed.)
+    until("the Sentinel takes the failover", || async {
+        set.sentinel
+            .command(redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER))
+            .await
+            .is_ok()
+    })
+    .await;
+    // Until the old primary is demoted, it still takes writes: done when
+    // the Sentinel names the new one and the old one is a replica.
+    let failing = failing_until_served(&fleet.store_b, &first, || async {
+        set.named().await == Some(set.replica.port)
+            && set.primary.info("replication").await.contains("role:slave")
+    })
+    .await;
+    eprintln!("FIGURE sentinel SENTINEL FAILOVER: calls failed for {failing:?}");
+    set.in_sync().await;
+    fleet
+        .start()
+        .await
+        .expect("acknowledged after the failover");
+
+    // The new primary killed with -9.
+    set.replica.kill();
+    let failing = failing_until_served(&fleet.store_b, &first, || async {
+        set.named().await == Some(set.primary.port)
+    })
+    .await;
+    eprintln!("FIGURE sentinel kill -9: calls failed for {failing:?}");
+    // Back, it is the new primary's replica: ends can be acknowledged
+    // again (until then they are tried again, not lost).
+    set.replica.restart();
+    set.in_sync().await;
+    fleet.all_survive_and_end().await;
+    assert_no_panic();
+}
+
+/// The non-durable row: with the default, a task acknowledged by the
+/// primary alone is gone once that primary is killed with -9 and its
+/// replica promoted; the tasks written before survive and end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_may_lose_an_acknowledged_task_without_it() {
+    watch_panics();
+    let Some(mut set) = Sentinel::start().await else {
+        return;
+    };
+    let mut fleet = fleet(&set, 0).await;
+    for _ in 0..3 {
+        fleet.start().await.expect("acknowledged");
+    }
+    set.in_sync().await;
+    until("the replica has every write", || async {
+        let offset = |info: String| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("master_repl_offset:"))
+                .map(|v| v.trim().to_owned())
+        };
+        let primary = offset(set.primary.info("replication").await);
+        primary.is_some() && primary == offset(set.replica.info("replication").await)
+    })
+    .await;
+    cut_off(&set.primary, &set.replica).await;
+    let lost = fleet.start().await.expect("acknowledged by the primary");
+    fleet.tasks.pop();
+    set.primary.kill();
+    set.replica.resume();
+    named(&set, &set.replica).await;
+    let got = timeout(BOUND, async {
+        loop {
+            if let Ok(got) = fleet.store_b.get(&lost).await {
+                return got;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the new primary serves");
+    assert!(got.is_none(), "an unreplicated write survived: {got:?}");
+    fleet.all_survive_and_end().await;
+    assert_no_panic();
+}

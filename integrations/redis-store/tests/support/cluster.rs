@@ -1,0 +1,489 @@
+//! A real Redis Cluster (`redis-server --cluster-enabled yes`, joined by
+//! `redis-cli --cluster create`) and a real Sentinel set-up (a primary, a
+//! replica, one `redis-sentinel`), each on free loopback ports in a
+//! temporary directory, every wait bounded, every process killed (and the
+//! directory removed) on drop.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a set-up may take before the test fails.
+const SETUP: Duration = Duration::from_secs(30);
+
+fn tool(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// `None` (with a message) when a tool is missing outside CI; in CI its
+/// absence fails.
+fn tools(names: &[&str]) -> bool {
+    for name in names {
+        if tool(name).is_none() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{name} is not installed: CI needs it"
+            );
+            eprintln!("SKIPPED: {name} is not installed");
+            return false;
+        }
+    }
+    true
+}
+
+/// A free loopback port whose cluster bus port (+10000) is free too.
+fn free_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn temp_dir(kind: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("mcp-{kind}-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+/// One `redis-server` (or `redis-sentinel`) child.
+pub struct Node {
+    pub port: u16,
+    child: Option<Child>,
+    binary: String,
+    args: Vec<String>,
+    dir: PathBuf,
+}
+
+impl Node {
+    fn spawn(binary: &str, port: u16, dir: &Path, args: &[String]) -> Self {
+        let mut node = Self {
+            port,
+            child: None,
+            binary: binary.to_owned(),
+            args: args.to_vec(),
+            dir: dir.to_owned(),
+        };
+        node.restart();
+        node
+    }
+
+    /// Starts it (again) as it was first started: a cluster node with its
+    /// nodes.conf rejoins as a replica of whoever took its slots.
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{}.log", self.port)))
+            .expect("a log file");
+        let child = Command::new(tool(&self.binary).expect("the server's binary"))
+            .args(&self.args)
+            .current_dir(&self.dir)
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the server starts");
+        self.child = Some(child);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: it goes away as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOP: its connections stay open, nothing is answered (nor
+    /// replicated) until [`resume`](Self::resume).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("it runs").id();
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}: {status}");
+    }
+
+    pub fn alive(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// A command through a plain connection (bounded).
+    pub async fn command(&self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        let client = redis::Client::open(self.url())?;
+        let work = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            cmd.query_async(&mut conn).await
+        };
+        tokio::time::timeout(Duration::from_secs(5), work)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+    }
+
+    /// `INFO <section>` as text ("" when it does not answer).
+    pub async fn info(&self, section: &str) -> String {
+        match self.command(redis::cmd("INFO").arg(section)).await {
+            Ok(v) => redis::from_redis_value::<String>(v).unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `check` (a state of the servers, not a timing) until it holds,
+/// within `SETUP`.
+pub async fn until<F: std::future::Future<Output = bool>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + SETUP;
+    while !check().await {
+        assert!(Instant::now() < deadline, "not within {SETUP:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A Redis Cluster of three primaries, each with `replicas` replicas.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    pub async fn start(replicas: usize) -> Option<Self> {
+        if !tools(&["redis-server", "redis-cli"]) {
+            return None;
+        }
+        let dir = temp_dir("cluster");
+        let nodes: Vec<Node> = (0..3 * (1 + replicas))
+            .map(|_| {
+                let port = free_port();
+                let args = [
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &format!("nodes-{port}.conf"),
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ]
+                .map(str::to_owned);
+                Node::spawn("redis-server", port, &dir, &args)
+            })
+            .collect();
+        let cluster = Self { nodes, dir };
+        for node in &cluster.nodes {
+            until("a node answers", || async {
+                node.command(&redis::cmd("PING")).await.is_ok()
+            })
+            .await;
+        }
+        let mut create = Command::new(tool("redis-cli").expect("redis-cli"));
+        create.arg("--cluster").arg("create");
+        for node in &cluster.nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for node in &cluster.nodes {
+            until("the cluster is ok on every node", || async {
+                cluster_ok(node).await
+            })
+            .await;
+        }
+        if replicas > 0 {
+            cluster.replicas_online(replicas).await;
+        }
+        Some(cluster)
+    }
+
+    /// Waits until every primary has `n` replicas in sync.
+    pub async fn replicas_online(&self, n: usize) {
+        for node in self.nodes.iter().filter(|n| n.alive()) {
+            until("every primary's replicas are online", || async {
+                let info = node.info("replication").await;
+                !info.contains("role:master") || info.matches("state=online").count() >= n
+            })
+            .await;
+        }
+    }
+
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.alive())
+            .map(Node::url)
+            .collect()
+    }
+
+    /// The node (its index) that serves `key`'s slot as primary now.
+    pub async fn primary_of(&self, key: &str) -> usize {
+        let any = self.nodes.iter().find(|n| n.alive()).expect("a node");
+        let slot: i64 = redis::from_redis_value(
+            any.command(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+                .await
+                .expect("CLUSTER KEYSLOT"),
+        )
+        .unwrap();
+        let slots = any
+            .command(redis::cmd("CLUSTER").arg("SLOTS"))
+            .await
+            .expect("CLUSTER SLOTS");
+        let ranges: Vec<(i64, i64, i64)> = match slots {
+            redis::Value::Array(ranges) => ranges
+                .into_iter()
+                .map(|r| {
+                    let r: Vec<redis::Value> = redis::from_redis_value(r).unwrap();
+                    let mut it = r.into_iter();
+                    let start: i64 = redis::from_redis_value(it.next().unwrap()).unwrap();
+                    let end: i64 = redis::from_redis_value(it.next().unwrap()).unwrap();
+                    let primary: Vec<redis::Value> =
+                        redis::from_redis_value(it.next().unwrap()).unwrap();
+                    let port: i64 = redis::from_redis_value(primary[1].clone()).unwrap();
+                    (start, end, port)
+                })
+                .collect(),
+            other => panic!("CLUSTER SLOTS: {other:?}"),
+        };
+        let (_, _, port) = ranges
+            .into_iter()
+            .find(|(s, e, _)| (*s..=*e).contains(&slot))
+            .expect("the slot is served");
+        self.nodes
+            .iter()
+            .position(|n| i64::from(n.port) == port)
+            .expect("a node of this cluster")
+    }
+}
+
+impl Cluster {
+    /// Waits until the replicas of the primary at `primary` have every
+    /// write it took.
+    pub async fn synced(&self, primary: usize) {
+        let node = &self.nodes[primary];
+        until("the replica has every write", || async {
+            let info = node.info("replication").await;
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_owned())
+            };
+            let Some(offset) = field("master_repl_offset:") else {
+                return false;
+            };
+            field("slave0:").is_some_and(|s| s.contains(&format!("offset={offset},")))
+        })
+        .await;
+    }
+
+    /// The replica (its index) of the primary at `primary`.
+    pub async fn replica_of(&self, primary: usize) -> usize {
+        let port = i64::from(self.nodes[primary].port);
+        for (i, node) in self.nodes.iter().enumerate() {
+            if i == primary || !node.alive() {
+                continue;
+            }
+            if let Ok(redis::Value::Array(role)) = node.command(&redis::cmd("ROLE")).await {
+                let master: Option<i64> = role
+                    .get(2)
+                    .and_then(|v| redis::from_redis_value(v.clone()).ok());
+                if master == Some(port) {
+                    return i;
+                }
+            }
+        }
+        panic!("no replica of node {primary}");
+    }
+}
+
+async fn cluster_ok(node: &Node) -> bool {
+    node.info("cluster").await.contains("cluster_enabled:1")
+        && node
+            .command(redis::cmd("CLUSTER").arg("INFO"))
+            .await
+            .ok()
+            .and_then(|v| redis::from_redis_value::<String>(v).ok())
+            .is_some_and(|s| s.contains("cluster_state:ok"))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A primary, its replica and one Sentinel watching them as `mymaster`
+/// (quorum 1; down after 500 ms).
+pub struct Sentinel {
+    pub primary: Node,
+    pub replica: Node,
+    pub sentinel: Node,
+    dir: PathBuf,
+}
+
+pub const MASTER: &str = "mymaster";
+
+impl Sentinel {
+    pub async fn start() -> Option<Self> {
+        if !tools(&["redis-server", "redis-sentinel"]) {
+            return None;
+        }
+        let dir = temp_dir("sentinel");
+        let server = |port: u16, extra: &[String]| {
+            let mut args = [
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            args.extend_from_slice(extra);
+            Node::spawn("redis-server", port, &dir, &args)
+        };
+        let primary = server(free_port(), &[]);
+        let p = primary.port.to_string();
+        let replica = server(
+            free_port(),
+            &["--replicaof".into(), "127.0.0.1".into(), p.clone()],
+        );
+        let port = free_port();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {MASTER} 127.0.0.1 {p} 1\n\
+                 sentinel down-after-milliseconds {MASTER} 500\n\
+                 sentinel failover-timeout {MASTER} 5000\n",
+                dir.display()
+            ),
+        )
+        .expect("sentinel.conf");
+        let sentinel = Node::spawn("redis-sentinel", port, &dir, &[conf.display().to_string()]);
+        let set = Self {
+            primary,
+            replica,
+            sentinel,
+            dir,
+        };
+        set.in_sync().await;
+        Some(set)
+    }
+
+    /// Waits until the Sentinel knows the replica and it is in sync.
+    pub async fn in_sync(&self) {
+        until("the replica is online and the Sentinel sees it", || async {
+            let master = self
+                .sentinel
+                .command(redis::cmd("SENTINEL").arg("REPLICAS").arg(MASTER))
+                .await;
+            // Known, and not flagged down or disconnected.
+            let known = match master {
+                Ok(redis::Value::Array(replicas)) => replicas.into_iter().any(|r| {
+                    let fields: Vec<String> = redis::from_redis_value(r).unwrap_or_default();
+                    fields
+                        .chunks(2)
+                        .any(|kv| kv[0] == "flags" && kv.get(1).is_some_and(|f| f == "slave"))
+                }),
+                _ => false,
+            };
+            let primary = self.serving().await;
+            let online = match primary {
+                Some(p) => p.info("replication").await.contains("state=online"),
+                None => false,
+            };
+            known && online
+        })
+        .await;
+    }
+
+    /// The port the Sentinel names as the primary now.
+    pub async fn named(&self) -> Option<u16> {
+        let v = self
+            .sentinel
+            .command(
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(MASTER),
+            )
+            .await
+            .ok()?;
+        let addr: Vec<String> = redis::from_redis_value(v).ok()?;
+        addr.get(1)?.parse().ok()
+    }
+
+    /// The node the Sentinel names as the primary, if alive.
+    pub async fn serving(&self) -> Option<&Node> {
+        let port = self.named().await?;
+        [&self.primary, &self.replica]
+            .into_iter()
+            .find(|n| n.port == port && n.alive())
+    }
+
+    pub fn sentinels(&self) -> Vec<String> {
+        vec![self.sentinel.url()]
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        self.sentinel.kill();
+        self.replica.kill();
+        self.primary.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
