@@ -34,7 +34,21 @@ use ::rmcp::model::{
 use ::rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext};
 use ::rmcp::{ErrorData, RoleServer, ServerHandler};
 
+use futures_util::future::Either;
+use futures_util::TryFutureExt as _;
+use serde::de::IgnoredAny;
+
 use super::Cancellable;
+
+impl<H> Cancellable<H> {
+    /// Declares the tasks extension in `capabilities` when the wrapper runs
+    /// tasks ([`Cancellable::tasks`]).
+    fn advertise(&self, capabilities: &mut ::rmcp::model::ServerCapabilities) {
+        if self.tasks.is_some() {
+            super::tasks::advertise(capabilities);
+        }
+    }
+}
 
 /// A request method that takes params: raced.
 macro_rules! raced {
@@ -74,14 +88,21 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<InitializeResult, ErrorData>> + MaybeSendFuture + '_ {
-        self.handler.initialize(request, context)
+        let answer = self.handler.initialize(request, context);
+        async move {
+            let mut result = answer.await?;
+            self.advertise(&mut result.capabilities);
+            Ok(result)
+        }
     }
 
     fn negotiate_initialize(
         &self,
         request: &InitializeRequestParams,
     ) -> Result<InitializeResult, ErrorData> {
-        self.handler.negotiate_initialize(request)
+        let mut result = self.handler.negotiate_initialize(request)?;
+        self.advertise(&mut result.capabilities);
+        Ok(result)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -92,12 +113,17 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         &self,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<DiscoverResult, ErrorData>> + MaybeSendFuture + '_ {
-        self.race(
+        let answer = self.race(
             DiscoverRequestMethod::VALUE,
             None,
             context,
             |h, cx| async move { h.discover(cx).await },
-        )
+        );
+        async move {
+            let mut result = answer.await?;
+            self.advertise(&mut result.capabilities);
+            Ok(result)
+        }
     }
 
     raced!(
@@ -167,19 +193,22 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         UnsubscribeRequestMethod
     );
     /// Raced like the rest, with the tool's name for the layers' per-tool
-    /// limits.
+    /// limits; with [`Cancellable::tasks`], under the tasks layer too.
     fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
+        if let Some(tasks) = self.tasks.clone() {
+            return Either::Left(self.task_tool_call(tasks, request, context));
+        }
         let tool = Some(request.name.as_ref().into());
-        self.race(
+        Either::Right(self.race(
             CallToolRequestMethod::VALUE,
             tool,
             context,
             move |h, cx| async move { h.call_tool(request, cx).await },
-        )
+        ))
     }
     raced!(
         list_tools,
@@ -251,12 +280,70 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
     }
 
     fn get_info(&self) -> ServerConfig {
-        self.handler.get_info()
+        let mut info = self.handler.get_info();
+        self.advertise(&mut info.capabilities);
+        info
     }
 
-    raced!(get_task, GetTaskParams, GetTaskResult, GetTaskMethod);
-    raced!(update_task, UpdateTaskParams, (), UpdateTaskMethod);
-    raced!(cancel_task, CancelTaskParams, (), CancelTaskMethod);
+    /// With [`Cancellable::tasks`], answered by the tasks layer; else the
+    /// handler's, raced.
+    fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<GetTaskResult, ErrorData>> + MaybeSendFuture + '_ {
+        match self.tasks.clone() {
+            Some(tasks) => {
+                Either::Left(self.task_method(tasks, GetTaskMethod::VALUE, request, context))
+            }
+            None => Either::Right(self.race(
+                GetTaskMethod::VALUE,
+                None,
+                context,
+                move |h, cx| async move { h.get_task(request, cx).await },
+            )),
+        }
+    }
+
+    /// As [`get_task`](Self::get_task).
+    fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        match self.tasks.clone() {
+            Some(tasks) => Either::Left(
+                self.task_method::<_, IgnoredAny>(tasks, UpdateTaskMethod::VALUE, request, context)
+                    .map_ok(drop),
+            ),
+            None => Either::Right(self.race(
+                UpdateTaskMethod::VALUE,
+                None,
+                context,
+                move |h, cx| async move { h.update_task(request, cx).await },
+            )),
+        }
+    }
+
+    /// As [`get_task`](Self::get_task).
+    fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
+        match self.tasks.clone() {
+            Some(tasks) => Either::Left(
+                self.task_method::<_, IgnoredAny>(tasks, CancelTaskMethod::VALUE, request, context)
+                    .map_ok(drop),
+            ),
+            None => Either::Right(self.race(
+                CancelTaskMethod::VALUE,
+                None,
+                context,
+                move |h, cx| async move { h.cancel_task(request, cx).await },
+            )),
+        }
+    }
     raced!(
         list_skills,
         Option<PaginatedRequestParams>,
