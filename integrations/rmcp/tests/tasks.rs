@@ -26,6 +26,10 @@ use tower_mcp_cancel::tasks::{
 use tower_mcp_cancel::McpRequest;
 use tower_mcp_cancel_rmcp::{Cancellable, RmcpClient, RouteProgress};
 
+#[cfg(feature = "http")]
+#[path = "tasks/http.rs"]
+mod http;
+
 type Events = mpsc::UnboundedSender<(&'static str, String)>;
 
 /// `hang` (never looks at its token; reports `DROPPED` when its future is
@@ -376,6 +380,35 @@ async fn the_extension_is_advertised_and_rmcps_own_task_methods_are_not_called()
 mod client {
     use super::*;
 
+    /// `TaskCallLayer` over the harness's client, and a receiver told of
+    /// each `tasks/get` it sends (the call knows its task's id by then: a
+    /// call dropped before the `CreateTaskResult` reached it cannot cancel
+    /// a task it never heard of).
+    fn polling(
+        h: &Harness,
+    ) -> (
+        impl tower::Service<
+                McpRequest,
+                Response = Value,
+                Error = BoxError,
+                Future = impl Send + 'static,
+            > + Send
+            + 'static,
+        mpsc::UnboundedReceiver<()>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let client = ServiceBuilder::new()
+            .layer(TaskCallLayer::new())
+            .map_request(move |req: McpRequest| {
+                if req.method() == "tasks/get" {
+                    let _ = tx.send(());
+                }
+                req
+            })
+            .service(h.client.clone());
+        (client, rx)
+    }
+
     #[tokio::test]
     async fn a_call_that_becomes_a_task_is_one_call() {
         let h = start(Some(layer()), None).await;
@@ -392,11 +425,11 @@ mod client {
     #[tokio::test]
     async fn dropping_the_call_cancels_the_task_on_this_crates_server() {
         let mut h = start(Some(layer()), None).await;
-        let client = ServiceBuilder::new()
-            .layer(TaskCallLayer::new())
-            .service(h.client.clone());
+        let (client, mut polled) = polling(&h);
         let pending = tokio::spawn(client.oneshot(call("hang")));
         h.event("STARTED", "hang").await;
+        // Once the client polls, it knows the task's id.
+        polled.recv().await;
         pending.abort();
         h.event("DROPPED", "hang").await;
     }
@@ -408,12 +441,11 @@ mod client {
     async fn dropping_the_call_cancels_the_task_on_rmcps_task_manager() {
         let manager = TaskManager::new();
         let mut h = start(None, Some(manager.clone())).await;
-        let client = ServiceBuilder::new()
-            .layer(TaskCallLayer::new())
-            .service(h.client.clone());
+        let (client, mut polled) = polling(&h);
         let pending = tokio::spawn(client.oneshot(call("hang")));
         h.event("STARTED", "hang").await;
         assert_eq!(manager.running_task_count(), 1);
+        polled.recv().await;
         pending.abort();
         h.event("DROPPED", "hang").await;
         tokio::time::timeout(Duration::from_secs(5), async {
