@@ -177,7 +177,11 @@ async fn work(name: &str, args: &Value, task: &impl Work) -> Result<CallToolResu
 /// before any task): ask for a name. `None` once the answer came; then the
 /// work's `name` argument is that answer.
 fn first_round(params: &CallToolRequestParams, args: &mut Value) -> Option<InputRequiredResult> {
-    let answer = params.input_responses.as_ref()?.get("user_name").cloned();
+    let answer = params
+        .input_responses
+        .as_ref()
+        .and_then(|r| r.get("user_name"))
+        .cloned();
     match answer {
         Some(answer) => {
             args["name"] = answer["content"]["name"].clone();
