@@ -7,17 +7,19 @@
 //! this crate's wrapper and against rmcp's own `TaskManager`. The same over
 //! Streamable HTTP is [`http`]'s.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     CreateTaskResult, GetTaskParams, GetTaskResult, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::mpsc;
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 use tower_mcp_cancel::tasks::{
@@ -33,7 +35,8 @@ mod http;
 type Events = mpsc::UnboundedSender<(&'static str, String)>;
 
 /// `hang` (never looks at its token; reports `DROPPED` when its future is
-/// dropped), `nap` (answers after 300 ms), `ask` (asks the client a question through the call's
+/// dropped), `nap` (answers after 300 ms), `report` (sends progress
+/// every 10 ms through its peer, `REPORTED` after each), `ask` (asks the client a question through the call's
 /// `TaskContext`, answers with the reply) and `quick` (answers at once).
 /// With a `TaskManager`, the tools that may be tasks are spawned on it (as
 /// rmcp's docs have it, stopping at `tasks/cancel` by watching for it).
@@ -105,6 +108,7 @@ impl ServerHandler for Tools {
             Tool::new("ask", "asks a name", schema()),
             Tool::new("quick", "answers at once", schema()),
             Tool::new("nap", "answers after 300 ms", schema()),
+            Tool::new("report", "reports progress every 10 ms", schema()),
         ]))
     }
 
@@ -130,6 +134,16 @@ impl ServerHandler for Tools {
             return Ok(CreateTaskResult::new(task).into());
         }
         match name.as_str() {
+            "report" => {
+                let token = context.meta.get_progress_token().expect("a progress token");
+                for i in 1..=1000u32 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let p = ProgressNotificationParam::new(token.clone(), f64::from(i));
+                    let _ = context.peer.notify_progress(p).await;
+                    let _ = self.events.send(("REPORTED", i.to_string()));
+                }
+                Ok(text("reported").into())
+            }
             "ask" => {
                 let task = context
                     .extensions
@@ -182,6 +196,7 @@ pub(crate) fn layer() -> TasksLayer {
         .tool("hang", TaskPolicy::required())
         .tool("ask", TaskPolicy::required())
         .tool("nap", TaskPolicy::required())
+        .tool("report", TaskPolicy::required())
         .tool("quick", TaskPolicy::optional())
         .poll_interval(Duration::from_millis(20))
 }
@@ -189,6 +204,8 @@ pub(crate) fn layer() -> TasksLayer {
 pub(crate) struct Harness {
     pub(crate) client: RmcpClient,
     pub(crate) events: mpsc::UnboundedReceiver<(&'static str, String)>,
+    /// Every line the server wrote, in order.
+    written: Arc<Mutex<Vec<Value>>>,
     _running: RunningService<RoleClient, RouteProgress<()>>,
 }
 
@@ -200,8 +217,9 @@ async fn start(layer: Option<TasksLayer>, manager: Option<TaskManager>) -> Harne
         events: tx,
         manager,
     };
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    let (sr, sw) = tokio::io::split(server_io);
+    let (client_w, sr) = tokio::io::duplex(64 * 1024);
+    let (sw, relay_r) = tokio::io::duplex(64 * 1024);
+    let (mut relay_w, client_r) = tokio::io::duplex(64 * 1024);
     match layer {
         Some(layer) => {
             let server = Cancellable::new(tools).tasks(layer);
@@ -217,13 +235,31 @@ async fn start(layer: Option<TasksLayer>, manager: Option<TaskManager>) -> Harne
             });
         }
     }
-    let (cr, cw) = tokio::io::split(client_io);
-    let running = rmcp::serve_client(RouteProgress::new(()), (cr, cw))
+    // Between the two: records each line the server writes.
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let log = written.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(relay_r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            log.lock()
+                .unwrap()
+                .push(serde_json::from_str(&line).unwrap());
+            if relay_w
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let running = rmcp::serve_client(RouteProgress::new(()), (client_r, client_w))
         .await
         .unwrap();
     Harness {
         client: RmcpClient::new(&running),
         events,
+        written,
         _running: running,
     }
 }
@@ -348,6 +384,25 @@ async fn a_tasks_input_request_reaches_the_client_and_its_answer_the_handler() {
     .unwrap();
     let task = h.wait_for(&id, |t| t["status"] == "completed").await;
     assert_eq!(task["result"]["content"][0]["text"], "hello Ada", "{task}");
+}
+
+/// Its request was answered with the `CreateTaskResult`: the progress the
+/// handler goes on sending with that request's token is not written.
+#[tokio::test]
+async fn a_tasks_progress_is_not_written_after_its_create_task_result() {
+    let mut h = start(Some(layer()), None).await;
+    let created = h.send(declared(call("report"))).await.unwrap();
+    task_id(&created);
+    h.event("REPORTED", "5").await;
+    let written = h.written.lock().unwrap();
+    let progress: Vec<_> = written
+        .iter()
+        .filter(|v| v["method"] == "notifications/progress")
+        .collect();
+    assert!(
+        progress.is_empty(),
+        "written after the answer: {progress:?}"
+    );
 }
 
 #[tokio::test]
