@@ -96,13 +96,16 @@ fn wire_request<P: Serialize>(
     Ok(McpRequest::new(convert::<RequestId>(&context.id), method).with_params(params))
 }
 
+/// One call of the handler's `call_tool`: its params and context.
+type Call = (CallToolRequestParams, RequestContext<RoleServer>);
+
 /// The handler's `tools/call`, on its way to the innermost service: taken
 /// once, by the call the layers let through.
 #[derive(Clone)]
-struct PendingCall(Arc<Mutex<Option<(CallToolRequestParams, RequestContext<RoleServer>)>>>);
+struct PendingCall(Arc<Mutex<Option<Call>>>);
 
 impl PendingCall {
-    fn take(&self) -> Option<(CallToolRequestParams, RequestContext<RoleServer>)> {
+    fn take(&self) -> Option<Call> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }

@@ -15,7 +15,7 @@ use rmcp::model::{
     CreateTaskResult, GetTaskParams, GetTaskResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
-use rmcp::service::{RequestContext, RunningService};
+use rmcp::service::{ClientLifecycleMode, RequestContext, RunningService};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::{json, Value};
@@ -210,8 +210,18 @@ pub(crate) struct Harness {
 }
 
 /// `Tools` (with `manager`) served over pipes — through `Cancellable` with
-/// `layer` when given, by rmcp alone otherwise — and an rmcp client.
+/// `layer` when given, by rmcp alone otherwise — and an rmcp client
+/// (`initialize`: a 2025-era session).
 async fn start(layer: Option<TasksLayer>, manager: Option<TaskManager>) -> Harness {
+    start_with(layer, manager, ClientLifecycleMode::Initialize).await
+}
+
+/// [`start`], the client starting with `lifecycle`.
+async fn start_with(
+    layer: Option<TasksLayer>,
+    manager: Option<TaskManager>,
+    lifecycle: ClientLifecycleMode,
+) -> Harness {
     let (tx, events) = mpsc::unbounded_channel();
     let tools = Tools {
         events: tx,
@@ -253,9 +263,13 @@ async fn start(layer: Option<TasksLayer>, manager: Option<TaskManager>) -> Harne
             }
         }
     });
-    let running = rmcp::serve_client(RouteProgress::new(()), (client_r, client_w))
-        .await
-        .unwrap();
+    let running = rmcp::service::serve_client_with_lifecycle(
+        RouteProgress::new(()),
+        (client_r, client_w),
+        lifecycle,
+    )
+    .await
+    .unwrap();
     Harness {
         client: RmcpClient::new(&running),
         events,
@@ -431,38 +445,35 @@ async fn the_extension_is_advertised_and_rmcps_own_task_methods_are_not_called()
     assert_eq!(code(&err), -32602, "{err:?}");
 }
 
+/// `TaskCallLayer` over `client`, and a receiver told the task id of
+/// each `tasks/get` it sends (the call knows its task's id by then: a
+/// call dropped before the `CreateTaskResult` reached it cannot cancel
+/// a task it never heard of).
+pub(crate) fn polling(
+    client: RmcpClient,
+) -> (
+    impl tower::Service<McpRequest, Response = Value, Error = BoxError, Future = impl Send + 'static>
+        + Send
+        + 'static,
+    mpsc::UnboundedReceiver<String>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let client = ServiceBuilder::new()
+        .layer(TaskCallLayer::new())
+        .map_request(move |req: McpRequest| {
+            if req.method() == "tasks/get" {
+                let params: Value = req.params_as().unwrap_or_default();
+                let _ = tx.send(params["taskId"].as_str().unwrap_or_default().to_owned());
+            }
+            req
+        })
+        .service(client);
+    (client, rx)
+}
+
 /// The client side: `TaskCallLayer` over `RmcpClient`.
 mod client {
     use super::*;
-
-    /// `TaskCallLayer` over the harness's client, and a receiver told of
-    /// each `tasks/get` it sends (the call knows its task's id by then: a
-    /// call dropped before the `CreateTaskResult` reached it cannot cancel
-    /// a task it never heard of).
-    fn polling(
-        h: &Harness,
-    ) -> (
-        impl tower::Service<
-                McpRequest,
-                Response = Value,
-                Error = BoxError,
-                Future = impl Send + 'static,
-            > + Send
-            + 'static,
-        mpsc::UnboundedReceiver<()>,
-    ) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let client = ServiceBuilder::new()
-            .layer(TaskCallLayer::new())
-            .map_request(move |req: McpRequest| {
-                if req.method() == "tasks/get" {
-                    let _ = tx.send(());
-                }
-                req
-            })
-            .service(h.client.clone());
-        (client, rx)
-    }
 
     #[tokio::test]
     async fn a_call_that_becomes_a_task_is_one_call() {
@@ -480,7 +491,7 @@ mod client {
     #[tokio::test]
     async fn dropping_the_call_cancels_the_task_on_this_crates_server() {
         let mut h = start(Some(layer()), None).await;
-        let (client, mut polled) = polling(&h);
+        let (client, mut polled) = polling(h.client.clone());
         let pending = tokio::spawn(client.oneshot(call("hang")));
         h.event("STARTED", "hang").await;
         // Once the client polls, it knows the task's id.
@@ -496,7 +507,7 @@ mod client {
     async fn dropping_the_call_cancels_the_task_on_rmcps_task_manager() {
         let manager = TaskManager::new();
         let mut h = start(None, Some(manager.clone())).await;
-        let (client, mut polled) = polling(&h);
+        let (client, mut polled) = polling(h.client.clone());
         let pending = tokio::spawn(client.oneshot(call("hang")));
         h.event("STARTED", "hang").await;
         assert_eq!(manager.running_task_count(), 1);
@@ -510,6 +521,22 @@ mod client {
         })
         .await
         .expect("the manager's task ended");
+    }
+
+    /// In a 2026-era session rmcp puts the client's own capabilities in
+    /// each request's `_meta`: the extension `TaskCallLayer` declared is
+    /// kept (it was lost, and the call refused `-32021`).
+    #[tokio::test]
+    async fn a_call_that_becomes_a_task_is_one_call_in_a_2026_session() {
+        let lifecycle = ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        };
+        let h = start_with(Some(layer()), None, lifecycle).await;
+        let client = ServiceBuilder::new()
+            .layer(TaskCallLayer::new())
+            .service(h.client.clone());
+        let out = client.oneshot(call("nap")).await.unwrap();
+        assert_eq!(out["content"][0]["text"], "rested", "{out}");
     }
 
     #[tokio::test]

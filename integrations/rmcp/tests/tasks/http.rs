@@ -177,3 +177,179 @@ async fn a_tasks_cancel_whose_mcp_name_is_not_its_task_id_is_refused_over_http()
     s.event("DROPPED", "hang").await;
     assert_eq!(s.get(&id).await["status"], "cancelled");
 }
+
+/// The client side over Streamable HTTP: `TaskCallLayer` over an
+/// `RmcpClient` whose transport is rmcp's own Streamable HTTP client (over a
+/// Unix socket in a fresh directory), calling `handler` served by rmcp's
+/// `StreamableHttpService`, which records the `Mcp-Method` and `Mcp-Name`
+/// headers of every POST.
+mod rmcp_client {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::ClientLifecycleMode;
+    use rmcp::transport::StreamableHttpClientTransport;
+
+    use super::*;
+
+    type Headers = Arc<Mutex<Vec<(String, String)>>>;
+
+    struct Socket(std::path::PathBuf);
+
+    impl Drop for Socket {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Serves `handler` on a Unix socket; an rmcp client of it; the
+    /// headers seen; the directory, removed when dropped.
+    async fn serve_unix<H: ServerHandler + Clone>(
+        handler: H,
+    ) -> (
+        RmcpClient,
+        RunningService<RoleClient, RouteProgress<()>>,
+        Headers,
+        Socket,
+    ) {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tmc-rmcp-tasks-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mcp.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true);
+        let rmcp = StreamableHttpService::new(
+            move || Ok(handler.clone()),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
+        let headers = Headers::default();
+        let seen = headers.clone();
+        let mcp = ServiceBuilder::new()
+            .map_request(move |req: ::http::Request<axum::body::Body>| {
+                let header = |n: &str| {
+                    req.headers()
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let pair = (header("mcp-method"), header("mcp-name"));
+                seen.lock().unwrap().push(pair);
+                req
+            })
+            .service(rmcp);
+        let app = axum::Router::new().route_service("/mcp", mcp);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let transport = StreamableHttpClientTransport::from_unix_socket(
+            path.to_str().unwrap(),
+            "http://localhost/mcp",
+        );
+        // The 2026-07-28 lifecycle (`server/discover`): rmcp's client sends
+        // the standard headers only from that revision on.
+        let lifecycle = ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        };
+        let running = tokio::time::timeout(
+            Duration::from_secs(10),
+            rmcp::service::serve_client_with_lifecycle(
+                RouteProgress::new(()),
+                transport,
+                lifecycle,
+            ),
+        )
+        .await
+        .expect("the client started within 10 s")
+        .unwrap();
+        (RmcpClient::new(&running), running, headers, Socket(dir))
+    }
+
+    /// Calls `hang` through `TaskCallLayer`, drops the call once it polls,
+    /// and waits for the handler's drop; the `Mcp-Name` of each
+    /// `tasks/cancel` the server received, and the task's id.
+    async fn drop_a_task_call<H: ServerHandler + Clone>(
+        handler: H,
+        events: &mut mpsc::UnboundedReceiver<(&'static str, String)>,
+    ) -> (Vec<String>, String) {
+        let (client, _running, headers, _socket) = serve_unix(handler).await;
+        let (client, mut polled) = polling(client);
+        let pending = tokio::spawn(client.oneshot(call("hang")));
+        let task = polled.recv().await.expect("polled");
+        pending.abort();
+        loop {
+            let (k, n) = events.recv().await.expect("server gone");
+            if k == "DROPPED" && n == "hang" {
+                break;
+            }
+        }
+        let headers = headers.lock().unwrap();
+        let cancels = headers
+            .iter()
+            .filter(|(method, _)| method == "tasks/cancel")
+            .map(|(_, name)| name.clone())
+            .collect();
+        (cancels, task)
+    }
+
+    fn tools(
+        manager: Option<TaskManager>,
+    ) -> (Tools, mpsc::UnboundedReceiver<(&'static str, String)>) {
+        let (tx, events) = mpsc::unbounded_channel();
+        let tools = Tools {
+            events: tx,
+            manager,
+        };
+        (tools, events)
+    }
+
+    #[tokio::test]
+    async fn a_dropped_task_call_sends_tasks_cancel_with_mcp_name_to_this_crates_server() {
+        let (tools, mut events) = tools(None);
+        let handler = Cancellable::new(tools).tasks(layer());
+        let (names, task) = drop_a_task_call(handler, &mut events).await;
+        assert!(!task.is_empty());
+        assert_eq!(
+            names,
+            [task],
+            "one tasks/cancel, with the task's id as Mcp-Name"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_task_call_sends_tasks_cancel_with_mcp_name_to_rmcps_task_manager() {
+        let manager = TaskManager::new();
+        let (tools, mut events) = tools(Some(manager.clone()));
+        let (names, task) = drop_a_task_call(tools, &mut events).await;
+        assert!(!task.is_empty());
+        assert_eq!(
+            names,
+            [task],
+            "one tasks/cancel, with the task's id as Mcp-Name"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_task_call_is_one_call_over_http() {
+        let (tools, _events) = tools(None);
+        let handler = Cancellable::new(tools).tasks(layer());
+        let (client, _running, headers, _socket) = serve_unix(handler).await;
+        let client = ServiceBuilder::new()
+            .layer(TaskCallLayer::new())
+            .service(client);
+        let out = client.oneshot(call("nap")).await.unwrap();
+        assert_eq!(out["content"][0]["text"], "rested", "{out}");
+        let headers = headers.lock().unwrap();
+        assert!(
+            headers
+                .iter()
+                .any(|(m, n)| m == "tasks/get" && !n.is_empty()),
+            "polled with Mcp-Name: {headers:?}"
+        );
+    }
+}
