@@ -23,8 +23,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::mpsc;
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 use tower_mcp_cancel::tasks::{
-    declare_extension, TaskCallLayer, TaskContext, TaskPolicy, TasksLayer,
+    declare_extension, MemoryStore, TaskCallLayer, TaskContext, TaskPolicy, TaskStore, TasksLayer,
 };
+use tower_mcp_cancel::test_util::{FaultyStore, Op};
 use tower_mcp_cancel::McpRequest;
 use tower_mcp_cancel_rmcp::{Cancellable, RmcpClient, RouteProgress};
 
@@ -398,6 +399,56 @@ async fn a_tasks_input_request_reaches_the_client_and_its_answer_the_handler() {
     .unwrap();
     let task = h.wait_for(&id, |t| t["status"] == "completed").await;
     assert_eq!(task["result"]["content"][0]["text"], "hello Ada", "{task}");
+}
+
+/// The tasks layer takes any `TaskStore` (the Redis one of
+/// `tower-mcp-cancel-redis` as it is): [`with_any_store`] compiles for
+/// every store type, and a store of another crate's (the test utilities'
+/// `FaultyStore`, over the in-memory one) is the one the wrapper's tasks go
+/// to.
+fn with_any_store<S: TaskStore>(tools: Tools, store: S) -> Cancellable<Tools> {
+    Cancellable::new(tools).tasks(
+        TasksLayer::with_store(store)
+            .tool("hang", TaskPolicy::required())
+            .poll_interval(Duration::from_millis(20)),
+    )
+}
+
+#[tokio::test]
+async fn the_tasks_go_to_the_store_given() {
+    let store = FaultyStore::new(MemoryStore::new());
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let server = with_any_store(
+        Tools {
+            events: tx,
+            manager: None,
+        },
+        store.clone(),
+    );
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = server.serve(tokio::io::split(server_io)).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let running = rmcp::serve_client(RouteProgress::new(()), tokio::io::split(client_io))
+        .await
+        .unwrap();
+    let client = RmcpClient::new(&running);
+    let created = client
+        .clone()
+        .oneshot(declared(call("hang")))
+        .await
+        .unwrap();
+    let id = task_id(&created);
+    assert_eq!(store.calls(Op::Create), 1);
+    assert!(
+        store.get(&id).await.unwrap().is_some(),
+        "the record is there"
+    );
+    let cancel = task_request("tasks/cancel", &id, json!({}));
+    client.oneshot(cancel).await.unwrap();
+    while events.recv().await.expect("server gone") != ("DROPPED", "hang".to_owned()) {}
+    assert!(store.calls(Op::Finish) >= 1, "its end went to the store");
 }
 
 /// Its request was answered with the `CreateTaskResult`: the progress the
