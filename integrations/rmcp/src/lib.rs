@@ -3,7 +3,9 @@
 //! layers of [`tower_mcp_cancel`]; and rmcp's client as a tower service,
 //! [`RmcpClient`], so the same layers drive an rmcp client (see there).
 //! Feature `http`: rmcp's `StreamableHttpService` too (see
-//! [below](#over-streamable-http)).
+//! [below](#over-streamable-http)). With [`Cancellable::tasks`], chosen
+//! tools run as tasks that `tasks/cancel` and their TTL drop (see
+//! [Tasks](#tasks)).
 //!
 //! Keep your `ServerHandler` (macros and all) and your transport; wrap the
 //! handler in a [`Cancellable`] — itself a `ServerHandler` — and serve that
