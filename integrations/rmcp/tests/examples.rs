@@ -17,12 +17,15 @@ async fn rmcp_server_command_line() {
         "--idle-ms",
         "--plain",
         "--listen",
+        "--tasks",
+        "--task-ttl",
     ];
     let malformed: &[&[&str]] = &[
         &["--timeout-ms", "2s"],
         &["--idle-ms", "-5"],
         &["--listen", "nonsense"],
         &["--lisen", "127.0.0.1:0"],
+        &["--tasks", "--task-ttl", "soon"],
     ];
     cli::assert_cli(&example::example("rmcp_server"), &flags, malformed).await;
 }
