@@ -35,8 +35,6 @@ use ::rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, Subs
 use ::rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use futures_util::future::Either;
-use futures_util::TryFutureExt as _;
-use serde::de::IgnoredAny;
 
 use super::Cancellable;
 
@@ -61,6 +59,30 @@ macro_rules! raced {
             self.race(<$method>::VALUE, None, context, move |h, cx| async move {
                 h.$name(request, cx).await
             })
+        }
+    };
+}
+
+/// A `tasks/*` method: with [`Cancellable::tasks`], answered by the tasks
+/// layer from its store; else the handler's, raced.
+macro_rules! task_method {
+    ($name:ident, $params:ty, $result:ty, $method:ty) => {
+        fn $name(
+            &self,
+            request: $params,
+            context: RequestContext<RoleServer>,
+        ) -> impl Future<Output = Result<$result, ErrorData>> + MaybeSendFuture + '_ {
+            match self.tasks.clone() {
+                Some(tasks) => {
+                    Either::Left(self.task_method(tasks, <$method>::VALUE, request, context))
+                }
+                None => Either::Right(self.race(
+                    <$method>::VALUE,
+                    None,
+                    context,
+                    move |h, cx| async move { h.$name(request, cx).await },
+                )),
+            }
         }
     };
 }
@@ -285,65 +307,9 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         info
     }
 
-    /// With [`Cancellable::tasks`], answered by the tasks layer; else the
-    /// handler's, raced.
-    fn get_task(
-        &self,
-        request: GetTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<GetTaskResult, ErrorData>> + MaybeSendFuture + '_ {
-        match self.tasks.clone() {
-            Some(tasks) => {
-                Either::Left(self.task_method(tasks, GetTaskMethod::VALUE, request, context))
-            }
-            None => Either::Right(self.race(
-                GetTaskMethod::VALUE,
-                None,
-                context,
-                move |h, cx| async move { h.get_task(request, cx).await },
-            )),
-        }
-    }
-
-    /// As [`get_task`](Self::get_task).
-    fn update_task(
-        &self,
-        request: UpdateTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
-        match self.tasks.clone() {
-            Some(tasks) => Either::Left(
-                self.task_method::<_, IgnoredAny>(tasks, UpdateTaskMethod::VALUE, request, context)
-                    .map_ok(drop),
-            ),
-            None => Either::Right(self.race(
-                UpdateTaskMethod::VALUE,
-                None,
-                context,
-                move |h, cx| async move { h.update_task(request, cx).await },
-            )),
-        }
-    }
-
-    /// As [`get_task`](Self::get_task).
-    fn cancel_task(
-        &self,
-        request: CancelTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), ErrorData>> + MaybeSendFuture + '_ {
-        match self.tasks.clone() {
-            Some(tasks) => Either::Left(
-                self.task_method::<_, IgnoredAny>(tasks, CancelTaskMethod::VALUE, request, context)
-                    .map_ok(drop),
-            ),
-            None => Either::Right(self.race(
-                CancelTaskMethod::VALUE,
-                None,
-                context,
-                move |h, cx| async move { h.cancel_task(request, cx).await },
-            )),
-        }
-    }
+    task_method!(get_task, GetTaskParams, GetTaskResult, GetTaskMethod);
+    task_method!(update_task, UpdateTaskParams, (), UpdateTaskMethod);
+    task_method!(cancel_task, CancelTaskParams, (), CancelTaskMethod);
     raced!(
         list_skills,
         Option<PaginatedRequestParams>,

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use ::rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, InputRequiredResult,
-    ServerCapabilities, TASKS_EXTENSION_ID,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, GetTaskResult,
+    InputRequiredResult, ServerCapabilities, TASKS_EXTENSION_ID,
 };
 use ::rmcp::service::RequestContext;
 use ::rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -98,6 +98,27 @@ fn wire_request<P: Serialize>(
 
 /// One call of the handler's `call_tool`: its params and context.
 type Call = (CallToolRequestParams, RequestContext<RoleServer>);
+
+/// What rmcp takes for the tasks layer's answer to a `tasks/*` request.
+pub(super) trait TaskAnswer: Sized {
+    /// The answer, read from the layer's JSON.
+    fn read(value: Value) -> Result<Self, serde_json::Error>;
+}
+
+/// `tasks/get`: the task.
+impl TaskAnswer for GetTaskResult {
+    fn read(value: Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(value)
+    }
+}
+
+/// `tasks/update`, `tasks/cancel`: an acknowledgement, which rmcp writes
+/// itself.
+impl TaskAnswer for () {
+    fn read(_: Value) -> Result<Self, serde_json::Error> {
+        Ok(())
+    }
+}
 
 /// The handler's `tools/call`, on its way to the innermost service: taken
 /// once, by the call the layers let through.
@@ -295,7 +316,7 @@ impl<H: ServerHandler> Cancellable<H> {
     ) -> impl Future<Output = Result<T, ErrorData>> + Send + 'static
     where
         P: Serialize,
-        T: DeserializeOwned,
+        T: TaskAnswer,
     {
         let req = wire_request(method, &params, &context);
         let out = self.through_tasks(tasks, req, &context);
@@ -309,7 +330,7 @@ impl<H: ServerHandler> Cancellable<H> {
                     ))
                 }
             };
-            serde_json::from_value(value).map_err(|e| {
+            T::read(value).map_err(|e| {
                 ErrorData::internal_error(format!("the tasks layer's {method} answer: {e}"), None)
             })
         }
