@@ -522,33 +522,43 @@ pub(crate) fn polling(
     (client, rx)
 }
 
+/// `nap` through `TaskCallLayer` over `client`: one call, with the task's
+/// result.
+pub(crate) async fn nap_as_one_call(client: RmcpClient) {
+    let client = ServiceBuilder::new()
+        .layer(TaskCallLayer::new())
+        .service(client);
+    let out = client.oneshot(call("nap")).await.unwrap();
+    assert_eq!(out["content"][0]["text"], "rested", "{out}");
+}
+
 /// The client side: `TaskCallLayer` over `RmcpClient`.
 mod client {
     use super::*;
 
-    #[tokio::test]
-    async fn a_call_that_becomes_a_task_is_one_call() {
-        let h = start(Some(layer()), None).await;
-        let client = ServiceBuilder::new()
-            .layer(TaskCallLayer::new())
-            .service(h.client.clone());
-        let out = client.oneshot(call("nap")).await.unwrap();
-        assert_eq!(out["content"][0]["text"], "rested", "{out}");
-    }
-
-    /// Dropping the call (here a client deadline around it) sends
-    /// `tasks/cancel`: the server's handler, which never looks at its
-    /// token, is dropped.
-    #[tokio::test]
-    async fn dropping_the_call_cancels_the_task_on_this_crates_server() {
-        let mut h = start(Some(layer()), None).await;
+    /// Calls `hang` through `TaskCallLayer`, drops the call once it polls
+    /// (it knows the task's id then), and waits for the handler's drop.
+    async fn drop_once_polled(h: &mut Harness) {
         let (client, mut polled) = polling(h.client.clone());
         let pending = tokio::spawn(client.oneshot(call("hang")));
         h.event("STARTED", "hang").await;
-        // Once the client polls, it knows the task's id.
         polled.recv().await;
         pending.abort();
         h.event("DROPPED", "hang").await;
+    }
+
+    #[tokio::test]
+    async fn a_call_that_becomes_a_task_is_one_call() {
+        let h = start(Some(layer()), None).await;
+        nap_as_one_call(h.client.clone()).await;
+    }
+
+    /// Dropping the call sends `tasks/cancel`: the server's handler, which
+    /// never looks at its token, is dropped.
+    #[tokio::test]
+    async fn dropping_the_call_cancels_the_task_on_this_crates_server() {
+        let mut h = start(Some(layer()), None).await;
+        drop_once_polled(&mut h).await;
     }
 
     /// Against rmcp's own `TaskManager` server: the call is one call, and
@@ -558,13 +568,7 @@ mod client {
     async fn dropping_the_call_cancels_the_task_on_rmcps_task_manager() {
         let manager = TaskManager::new();
         let mut h = start(None, Some(manager.clone())).await;
-        let (client, mut polled) = polling(h.client.clone());
-        let pending = tokio::spawn(client.oneshot(call("hang")));
-        h.event("STARTED", "hang").await;
-        assert_eq!(manager.running_task_count(), 1);
-        polled.recv().await;
-        pending.abort();
-        h.event("DROPPED", "hang").await;
+        drop_once_polled(&mut h).await;
         tokio::time::timeout(Duration::from_secs(5), async {
             while manager.running_task_count() != 0 {
                 tokio::task::yield_now().await;
@@ -583,21 +587,13 @@ mod client {
             preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
         };
         let h = start_with(Some(layer()), None, lifecycle).await;
-        let client = ServiceBuilder::new()
-            .layer(TaskCallLayer::new())
-            .service(h.client.clone());
-        let out = client.oneshot(call("nap")).await.unwrap();
-        assert_eq!(out["content"][0]["text"], "rested", "{out}");
+        nap_as_one_call(h.client.clone()).await;
     }
 
     #[tokio::test]
     async fn a_task_of_rmcps_task_manager_is_one_call_with_its_result() {
         let manager = TaskManager::new();
         let h = start(None, Some(manager)).await;
-        let client = ServiceBuilder::new()
-            .layer(TaskCallLayer::new())
-            .service(h.client.clone());
-        let out = client.oneshot(call("nap")).await.unwrap();
-        assert_eq!(out["content"][0]["text"], "rested", "{out}");
+        nap_as_one_call(h.client.clone()).await;
     }
 }

@@ -22,6 +22,21 @@ struct Served {
     events: mpsc::UnboundedReceiver<(&'static str, String)>,
 }
 
+/// rmcp's `StreamableHttpService` of `handler`, as the example server
+/// configures it: stateless, JSON responses.
+fn stateless<H: ServerHandler + Clone>(
+    handler: H,
+) -> StreamableHttpService<H, NeverSessionManager> {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    )
+}
+
 /// `Tools` through `Cancellable` with `layer`, served on a free loopback
 /// port as the example server serves it.
 async fn start(layer: TasksLayer) -> Served {
@@ -32,14 +47,7 @@ async fn start(layer: TasksLayer) -> Served {
     };
     let handler = Cancellable::new(tools).tasks(layer);
     let observe = handler.observe_http();
-    let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true);
-    let rmcp = StreamableHttpService::new(
-        move || Ok(handler.clone()),
-        Arc::new(NeverSessionManager::default()),
-        config,
-    );
+    let rmcp = stateless(handler);
     let mcp = ServiceBuilder::new()
         .layer(CancelOnDisconnectLayer::http())
         .layer(observe)
@@ -221,14 +229,7 @@ mod rmcp_client {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("mcp.sock");
         let listener = tokio::net::UnixListener::bind(&path).unwrap();
-        let config = StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
-            .with_json_response(true);
-        let rmcp = StreamableHttpService::new(
-            move || Ok(handler.clone()),
-            Arc::new(NeverSessionManager::default()),
-            config,
-        );
+        let rmcp = stateless(handler);
         let headers = Headers::default();
         let seen = headers.clone();
         let mcp = ServiceBuilder::new()
@@ -271,12 +272,12 @@ mod rmcp_client {
     }
 
     /// Calls `hang` through `TaskCallLayer`, drops the call once it polls,
-    /// and waits for the handler's drop; the `Mcp-Name` of each
-    /// `tasks/cancel` the server received, and the task's id.
+    /// waits for the handler's drop, and checks that the server received
+    /// one `tasks/cancel`, whose `Mcp-Name` is the task's id.
     async fn drop_a_task_call<H: ServerHandler + Clone>(
         handler: H,
         events: &mut mpsc::UnboundedReceiver<(&'static str, String)>,
-    ) -> (Vec<String>, String) {
+    ) {
         let (client, _running, headers, _socket) = serve_unix(handler).await;
         let (client, mut polled) = polling(client);
         let pending = tokio::spawn(client.oneshot(call("hang")));
@@ -289,12 +290,17 @@ mod rmcp_client {
             }
         }
         let headers = headers.lock().unwrap();
-        let cancels = headers
+        let cancels: Vec<_> = headers
             .iter()
             .filter(|(method, _)| method == "tasks/cancel")
             .map(|(_, name)| name.clone())
             .collect();
-        (cancels, task)
+        assert!(!task.is_empty());
+        assert_eq!(
+            cancels,
+            [task],
+            "one tasks/cancel, with the task's id as Mcp-Name"
+        );
     }
 
     fn tools(
@@ -312,26 +318,13 @@ mod rmcp_client {
     async fn a_dropped_task_call_sends_tasks_cancel_with_mcp_name_to_this_crates_server() {
         let (tools, mut events) = tools(None);
         let handler = Cancellable::new(tools).tasks(layer());
-        let (names, task) = drop_a_task_call(handler, &mut events).await;
-        assert!(!task.is_empty());
-        assert_eq!(
-            names,
-            [task],
-            "one tasks/cancel, with the task's id as Mcp-Name"
-        );
+        drop_a_task_call(handler, &mut events).await;
     }
 
     #[tokio::test]
     async fn a_dropped_task_call_sends_tasks_cancel_with_mcp_name_to_rmcps_task_manager() {
-        let manager = TaskManager::new();
-        let (tools, mut events) = tools(Some(manager.clone()));
-        let (names, task) = drop_a_task_call(tools, &mut events).await;
-        assert!(!task.is_empty());
-        assert_eq!(
-            names,
-            [task],
-            "one tasks/cancel, with the task's id as Mcp-Name"
-        );
+        let (tools, mut events) = tools(Some(TaskManager::new()));
+        drop_a_task_call(tools, &mut events).await;
     }
 
     #[tokio::test]
@@ -339,11 +332,7 @@ mod rmcp_client {
         let (tools, _events) = tools(None);
         let handler = Cancellable::new(tools).tasks(layer());
         let (client, _running, headers, _socket) = serve_unix(handler).await;
-        let client = ServiceBuilder::new()
-            .layer(TaskCallLayer::new())
-            .service(client);
-        let out = client.oneshot(call("nap")).await.unwrap();
-        assert_eq!(out["content"][0]["text"], "rested", "{out}");
+        nap_as_one_call(client).await;
         let headers = headers.lock().unwrap();
         assert!(
             headers
