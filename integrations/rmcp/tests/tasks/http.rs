@@ -78,6 +78,21 @@ impl Served {
         }
     }
 
+    /// Polls `tasks/get` for task `id` until its status is `status`, at
+    /// most 5 s.
+    async fn until(&self, id: &str, status: &str) -> Value {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let task = self.get(id).await;
+                if task["status"] == status {
+                    return task;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("not {status} within 5 s"))
+    }
+
     async fn get(&self, id: &str) -> Value {
         self.send(task_request("tasks/get", id, json!({})))
             .await
@@ -117,6 +132,23 @@ async fn a_task_that_never_looks_at_its_token_is_dropped_at_its_ttl_over_http() 
     .await
     .expect("the task ended within 5 s");
     assert_eq!(task["status"], "failed", "{task}");
+}
+
+#[tokio::test]
+async fn a_tasks_input_request_reaches_the_client_and_its_answer_the_handler_over_http() {
+    let s = start(layer()).await;
+    let created = s.send(declared(call("ask"))).await.unwrap();
+    let id = task_id(&created);
+    let task = s.until(&id, "input_required").await;
+    assert_eq!(
+        task["inputRequests"]["name"]["method"],
+        "elicitation/create"
+    );
+    let answer = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
+    let update = task_request("tasks/update", &id, json!({"inputResponses": answer}));
+    s.send(update).await.unwrap();
+    let task = s.until(&id, "completed").await;
+    assert_eq!(task["result"]["content"][0]["text"], "hello Ada", "{task}");
 }
 
 #[tokio::test]
