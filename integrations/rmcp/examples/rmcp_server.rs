@@ -14,7 +14,10 @@
 //! `TOKEN` lines to stderr, as `stdio_server` does; `--timeout-ms N` sets
 //! the `tools/call` deadline (default 600 s, 60 s for other methods);
 //! `--idle-ms N` adds a progress idle limit (hard maximum 10 × N);
-//! `--plain` serves the handler with rmcp alone, for contrast; `--help`
+//! `--plain` serves the handler with rmcp alone, for contrast; `--tasks`
+//! adds the conformance suite's task fixture tools (as the root package's
+//! `http_server --tasks`), run as tasks of [`Cancellable::tasks`] (with
+//! `--plain`, on rmcp's own `TaskManager`), `--task-ttl D` their TTL; `--help`
 //! lists them, and an unknown flag or a malformed value is refused with a
 //! usage line and exit status 2.
 //!
@@ -40,6 +43,8 @@ use tower_mcp_cancel_rmcp::Cancellable;
 mod cli;
 #[path = "../../../examples/common/sdk_server.rs"]
 mod sdk_server;
+#[path = "rmcp_server/tasks.rs"]
+mod tasks;
 
 use sdk_server::{Events, Probe};
 
@@ -169,6 +174,17 @@ impl ServerHandler for Tools {
 struct Cli {
     #[command(flatten)]
     flags: sdk_server::Flags,
+    /// Add the conformance suite's task fixture tools (`greet`,
+    /// `slow_compute`, `failing_job`, `protocol_error_job`,
+    /// `confirm_delete`, `multi_input`, `test_tool_with_task`), run as
+    /// tasks of the integration's tasks layer for clients that declare the
+    /// tasks extension (with `--plain`: on rmcp's own `TaskManager`).
+    #[arg(long)]
+    tasks: bool,
+    /// A task's time to live (`500ms`, `30s`, `5m`, `1h`, or seconds)
+    /// [default: 1 h; with `--plain`, rmcp's default, 5 min].
+    #[arg(long, value_name = "DURATION", value_parser = cli::duration, requires = "tasks")]
+    task_ttl: Option<Duration>,
 }
 
 /// Serves `handler` with rmcp's `StreamableHttpService` at `/mcp`, the
@@ -217,36 +233,62 @@ async fn serve_http<H: rmcp::ServerHandler + Clone>(
     Ok(())
 }
 
+/// Serves `handler` over stdio or `--listen`: with rmcp alone (`--plain`),
+/// or through [`Cancellable`] (and `tasks`, the tasks layer of `--tasks`).
+async fn serve<H: ServerHandler + Clone>(
+    handler: H,
+    flags: &sdk_server::Flags,
+    tasks: Option<tower_mcp_cancel::tasks::TasksLayer>,
+) -> Result<(), String> {
+    if flags.plain {
+        if let Some(addr) = flags.listen {
+            return serve_http(addr, handler, None).await;
+        }
+        return match handler.serve(rmcp::transport::stdio()).await {
+            Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+    }
+    let mut server = Cancellable::new(handler).timeout(flags.timeout());
+    if let Some(progress) = flags.progress() {
+        server = server.progress(progress);
+    }
+    if let Some(tasks) = tasks {
+        server = server.tasks(tasks);
+    }
+    if let Some(addr) = flags.listen {
+        // One expression: the same wrapped handler, rmcp's HTTP service.
+        let observe = server.observe_http();
+        return serve_http(addr, server, Some(observe)).await;
+    }
+    match server.serve(tower_mcp_cancel_rmcp::stdio()).await {
+        Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let cli = cli::parse::<Cli>();
     sdk_server::init_tracing();
     let tools = Tools::new(Events(cli.flags.events));
-    let listen = cli.flags.listen;
-
-    let result = if cli.flags.plain {
-        if let Some(addr) = listen {
-            serve_http(addr, tools, None).await
-        } else {
-            match tools.serve(rmcp::transport::stdio()).await {
-                Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            }
+    let result = match (cli.tasks, cli.flags.plain) {
+        (false, _) => serve(tools, &cli.flags, None).await,
+        (true, false) => {
+            let layer = tasks::fixture::layer(cli.task_ttl, Duration::ZERO);
+            let handler = tasks::WithFixtures {
+                inner: tools,
+                manager: None,
+            };
+            serve(handler, &cli.flags, Some(layer)).await
         }
-    } else {
-        let mut server = Cancellable::new(tools).timeout(cli.flags.timeout());
-        if let Some(progress) = cli.flags.progress() {
-            server = server.progress(progress);
-        }
-        if let Some(addr) = listen {
-            // One expression: the same wrapped handler, rmcp's HTTP service.
-            let observe = server.observe_http();
-            serve_http(addr, server, Some(observe)).await
-        } else {
-            match server.serve(tower_mcp_cancel_rmcp::stdio()).await {
-                Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            }
+        (true, true) => {
+            let manager = rmcp::task_manager::TaskManager::new();
+            let handler = tasks::WithFixtures {
+                inner: tools,
+                manager: Some((manager, cli.task_ttl)),
+            };
+            serve(handler, &cli.flags, None).await
         }
     };
     sdk_server::exit(result, "rmcp server");

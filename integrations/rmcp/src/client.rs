@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use ::rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
-    NumberOrString, RequestId as RmcpRequestId, ServerNotification,
+    MetaObject, NumberOrString, RequestId as RmcpRequestId, RequestMetaObject, ServerNotification,
 };
 use ::rmcp::service::{
     NotificationContext, PeerRequestOptions, RequestContext, RunningService, ServiceRole,
@@ -162,6 +162,9 @@ pub struct RmcpClient {
     peer: Peer<RoleClient>,
     routes: Option<Routes>,
     cancels: PendingCancels,
+    /// The client's own capabilities (its handler's `get_info`), which
+    /// rmcp puts in the `_meta` of each request of a 2026-era session.
+    capabilities: Option<Value>,
 }
 
 /// How long a spawned `notifications/cancelled` may take: the timer of
@@ -219,20 +222,27 @@ impl RmcpClient {
     where
         H: Service<RoleClient>,
     {
+        let capabilities = serde_json::to_value(running.service().get_info().capabilities).ok();
         Self {
             peer: running.peer().clone(),
             routes: Some(running.service().routes.clone()),
             cancels: PendingCancels::default(),
+            capabilities,
         }
     }
 
     /// Calls through `peer`, a client not served with [`RouteProgress`]:
-    /// progress does not reach the calls' taps (an idle limit is not reset).
+    /// progress does not reach the calls' taps (an idle limit is not reset),
+    /// and, in a 2026-era session, a request that declares client
+    /// capabilities in its `_meta` (as `TaskCallLayer` declares the tasks
+    /// extension) is sent with those alone, not merged into the client's
+    /// own (which only the running service knows).
     pub fn from_peer(peer: Peer<RoleClient>) -> Self {
         Self {
             peer,
             routes: None,
             cancels: PendingCancels::default(),
+            capabilities: None,
         }
     }
 
@@ -256,6 +266,7 @@ impl TowerService<McpRequest> for RmcpClient {
         let routes = self.routes.clone();
         let cancels = self.cancels.clone();
         let request = client_request(&req);
+        let options = declared_options(&req, self.capabilities.as_ref());
         let cancellation = req.cancellation().cloned();
         // The tap a layer set, else one of our own for the caller's
         // observer (made once rmcp has chosen the token).
@@ -265,9 +276,7 @@ impl TowerService<McpRequest> for RmcpClient {
         };
         Box::pin(async move {
             let request = request?;
-            let handle = peer
-                .send_cancellable_request(request, PeerRequestOptions::no_options())
-                .await?;
+            let handle = peer.send_cancellable_request(request, options).await?;
             let mut guard = CancelOnDrop {
                 peer: Some(handle.peer.clone()),
                 id: handle.id.clone(),
@@ -289,6 +298,44 @@ impl TowerService<McpRequest> for RmcpClient {
         })
     }
 }
+
+/// The request's options: in a 2026-era session rmcp replaces the client
+/// capabilities in a request's `_meta` with the client's own, so those the
+/// request declared (the tasks extension `TaskCallLayer` declares, say) are
+/// given back to rmcp here, merged into the client's own, extension by
+/// extension (the declared one wins where both have a capability).
+fn declared_options(req: &McpRequest, own: Option<&Value>) -> PeerRequestOptions {
+    let mut options = PeerRequestOptions::no_options();
+    let declared = req.params_as::<Value>().ok().and_then(|mut p| {
+        p.get_mut("_meta")?
+            .get_mut(CLIENT_CAPABILITIES)
+            .map(Value::take)
+    });
+    let Some(Value::Object(declared)) = declared else {
+        return options;
+    };
+    let mut merged = match own {
+        Some(Value::Object(own)) => own.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for (key, value) in declared {
+        match (merged.get_mut(&key), value) {
+            (Some(Value::Object(mine)), Value::Object(theirs)) if key == "extensions" => {
+                mine.extend(theirs);
+            }
+            (_, value) => {
+                merged.insert(key, value);
+            }
+        }
+    }
+    let mut meta = serde_json::Map::new();
+    meta.insert(CLIENT_CAPABILITIES.to_owned(), Value::Object(merged));
+    options.meta = Some(RequestMetaObject(MetaObject(meta)));
+    options
+}
+
+/// The key of the client's capabilities in a request's `_meta`.
+const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// Builds rmcp's request from the method and the params as they go on the
 /// wire (rmcp's serde picks the variant by method).

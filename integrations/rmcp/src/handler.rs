@@ -34,7 +34,19 @@ use ::rmcp::model::{
 use ::rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext};
 use ::rmcp::{ErrorData, RoleServer, ServerHandler};
 
+use futures_util::future::Either;
+
 use super::Cancellable;
+
+impl<H> Cancellable<H> {
+    /// Declares the tasks extension in `capabilities` when the wrapper runs
+    /// tasks ([`Cancellable::tasks`]).
+    fn advertise(&self, capabilities: &mut ::rmcp::model::ServerCapabilities) {
+        if self.tasks.is_some() {
+            super::tasks::advertise(capabilities);
+        }
+    }
+}
 
 /// A request method that takes params: raced.
 macro_rules! raced {
@@ -47,6 +59,30 @@ macro_rules! raced {
             self.race(<$method>::VALUE, None, context, move |h, cx| async move {
                 h.$name(request, cx).await
             })
+        }
+    };
+}
+
+/// A `tasks/*` method: with [`Cancellable::tasks`], answered by the tasks
+/// layer from its store; else the handler's, raced.
+macro_rules! task_method {
+    ($name:ident, $params:ty, $result:ty, $method:ty) => {
+        fn $name(
+            &self,
+            request: $params,
+            context: RequestContext<RoleServer>,
+        ) -> impl Future<Output = Result<$result, ErrorData>> + MaybeSendFuture + '_ {
+            match self.tasks.clone() {
+                Some(tasks) => {
+                    Either::Left(self.task_method(tasks, <$method>::VALUE, request, context))
+                }
+                None => Either::Right(self.race(
+                    <$method>::VALUE,
+                    None,
+                    context,
+                    move |h, cx| async move { h.$name(request, cx).await },
+                )),
+            }
         }
     };
 }
@@ -74,14 +110,21 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<InitializeResult, ErrorData>> + MaybeSendFuture + '_ {
-        self.handler.initialize(request, context)
+        let answer = self.handler.initialize(request, context);
+        async move {
+            let mut result = answer.await?;
+            self.advertise(&mut result.capabilities);
+            Ok(result)
+        }
     }
 
     fn negotiate_initialize(
         &self,
         request: &InitializeRequestParams,
     ) -> Result<InitializeResult, ErrorData> {
-        self.handler.negotiate_initialize(request)
+        let mut result = self.handler.negotiate_initialize(request)?;
+        self.advertise(&mut result.capabilities);
+        Ok(result)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -92,12 +135,17 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         &self,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<DiscoverResult, ErrorData>> + MaybeSendFuture + '_ {
-        self.race(
+        let answer = self.race(
             DiscoverRequestMethod::VALUE,
             None,
             context,
             |h, cx| async move { h.discover(cx).await },
-        )
+        );
+        async move {
+            let mut result = answer.await?;
+            self.advertise(&mut result.capabilities);
+            Ok(result)
+        }
     }
 
     raced!(
@@ -167,19 +215,22 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
         UnsubscribeRequestMethod
     );
     /// Raced like the rest, with the tool's name for the layers' per-tool
-    /// limits.
+    /// limits; with [`Cancellable::tasks`], under the tasks layer too.
     fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
+        if let Some(tasks) = self.tasks.clone() {
+            return Either::Left(self.task_tool_call(tasks, request, context));
+        }
         let tool = Some(request.name.as_ref().into());
-        self.race(
+        Either::Right(self.race(
             CallToolRequestMethod::VALUE,
             tool,
             context,
             move |h, cx| async move { h.call_tool(request, cx).await },
-        )
+        ))
     }
     raced!(
         list_tools,
@@ -251,12 +302,14 @@ impl<H: ServerHandler> ServerHandler for Cancellable<H> {
     }
 
     fn get_info(&self) -> ServerConfig {
-        self.handler.get_info()
+        let mut info = self.handler.get_info();
+        self.advertise(&mut info.capabilities);
+        info
     }
 
-    raced!(get_task, GetTaskParams, GetTaskResult, GetTaskMethod);
-    raced!(update_task, UpdateTaskParams, (), UpdateTaskMethod);
-    raced!(cancel_task, CancelTaskParams, (), CancelTaskMethod);
+    task_method!(get_task, GetTaskParams, GetTaskResult, GetTaskMethod);
+    task_method!(update_task, UpdateTaskParams, (), UpdateTaskMethod);
+    task_method!(cancel_task, CancelTaskParams, (), CancelTaskMethod);
     raced!(
         list_skills,
         Option<PaginatedRequestParams>,

@@ -3,7 +3,9 @@
 //! layers of [`tower_mcp_cancel`]; and rmcp's client as a tower service,
 //! [`RmcpClient`], so the same layers drive an rmcp client (see there).
 //! Feature `http`: rmcp's `StreamableHttpService` too (see
-//! [below](#over-streamable-http)).
+//! [below](#over-streamable-http)). With [`Cancellable::tasks`], chosen
+//! tools run as tasks that `tasks/cancel` and their TTL drop (see
+//! [Tasks](#tasks)).
 //!
 //! Keep your `ServerHandler` (macros and all) and your transport; wrap the
 //! handler in a [`Cancellable`] — itself a `ServerHandler` — and serve that
@@ -127,6 +129,8 @@
     doc = "# Over Streamable HTTP\n\nWith this package's feature `http`: rmcp's `StreamableHttpService` under the layers (see the docs built with it).\n"
 )]
 //!
+#![doc = include_str!("tasks.md")]
+//!
 //! # What it does not cover
 //!
 //! * Over `StreamableHttpService`, progress restarts the idle limit only
@@ -186,6 +190,7 @@ mod input;
 mod lifecycle;
 mod progress;
 mod request;
+mod tasks;
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -209,6 +214,7 @@ pub use self::progress::ObserveProgress;
 pub use self::request::RmcpRequest;
 use tower::BoxError;
 use tower_mcp_cancel::integration::ProgressRegistry;
+use tower_mcp_cancel::tasks::TasksLayer;
 use tower_mcp_cancel::{
     CancelOnDisconnectLayer, CancelReason, Cancellation, ProgressResetLayer, RequestView,
     TimeoutLayer,
@@ -230,6 +236,7 @@ pub struct Cancellable<H> {
     handler: Arc<H>,
     timeout: Option<TimeoutLayer>,
     progress: Option<ProgressResetLayer>,
+    tasks: Option<TasksLayer>,
     registry: ProgressRegistry,
 }
 
@@ -239,6 +246,7 @@ impl<H> Clone for Cancellable<H> {
             handler: self.handler.clone(),
             timeout: self.timeout.clone(),
             progress: self.progress.clone(),
+            tasks: self.tasks.clone(),
             registry: self.registry.clone(),
         }
     }
@@ -249,6 +257,7 @@ impl<H> std::fmt::Debug for Cancellable<H> {
         f.debug_struct("Cancellable")
             .field("timeout", &self.timeout)
             .field("progress", &self.progress)
+            .field("tasks", &self.tasks)
             .finish_non_exhaustive()
     }
 }
@@ -260,6 +269,7 @@ impl<H> Cancellable<H> {
             handler: Arc::new(handler),
             timeout: None,
             progress: None,
+            tasks: None,
             registry: ProgressRegistry::default(),
         }
     }
@@ -273,6 +283,16 @@ impl<H> Cancellable<H> {
     /// Puts every request under `layer`'s idle limit and hard maximum.
     pub fn progress(mut self, layer: ProgressResetLayer) -> Self {
         self.progress = Some(layer);
+        self
+    }
+
+    /// Runs the `tools/call`s of the tools `layer` names as tasks (the
+    /// `io.modelcontextprotocol/tasks` extension), and answers `tasks/get`,
+    /// `tasks/update` and `tasks/cancel` from its store: see
+    /// [Tasks](crate#tasks). The extension is then advertised in
+    /// `server/discover`, `initialize` and `get_info`.
+    pub fn tasks(mut self, layer: TasksLayer) -> Self {
+        self.tasks = Some(layer);
         self
     }
 
@@ -363,10 +383,7 @@ impl<H: ServerHandler> Cancellable<H> {
         F: FnOnce(Arc<H>, RequestContext<RoleServer>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, ErrorData>> + Send + 'static,
     {
-        let rmcp_ct = context.ct.clone();
-        // Its own, not the HTTP exchange's: a deadline cancels this one, and
-        // must not cancel the exchange that carries its error response.
-        let exchange = http_cancellation(&context);
+        let cause = cancel_cause(&context);
         let cancellation = Cancellation::new();
         let req = RmcpRequest::new(method, tool, context, cancellation.clone());
         let handler = Handler {
@@ -381,31 +398,40 @@ impl<H: ServerHandler> Cancellable<H> {
             .service(handler)
             .oneshot(req);
         async move {
-            // rmcp's token, and the HTTP exchange's disconnect, → the
-            // request's cancellation, which the CancelOnDisconnect layer
-            // races the handler against.
-            let cause = async {
-                match &exchange {
-                    // A disconnect fires both, rmcp's first (its drop guard
-                    // is inside the exchange's response future): the
-                    // exchange's reason is the one that says why.
-                    Some(exchange) => tokio::select! {
-                        biased;
-                        reason = exchange.cancelled() => reason,
-                        () = rmcp_ct.cancelled() => exchange
-                            .reason()
-                            .cloned()
-                            .unwrap_or(CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED))),
-                    },
-                    None => {
-                        rmcp_ct.cancelled().await;
-                        CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED))
-                    }
-                }
-            };
             let out =
                 tower_mcp_cancel::integration::run_cancellable(call, cause, &cancellation).await;
             out.map_err(|e| error_data(&*e))
+        }
+    }
+}
+
+/// What cancels a request of rmcp's: its `ct` (the peer's cancel, a
+/// disconnect, the session ending) and, over 2026-era HTTP, the request's
+/// HTTP exchange going away; with the reason.
+fn cancel_cause(
+    context: &RequestContext<RoleServer>,
+) -> impl Future<Output = CancelReason> + Send + 'static {
+    let rmcp_ct = context.ct.clone();
+    // Its own, not the HTTP exchange's: a deadline cancels the request's,
+    // and must not cancel the exchange that carries its error response.
+    let exchange = http_cancellation(context);
+    async move {
+        match &exchange {
+            // A disconnect fires both, rmcp's first (its drop guard is
+            // inside the exchange's response future): the exchange's
+            // reason is the one that says why.
+            Some(exchange) => tokio::select! {
+                biased;
+                reason = exchange.cancelled() => reason,
+                () = rmcp_ct.cancelled() => exchange
+                    .reason()
+                    .cloned()
+                    .unwrap_or(CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED))),
+            },
+            None => {
+                rmcp_ct.cancelled().await;
+                CancelReason::Other(Cow::Borrowed(RMCP_CANCELLED))
+            }
         }
     }
 }
