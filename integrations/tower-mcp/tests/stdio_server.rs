@@ -5,11 +5,15 @@
 //! its TTL. The same exchanges through tower-mcp's own `StdioTransport`
 //! show what the server replaces (those tests pin its behaviour).
 
+#[path = "support/pipe.rs"]
+mod pipe;
+
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
+use pipe::{Pipe, BOUND};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf};
 use tokio::sync::{mpsc, Notify};
 use tower::ServiceBuilder;
 use tower_mcp::extract::{Context, Json, State};
@@ -18,9 +22,6 @@ use tower_mcp_cancel::tasks::{TaskPolicy, TasksLayer, EXTENSION};
 use tower_mcp_cancel::test_util::{DropGuard, DropProbe};
 use tower_mcp_cancel::transport::stdio::StdioServer;
 use tower_mcp_cancel_tower_mcp::McpRouterService;
-
-/// A guard against hangs, far longer than any exchange here takes.
-const BOUND: Duration = Duration::from_secs(60);
 
 /// Which stdio server serves the router.
 #[derive(Clone, Copy, Debug)]
@@ -116,8 +117,7 @@ fn router(tools: Tools) -> McpRouter {
 
 /// The client's end of a server over pipes, and what the tools report.
 struct Peer {
-    w: tokio::io::WriteHalf<DuplexStream>,
-    r: Lines<BufReader<ReadHalf<DuplexStream>>>,
+    pipe: Pipe,
     probes: mpsc::UnboundedReceiver<DropProbe>,
     release: Arc<Notify>,
     late: Arc<Notify>,
@@ -137,7 +137,7 @@ impl Peer {
         };
         let (release, late) = (tools.release.clone(), tools.late.clone());
         let router = router(tools);
-        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let (pipe, theirs) = Pipe::new();
         let (server_r, server_w) = tokio::io::split(theirs);
         match server {
             Server::Ours => {
@@ -159,10 +159,8 @@ impl Peer {
                 tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
             }
         }
-        let (r, w) = tokio::io::split(ours);
         Peer {
-            w,
-            r: BufReader::new(r).lines(),
+            pipe,
             probes,
             release,
             late,
@@ -173,50 +171,8 @@ impl Peer {
     /// Serves with `server` and does the 2025 handshake.
     async fn start(server: Server) -> Peer {
         let mut peer = Peer::serve(server, None);
-        let init = json!({
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        });
-        peer.send(&[request("init", "initialize", init)]).await;
-        peer.until_response("init").await;
-        peer.send(&[json!({"jsonrpc": "2.0", "method": "notifications/initialized"})])
-            .await;
+        peer.handshake().await;
         peer
-    }
-
-    /// Writes `messages` as lines, in one write.
-    async fn send(&mut self, messages: &[Value]) {
-        let text: String = messages.iter().map(|m| format!("{m}\n")).collect();
-        self.w.write_all(text.as_bytes()).await.unwrap();
-        self.w.flush().await.unwrap();
-    }
-
-    /// Every line up to and including the response with `id`.
-    async fn until_response(&mut self, id: &str) -> Vec<Value> {
-        self.answered(id)
-            .await
-            .unwrap_or_else(|| panic!("no response for {id}"))
-    }
-
-    /// Every line up to and including the response with `id`; `None` if
-    /// the server writes nothing for [`BOUND`] (a paused clock jumps there
-    /// once nothing else can run).
-    async fn answered(&mut self, id: &str) -> Option<Vec<Value>> {
-        let mut seen = Vec::new();
-        loop {
-            let line = tokio::time::timeout(BOUND, self.r.next_line())
-                .await
-                .ok()?
-                .unwrap()
-                .expect("the server closed its output");
-            let v: Value = serde_json::from_str(&line).unwrap();
-            let done = v["id"] == id && v.get("method").is_none();
-            seen.push(v);
-            if done {
-                return Some(seen);
-            }
-        }
     }
 
     /// The drop probe of the next tool future that started.
@@ -225,6 +181,20 @@ impl Peer {
             .await
             .expect("no tool started")
             .expect("the tools are gone")
+    }
+}
+
+impl Deref for Peer {
+    type Target = Pipe;
+
+    fn deref(&self) -> &Pipe {
+        &self.pipe
+    }
+}
+
+impl DerefMut for Peer {
+    fn deref_mut(&mut self) -> &mut Pipe {
+        &mut self.pipe
     }
 }
 

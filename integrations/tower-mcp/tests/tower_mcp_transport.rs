@@ -12,18 +12,17 @@
 //!   not registered yet: a cancel right behind its request is lost, with a
 //!   layer or without.
 
-use std::sync::Arc;
-use std::time::Duration;
+#[path = "support/pipe.rs"]
+mod pipe;
 
+use std::sync::Arc;
+
+use pipe::Pipe;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf};
 use tower::layer::util::Identity;
 use tower_mcp::extract::{Json, State};
 use tower_mcp::{CallToolResult, McpRouter, StdioTransport, ToolBuilder};
 use tower_mcp_cancel_tower_mcp::{CheckedInput, RouterLayer};
-
-/// A guard against hangs, far longer than any exchange here takes.
-const BOUND: Duration = Duration::from_secs(60);
 
 /// How the transport is given the router.
 #[derive(Clone, Copy, Debug)]
@@ -38,90 +37,32 @@ enum Under {
     Checked,
 }
 
-/// The client's end of a transport served over pipes.
-struct Peer {
-    w: tokio::io::WriteHalf<DuplexStream>,
-    r: Lines<BufReader<ReadHalf<DuplexStream>>>,
-}
-
-impl Peer {
-    /// Serves `router` under `under` and does the 2025 handshake.
-    async fn start(router: McpRouter, under: Under) -> Peer {
-        let (ours, theirs) = tokio::io::duplex(64 * 1024);
-        let (server_r, server_w) = tokio::io::split(theirs);
-        let transport = StdioTransport::new(router);
-        match under {
-            Under::Nothing => {
-                let mut t = transport;
-                tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
-            }
-            Under::Identity => {
-                let mut t = transport.layer(Identity::new());
-                tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
-            }
-            Under::RouterLayer => {
-                let mut t = transport.layer(RouterLayer::new());
-                tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
-            }
-            Under::Checked => {
-                let mut t = transport.layer(RouterLayer::new());
-                let input = CheckedInput::new(server_r);
-                tokio::spawn(async move { t.run_with_streams(input, server_w).await });
-            }
+/// Serves `router` under `under` over a pipe and does the 2025 handshake.
+async fn start(router: McpRouter, under: Under) -> Pipe {
+    let (mut peer, theirs) = Pipe::new();
+    let (server_r, server_w) = tokio::io::split(theirs);
+    let transport = StdioTransport::new(router);
+    match under {
+        Under::Nothing => {
+            let mut t = transport;
+            tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
         }
-        let (r, w) = tokio::io::split(ours);
-        let mut peer = Peer {
-            w,
-            r: BufReader::new(r).lines(),
-        };
-        let init = json!({
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        });
-        peer.send(&[
-            json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": init}),
-        ])
-        .await;
-        peer.until_response("init").await;
-        peer.send(&[json!({"jsonrpc": "2.0", "method": "notifications/initialized"})])
-            .await;
-        peer
-    }
-
-    /// Writes `messages` as lines, in one write.
-    async fn send(&mut self, messages: &[Value]) {
-        let text: String = messages.iter().map(|m| format!("{m}\n")).collect();
-        self.w.write_all(text.as_bytes()).await.unwrap();
-        self.w.flush().await.unwrap();
-    }
-
-    /// Every line up to and including the response with `id`.
-    async fn until_response(&mut self, id: &str) -> Vec<Value> {
-        self.answered(id)
-            .await
-            .unwrap_or_else(|| panic!("no response for {id}"))
-    }
-
-    /// Every line up to and including the response with `id`; `None` if
-    /// the transport writes nothing for [`BOUND`] (a paused clock jumps
-    /// there once nothing else can run).
-    async fn answered(&mut self, id: &str) -> Option<Vec<Value>> {
-        let mut seen = Vec::new();
-        loop {
-            let line = tokio::time::timeout(BOUND, self.r.next_line())
-                .await
-                .ok()?
-                .unwrap()
-                .expect("the transport closed its output");
-            let v: Value = serde_json::from_str(&line).unwrap();
-            let done = v["id"] == id && v.get("method").is_none();
-            seen.push(v);
-            if done {
-                return Some(seen);
-            }
+        Under::Identity => {
+            let mut t = transport.layer(Identity::new());
+            tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
+        }
+        Under::RouterLayer => {
+            let mut t = transport.layer(RouterLayer::new());
+            tokio::spawn(async move { t.run_with_streams(server_r, server_w).await });
+        }
+        Under::Checked => {
+            let mut t = transport.layer(RouterLayer::new());
+            let input = CheckedInput::new(server_r);
+            tokio::spawn(async move { t.run_with_streams(input, server_w).await });
         }
     }
+    peer.handshake().await;
+    peer
 }
 
 /// `gated`: answers once the test releases it.
@@ -141,7 +82,7 @@ fn router(release: Arc<tokio::sync::Notify>) -> McpRouter {
 
 /// The lines `malformed` and a `ping` behind it get.
 async fn answers(under: Under, malformed: Value) -> Vec<Value> {
-    let mut peer = Peer::start(router(Arc::default()), under).await;
+    let mut peer = start(router(Arc::default()), under).await;
     let ping = json!({"jsonrpc": "2.0", "id": "ping", "method": "ping"});
     peer.send(&[malformed, ping]).await;
     peer.until_response("ping").await
@@ -197,7 +138,7 @@ async fn read_through_checked_input_a_malformed_request_is_answered_with_its_id(
 /// behind it is answered) before the call is released.
 async fn cancelled_call_answered(under: Under, right_behind: bool) -> bool {
     let release = Arc::new(tokio::sync::Notify::new());
-    let mut peer = Peer::start(router(release.clone()), under).await;
+    let mut peer = start(router(release.clone()), under).await;
     let call = json!({
         "jsonrpc": "2.0", "id": "call", "method": "tools/call",
         "params": {"name": "gated", "arguments": {}},
