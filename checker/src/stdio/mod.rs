@@ -7,6 +7,7 @@
 //! * `listen`: how the server tears down a `subscriptions/listen` at its
 //!   shutdown, on a fresh child (run last, once the checked one is closed).
 
+mod control;
 pub(crate) mod listen;
 mod notices;
 
@@ -57,7 +58,7 @@ pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, RunE
                 out.push(Check::skip(id, *rule, why));
             }
         }
-        Ok(slow) => tool_checks(cfg, &s, slow, out).await,
+        Ok(slow) => tool_checks(cfg, &s, command, slow, out).await,
     }
     // Checks not run because the server had gone in an earlier one.
     for (id, rule) in TOOL_CHECKS {
@@ -80,6 +81,7 @@ pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, RunE
     notices::server_cancels(&entries, &teardown.strays, out);
     out.extend(teardown.checks);
     notices::progress_rules(&entries, out);
+    report.judge(era);
     Ok(report)
 }
 
@@ -103,7 +105,13 @@ const TOOL_CHECKS: &[(&str, crate::report::Rule)] = &[
     ("cancel.work-stops-cpu", rules::WORK_STOPS),
 ];
 
-async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<Check>) {
+async fn tool_checks(
+    cfg: &Config,
+    s: &Session,
+    command: &[String],
+    slow: &ToolSpec,
+    out: &mut Vec<Check>,
+) {
     if s.gone() {
         return;
     }
@@ -194,7 +202,7 @@ async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<C
     if s.gone() {
         return;
     }
-    burst(cfg, s, slow, window, covered, out).await;
+    burst(cfg, s, command, slow, window, covered, out).await;
     if s.gone() {
         return;
     }
@@ -416,6 +424,7 @@ async fn healthy(id: &str, cfg: &Config, s: &Session, after: &str) -> Check {
 async fn burst(
     cfg: &Config,
     s: &Session,
+    command: &[String],
     slow: &ToolSpec,
     window: Duration,
     covered: bool,
@@ -480,17 +489,28 @@ async fn burst(
             ),
         },
     );
-    out.push(
-        healthy(
-            "cancel.burst-healthy",
-            cfg,
-            s,
-            &format!("after {} call+cancel pairs", cfg.burst),
-        )
-        .await,
-    );
-    let after = s.pid.and_then(procfs::usage);
-    out.push(evidence::rss_check(before, after, NO_PROC));
+    let healthy = healthy(
+        "cancel.burst-healthy",
+        cfg,
+        s,
+        &format!("after {} call+cancel pairs", cfg.burst),
+    )
+    .await;
+    if healthy.outcome == crate::report::Outcome::Pass {
+        out.push(healthy);
+        let after = s.pid.and_then(procfs::usage);
+        out.push(evidence::rss_check(before, after, NO_PROC));
+        return;
+    }
+    // Gone, or no longer answering: whether the cancels did it, the same
+    // calls without them on a fresh server tell; and its memory shows nothing.
+    let ran = control::run(cfg, command, s.era, slow, window).await;
+    out.push(control::judge(healthy, ran, cfg.burst));
+    out.push(evidence::rss_check(
+        before,
+        None,
+        evidence::GONE_AFTER_BURST,
+    ));
 }
 
 /// The CPU time of a CPU-bound operation stops growing at its cancel.
