@@ -533,6 +533,15 @@ async fn header_mismatch(cfg: &Config, t: &Target, out: &mut Vec<Check>) {
     );
 }
 
+/// What a body held, in short: its error code, a result, or the body.
+fn answered_with(body: &str) -> String {
+    match rawhttp::error_code(body) {
+        Some(code) => format!("error {code}"),
+        None if body.contains("\"result\"") => "a result (the task)".into(),
+        None => crate::report::short(&Value::from(body)),
+    }
+}
+
 /// The task checks' view of the server: the HTTP/1.1 client (which sends
 /// `Mcp-Name` = `taskId` on `tasks/*`), and raw requests for the header check.
 #[derive(Debug)]
@@ -582,10 +591,9 @@ impl crate::tasks::Peer for TaskPeer<'_> {
             match rawhttp::call(Version::H1, req, cfg.check_timeout).await {
                 Ok((400, body))
                     if rawhttp::error_code(&body) == Some(ErrorObject::HEADER_MISMATCH) => {}
-                Ok((status, body)) => wrong.push(format!(
-                    "{what}: {status} with {}",
-                    crate::report::short(&Value::from(body))
-                )),
+                Ok((status, body)) => {
+                    wrong.push(format!("{what}: {status} with {}", answered_with(&body)))
+                }
                 Err(e) => wrong.push(format!("{what}: {e}")),
             }
         }

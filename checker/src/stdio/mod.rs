@@ -78,7 +78,7 @@ pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, RunE
     s.close().await;
     let teardown = listen::run(cfg, command, era).await;
     let entries = log.snapshot();
-    notices::server_cancels(&entries, &teardown.strays, out);
+    notices::server_cancels(&entries, &teardown.strays, era, out);
     out.extend(teardown.checks);
     notices::progress_rules(&entries, out);
     report.judge(era);
