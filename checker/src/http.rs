@@ -459,7 +459,10 @@ async fn burst(cfg: &Config, t: &Target, slow: &ToolSpec, out: &mut Vec<Check>) 
         Err(e) => Check::fail(
             "cancel.burst-healthy",
             rules::RACES,
-            format!("after {} call+cancel pairs: {e}", cfg.burst),
+            format!(
+                "after {} call+cancel pairs: {e} (no control run over HTTP: the checker does not restart a server it did not start, so the load is not told apart from the cancels)",
+                cfg.burst
+            ),
         ),
     });
     // A server that no longer answers never passes the memory check.
