@@ -149,17 +149,13 @@ async fn tool_checks(
         )
         .await;
     tokio::time::sleep(window).await;
-    out.push(no_response(
-        "cancel.no-response",
-        cfg,
+    out.push(alive(
         s,
-        &c,
-        covered,
-        window,
+        no_response("cancel.no-response", cfg, s, &c, covered, window),
     ));
     let progress_tool = cfg.progress.as_ref().unwrap_or(slow);
     if progress_tool == slow {
-        out.push(progress_stops(cfg, s, &c, base.progress));
+        out.push(alive(s, progress_stops(cfg, s, &c, base.progress)));
     } else {
         cfg.say(&format!("cancel {progress_tool} at its first progress"));
         let c = s
@@ -170,7 +166,7 @@ async fn tool_checks(
             )
             .await;
         tokio::time::sleep(cfg.window).await;
-        out.push(progress_stops(cfg, s, &c, 1));
+        out.push(alive(s, progress_stops(cfg, s, &c, 1)));
     }
 
     if s.gone() {
@@ -181,13 +177,9 @@ async fn tool_checks(
         .cancel_call(slow.params(), Trigger::Written, cfg.check_timeout)
         .await;
     tokio::time::sleep(window).await;
-    out.push(no_response(
-        "cancel.right-behind",
-        cfg,
+    out.push(alive(
         s,
-        &c,
-        covered,
-        window,
+        no_response("cancel.right-behind", cfg, s, &c, covered, window),
     ));
     out.push(
         healthy(
@@ -407,6 +399,25 @@ fn progress_stops(cfg: &Config, s: &Session, c: &CancelledCall, baseline_progres
     }
 }
 
+/// Why a silence is not judged: the server had gone.
+const SILENT_GONE: &str =
+    "the server exited during the check: the silence of a gone server is no evidence";
+
+/// `check`, unless it passed on the silence of a server that has gone
+/// since (a server that is gone never passes a check): then skipped.
+fn alive(s: &Session, check: Check) -> Check {
+    silent_unless(!s.gone(), check, SILENT_GONE)
+}
+
+/// `check`, or (when it passed and `alive` is false) skipped for `why`.
+fn silent_unless(alive: bool, check: Check, why: &str) -> Check {
+    if alive || check.outcome != crate::report::Outcome::Pass {
+        return check;
+    }
+    let detail = format!("{why} ({})", check.detail);
+    Check::skip(&check.id, check.rule, detail)
+}
+
 /// The server answers a ping after an experiment.
 async fn healthy(id: &str, cfg: &Config, s: &Session, after: &str) -> Check {
     match s.responsive(cfg.check_timeout).await {
@@ -456,39 +467,37 @@ async fn burst(
         .iter()
         .filter(|c| c.outcome == crate::report::Outcome::Skip)
         .count();
-    out.push(
-        match checks
-            .iter()
-            .find(|c| c.outcome == crate::report::Outcome::Fail)
-        {
-            Some(first) => Check::fail(
-                id,
-                rules::NO_RESPONSE,
-                format!(
-                    "{failed} of {} answered; first: {}",
-                    cfg.burst, first.detail
-                ),
+    let answered = match checks
+        .iter()
+        .find(|c| c.outcome == crate::report::Outcome::Fail)
+    {
+        Some(first) => Check::fail(
+            id,
+            rules::NO_RESPONSE,
+            format!(
+                "{failed} of {} answered; first: {}",
+                cfg.burst, first.detail
             ),
-            None if skipped == checks.len() => Check::skip(
-                id,
-                rules::NO_RESPONSE,
-                checks.first().map_or(String::new(), |c| c.detail.clone()),
+        ),
+        None if skipped == checks.len() => Check::skip(
+            id,
+            rules::NO_RESPONSE,
+            checks.first().map_or(String::new(), |c| c.detail.clone()),
+        ),
+        None => Check::pass(
+            id,
+            rules::NO_RESPONSE,
+            if covered {
+                Evidence::Strong
+            } else {
+                Evidence::Weak
+            },
+            format!(
+                "none of {} cancelled calls answered in {window:.1?}",
+                cfg.burst - skipped
             ),
-            None => Check::pass(
-                id,
-                rules::NO_RESPONSE,
-                if covered {
-                    Evidence::Strong
-                } else {
-                    Evidence::Weak
-                },
-                format!(
-                    "none of {} cancelled calls answered in {window:.1?}",
-                    cfg.burst - skipped
-                ),
-            ),
-        },
-    );
+        ),
+    };
     let healthy = healthy(
         "cancel.burst-healthy",
         cfg,
@@ -496,7 +505,13 @@ async fn burst(
         &format!("after {} call+cancel pairs", cfg.burst),
     )
     .await;
-    if healthy.outcome == crate::report::Outcome::Pass {
+    let answers = healthy.outcome == crate::report::Outcome::Pass;
+    out.push(silent_unless(
+        answers,
+        answered,
+        "the server stopped answering in the burst (cancel.burst-healthy): the silence of a gone server is no evidence",
+    ));
+    if answers {
         out.push(healthy);
         let after = s.pid.and_then(procfs::usage);
         out.push(evidence::rss_check(before, after, NO_PROC));
