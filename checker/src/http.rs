@@ -377,6 +377,15 @@ async fn session_cancel(
     let alive = responsive(&t.h1, cfg.check_timeout).await;
     out.push(match (&seen.response, progress.last(), alive) {
         (_, _, Err(e)) => Check::fail(id, rules::RACES, format!("after the cancel: {e}")),
+        (Some((at, msg)), _, Ok(())) if msg.get("error").is_some() => Check::fail(
+            id,
+            rule,
+            format!(
+                "answered the cancelled request with an error {:.0?} after the POSTed cancel: {}",
+                at.saturating_duration_since(cancelled),
+                crate::report::short(msg)
+            ),
+        ),
         (Some((at, msg)), _, Ok(())) if late(*at) => Check::fail(
             id,
             rule,
