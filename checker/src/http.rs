@@ -366,64 +366,14 @@ async fn session_cancel(
         ));
         return;
     };
-    let late = |at: Instant| at > cancelled && at - cancelled > cfg.race;
-    let progress: Vec<Duration> = seen
-        .progress
-        .iter()
-        .filter(|&&at| late(at))
-        .map(|&at| at - cancelled)
-        .collect();
-    let before = seen.progress.len() - progress.len();
     let alive = responsive(&t.h1, cfg.check_timeout).await;
-    out.push(match (&seen.response, progress.last(), alive) {
-        (_, _, Err(e)) => Check::fail(id, rules::RACES, format!("after the cancel: {e}")),
-        (Some((at, msg)), _, Ok(())) if msg.get("error").is_some() => Check::fail(
-            id,
-            rule,
-            format!(
-                "answered the cancelled request with an error {:.0?} after the POSTed cancel: {}",
-                at.saturating_duration_since(cancelled),
-                crate::report::short(msg)
-            ),
-        ),
-        (Some((at, msg)), _, Ok(())) if late(*at) => Check::fail(
-            id,
-            rule,
-            format!(
-                "answered {:.0?} after the POSTed cancel{}: {}",
-                *at - cancelled,
-                if progress.is_empty() {
-                    String::new()
-                } else {
-                    format!(", after {} progress notifications", progress.len())
-                },
-                crate::report::short(msg)
-            ),
-        ),
-        (_, Some(last), Ok(())) => Check::fail(
-            id,
-            rule,
-            format!(
-                "{} progress notifications after the POSTed cancel, the last {last:.0?} after it: the work runs on",
-                progress.len()
-            ),
-        ),
-        (Some((at, _)), None, Ok(())) => Check::pass(
-            id,
-            rule,
-            Evidence::Weak,
-            format!("a result crossed the cancel ({:.0?} after it: the race the spec allows)", *at - cancelled),
-        ),
-        (None, None, Ok(())) => Check::pass(
-            id,
-            rule,
-            if covered && before > 0 { Evidence::Strong } else { Evidence::Weak },
-            format!(
-                "no response and no progress in {watch:.1?} after the POSTed cancel ({before} progress before it{}); the session still answers",
-                if covered { ", past the operation's own end" } else { "; the operation's length is unknown" }
-            ),
-        ),
-    });
+    let how = crate::watch2025::Judging {
+        cancelled,
+        race: cfg.race,
+        watch,
+        covered,
+    };
+    out.push(how.judge(&seen, alive));
 }
 
 /// Calls `tool` and drops the call after `after` (the client closes its

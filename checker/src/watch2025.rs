@@ -15,6 +15,8 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use crate::report::{rules, short, Check, Evidence};
+
 /// The 2025 session a raw request joins.
 #[derive(Clone, Debug)]
 pub(crate) struct Session2025 {
@@ -154,6 +156,101 @@ impl Session2025 {
     }
 }
 
+/// How a watched call is judged: when its cancel went, the race window,
+/// how long the stream was watched, and whether that covered the
+/// operation's own end.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Judging {
+    /// When the cancel was POSTed.
+    pub(crate) cancelled: Instant,
+    /// `--race`.
+    pub(crate) race: Duration,
+    /// How long the stream was watched after the cancel.
+    pub(crate) watch: Duration,
+    /// Whether that was past the operation's own end.
+    pub(crate) covered: bool,
+}
+
+impl Judging {
+    /// `http.session-cancel` for what `seen` shows, and whether the
+    /// session still answered after (`alive`): an error answer, a result or
+    /// progress later than the race window fail the 2025 pages' SHOULDs; a
+    /// session that stopped answering fails the races MUST.
+    pub(crate) fn judge(&self, seen: &Watched, alive: Result<(), String>) -> Check {
+        let (id, rule) = ("http.session-cancel", rules::SESSION_CANCEL);
+        let cancelled = self.cancelled;
+        let late = |at: Instant| at > cancelled && at - cancelled > self.race;
+        let progress: Vec<Duration> = seen
+            .progress
+            .iter()
+            .filter(|&&at| late(at))
+            .map(|&at| at - cancelled)
+            .collect();
+        let before = seen.progress.len() - progress.len();
+        let watch = self.watch;
+        match (&seen.response, progress.last(), alive) {
+            (_, _, Err(e)) => Check::fail(id, rules::RACES, format!("after the cancel: {e}")),
+            (Some((at, msg)), _, Ok(())) if msg.get("error").is_some() => Check::fail(
+                id,
+                rule,
+                format!(
+                    "answered the cancelled request with an error {:.0?} after the POSTed cancel: {}",
+                    at.saturating_duration_since(cancelled),
+                    short(msg)
+                ),
+            ),
+            (Some((at, msg)), _, Ok(())) if late(*at) => Check::fail(
+                id,
+                rule,
+                format!(
+                    "answered {:.0?} after the POSTed cancel{}: {}",
+                    *at - cancelled,
+                    if progress.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", after {} progress notifications", progress.len())
+                    },
+                    short(msg)
+                ),
+            ),
+            (_, Some(last), Ok(())) => Check::fail(
+                id,
+                rule,
+                format!(
+                    "{} progress notifications after the POSTed cancel, the last {last:.0?} after it: the work runs on",
+                    progress.len()
+                ),
+            ),
+            (Some((at, _)), None, Ok(())) => Check::pass(
+                id,
+                rule,
+                Evidence::Weak,
+                format!(
+                    "a result crossed the cancel ({:.0?} after it: the race the spec allows)",
+                    at.saturating_duration_since(cancelled)
+                ),
+            ),
+            (None, None, Ok(())) => Check::pass(
+                id,
+                rule,
+                if self.covered && before > 0 {
+                    Evidence::Strong
+                } else {
+                    Evidence::Weak
+                },
+                format!(
+                    "no response and no progress in {watch:.1?} after the POSTed cancel ({before} progress before it{}); the session still answers",
+                    if self.covered {
+                        ", past the operation's own end"
+                    } else {
+                        "; the operation's length is unknown"
+                    }
+                ),
+            ),
+        }
+    }
+}
+
 /// The whole SSE events at the front of `text` (removed from it), as the
 /// JSON messages of their `data:` lines.
 fn take_messages(text: &mut String) -> Vec<Value> {
@@ -175,6 +272,62 @@ fn take_messages(text: &mut String) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Outcome;
+
+    /// What a call cancelled at `t0` showed: progress `ms` after it, and a
+    /// response (`msg`) `at` ms after it.
+    fn seen(t0: Instant, progress: &[u64], response: Option<(u64, Value)>) -> Watched {
+        let after = |ms: u64| t0 + Duration::from_millis(ms);
+        Watched {
+            cancelled: Some(t0),
+            not_cancelled: None,
+            progress: progress.iter().map(|&ms| after(ms)).collect(),
+            response: response.map(|(ms, v)| (after(ms), v)),
+        }
+    }
+
+    #[test]
+    fn the_2025_pages_judge_what_the_open_stream_carried() {
+        let t0 = Instant::now();
+        let how = Judging {
+            cancelled: t0,
+            race: Duration::from_millis(100),
+            watch: Duration::from_secs(2),
+            covered: true,
+        };
+        let result = json!({"jsonrpc": "2.0", "id": "x", "result": {}});
+        let error = json!({"jsonrpc": "2.0", "id": "x", "error": {"code": -32800, "message": "Request cancelled"}});
+        let judged = |s: Watched| how.judge(&s, Ok(()));
+        // Nothing after the cancel (progress only before it): a pass.
+        let quiet = Watched {
+            progress: vec![t0 - Duration::from_millis(50)],
+            ..seen(t0, &[], None)
+        };
+        let c = judged(quiet);
+        assert_eq!((c.outcome, c.evidence), (Outcome::Pass, Evidence::Strong));
+        // Progress, or a result, after the race window: the work ran on.
+        assert_eq!(judged(seen(t0, &[300, 600], None)).outcome, Outcome::Fail);
+        assert_eq!(
+            judged(seen(t0, &[], Some((900, result.clone())))).outcome,
+            Outcome::Fail
+        );
+        // A result within the race window crossed the cancel.
+        assert_eq!(
+            judged(seen(t0, &[], Some((20, result)))).outcome,
+            Outcome::Pass
+        );
+        // An error answer is a response, however soon.
+        let c = judged(seen(t0, &[], Some((20, error))));
+        assert_eq!(c.outcome, Outcome::Fail);
+        assert!(c.detail.contains("with an error"), "{}", c.detail);
+        assert_eq!(c.rule.level, crate::report::Level::Should);
+        // A session that no longer answers fails the races MUST.
+        let c = how.judge(&seen(t0, &[], None), Err("gone".into()));
+        assert_eq!(
+            (c.outcome, c.rule.level),
+            (Outcome::Fail, crate::report::Level::Must)
+        );
+    }
 
     #[test]
     fn whole_events_only() {
