@@ -7,8 +7,10 @@
 #                                     # row's outcome counts differ from the
 #                                     # page's, or this crate's rows fail a check
 #
-# Needs Linux (/proc, for the CPU-time and memory checks), node and the
-# interop installs. Each row's exact command is in the page it writes.
+# Needs Linux (/proc, for the CPU-time and memory checks), node, the
+# interop installs and `redis-server` (FastMCP's tasks on Redis: started
+# here on a free loopback port, with no persistence, and stopped at the
+# end). Each row's exact command is in the page it writes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE="${1:-write}"
@@ -19,7 +21,15 @@ CHECK="target/debug/mcp-cancel-check"
 E="target/debug/examples"
 I="tests/interop"
 OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+REDIS_PID=""
+cleanup() {
+    if [ -n "$REDIS_PID" ]; then
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+    fi
+    rm -rf "$OUT"
+}
+trap cleanup EXIT
 SLOW='slow seconds=1 interval_ms=50'
 # This crate's servers run the task checks too (--tasks: the fixture tools).
 TASK='slow_compute seconds=30'
@@ -46,6 +56,18 @@ quote() {
     echo "${out[*]}"
 }
 
+# supports BIN FLAG: whether an example server lists FLAG in its --help (the
+# task rows of the SDK integrations run once their examples have --tasks).
+supports() { "$1" --help 2>/dev/null | grep -q -- "$2"; }
+
+# Redis for FastMCP's tasks (Docket's Redis backend): one database per row.
+command -v redis-server >/dev/null || { echo "results.sh needs redis-server (apt-get install redis-server)" >&2; exit 1; }
+REDIS_PORT="$(free_port)"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/redis.log" 2>&1 &
+REDIS_PID=$!
+wait_port "$REDIS_PORT"
+REDIS="redis://127.0.0.1:$REDIS_PORT"
+
 n=0
 # Each row is of a KIND (set for the call: `KIND=ours row …`): `ours`, this
 # crate's transports, which must pass every check; `varies`, a server whose
@@ -62,7 +84,11 @@ row() {
     shift 3
     n=$((n + 1))
     echo "== $label" >&2
-    printf '%s\t%s\t%s\n' "$label" "$version" "mcp-cancel-check $(quote "$@")" >"$OUT/$n.meta"
+    local shown
+    shown="$(quote "$@")"
+    # The page shows REDIS_PORT where the run had Redis's free port.
+    shown="${shown//$REDIS/redis://127.0.0.1:\$REDIS_PORT}"
+    printf '%s\t%s\t%s\n' "$label" "$version" "mcp-cancel-check $shown" >"$OUT/$n.meta"
     kind
     "$CHECK" --json --quiet "$@" >"$OUT/$n.json" 2>"$OUT/$n.err" || true
 }
@@ -83,6 +109,7 @@ http_row() {
     echo "== $label" >&2
     # The page shows PORT where the run had a free port.
     local shown=("${@//PORT/\$PORT}")
+    shown=("${shown[@]//$REDIS/redis://127.0.0.1:\$REDIS_PORT}")
     local shown_task="${task[1]:+ --task '${task[1]}'}"
     printf '%s\t%s\t%s\n' "$label" "$version" "PORT=\$PORT ${shown[*]} & mcp-cancel-check --slow '$slow'$shown_task --url http://127.0.0.1:\$PORT/mcp --pid \$!" >"$OUT/$n.meta"
     kind
@@ -99,17 +126,41 @@ row "rmcp alone (rmcp_server --plain)" "rmcp 3.11" -- --slow "$SLOW" -- "$E/rmcp
 row "rmcp alone (rmcp_server --plain), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server" --plain
 KIND=ours http_row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --listen 127.0.0.1:PORT
 http_row "rmcp alone (rmcp_server --plain --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --plain --listen 127.0.0.1:PORT
-KIND=varies row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server"
-KIND=varies row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server"
+# rmcp's own TaskManager, and the integration's tasks (its TasksLayer), once
+# rmcp_server has --tasks.
+if supports "$E/rmcp_server" --task-ttl; then
+    KIND=ours row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --tasks)" "rmcp 3.11" -- --slow "$SLOW" --task "$TASK" -- "$E/rmcp_server" --tasks --task-ttl 2s
+    KIND=ours http_row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --tasks --listen)" "rmcp 3.11" "$SLOW" "$TASK" -- "$E/rmcp_server" --tasks --task-ttl 2s --listen 127.0.0.1:PORT
+    row "rmcp alone, its TaskManager (rmcp_server --plain --tasks)" "rmcp 3.11" -- --slow "$SLOW" --task "$TASK" -- "$E/rmcp_server" --plain --tasks
+    http_row "rmcp alone, its TaskManager (rmcp_server --plain --tasks --listen)" "rmcp 3.11" "$SLOW" "$TASK" -- "$E/rmcp_server" --plain --tasks --listen 127.0.0.1:PORT
+fi
+# The tower-mcp integration serves stdio with this crate's own server once
+# tower_mcp_server has --tasks (the same change): its rows are then this
+# crate's, held to 0 failed; before, tower-mcp's own stdio loop races (†).
+TOWER_KIND=varies
+if supports "$E/tower_mcp_server" --task-ttl; then
+    TOWER_KIND=ours
+fi
+KIND=$TOWER_KIND row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server"
+KIND=$TOWER_KIND row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server"
 KIND=varies row "tower-mcp alone (tower_mcp_server --plain)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server" --plain
 KIND=varies row "tower-mcp alone (tower_mcp_server --plain), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server" --plain
 http_row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --listen)" "tower-mcp 0.25" "$SLOW" -- "$E/tower_mcp_server" --listen 127.0.0.1:PORT
 http_row "tower-mcp alone (tower_mcp_server --plain --listen)" "tower-mcp 0.25" "$SLOW" -- "$E/tower_mcp_server" --plain --listen 127.0.0.1:PORT
+if supports "$E/tower_mcp_server" --task-ttl; then
+    KIND=ours row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --tasks)" "tower-mcp 0.25" -- --slow "$SLOW" --task "$TASK" -- "$E/tower_mcp_server" --tasks --task-ttl 2s
+    KIND=ours http_row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --tasks --listen)" "tower-mcp 0.25" "$SLOW" "$TASK" -- "$E/tower_mcp_server" --tasks --task-ttl 2s --listen 127.0.0.1:PORT
+fi
 row "TypeScript SDK v2 (ts/server.mjs)" "@modelcontextprotocol/server 2.4.0" -- --slow "$SLOW" -- node "$I/ts/server.mjs"
 http_row "TypeScript SDK v2 (ts/server.mjs --http)" "@modelcontextprotocol/server 2.4.0" "$SLOW" -- node "$I/ts/server.mjs" --http PORT
 row "Python SDK (py/server.py)" "mcp 2.3.0" -- --slow "$SLOW" -- "$I/.venv/bin/python" "$I/py/server.py"
 http_row "Python SDK (py/server.py --http)" "mcp 2.3.0" "$SLOW" -- "$I/.venv/bin/python" "$I/py/server.py" --http PORT
 http_row "Python SDK, 2025 path (py/legacy_server.py)" "mcp 2.3.0" "$SLOW" -- "$I/.venv/bin/python" "$I/py/legacy_server.py" PORT
+FASTMCP="fastmcp 4.1.8, fastmcp-tasks 4.1.8"
+row "FastMCP, tasks in memory (py/fastmcp_server.py)" "$FASTMCP" -- --slow "$SLOW" --task "$TASK" -- "$I/.venv/bin/python" "$I/py/fastmcp_server.py"
+row "FastMCP, tasks on Redis (py/fastmcp_server.py)" "$FASTMCP" -- --slow "$SLOW" --task "$TASK" -- "$I/.venv/bin/python" "$I/py/fastmcp_server.py" --tasks-url "$REDIS/0"
+http_row "FastMCP, tasks in memory (py/fastmcp_server.py --http)" "$FASTMCP" "$SLOW" "$TASK" -- "$I/.venv/bin/python" "$I/py/fastmcp_server.py" --http PORT
+http_row "FastMCP, tasks on Redis (py/fastmcp_server.py --http)" "$FASTMCP" "$SLOW" "$TASK" -- "$I/.venv/bin/python" "$I/py/fastmcp_server.py" --tasks-url "$REDIS/1" --http PORT
 row "server-everything (TypeScript SDK v1), stdio" "server-everything 2026.8.31" -- --slow "$EVERYTHING_SLOW" -- node "$I/node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio
 http_row "server-everything (TypeScript SDK v1), streamableHttp" "server-everything 2026.8.31" "$EVERYTHING_SLOW" -- node "$I/node_modules/@modelcontextprotocol/server-everything/dist/index.js" streamableHttp
 
@@ -134,7 +185,9 @@ print("# mcp-cancel-check: results\n")
 print("Generated by `bash checker/results.sh` (after `bash tests/interop/install.sh`), on Linux;")
 print("the peers are the ones pinned in `tests/interop/`. A failed SHOULD does not fail a run")
 print("without `--strict`. Each failure's detail is what the checker measured, i.e. what a user")
-print("of that server sees.\n")
+print("of that server sees. Each row is judged by the revision its session negotiated: a")
+print("2025 row by the 2025 pages (there, an answer or progress after a cancel breaks a SHOULD,")
+print("not stdio's 2026-07-28 MUST NOT).\n")
 print("| server | version | transport, era | pass (of which weak) | fail (MUST / SHOULD) | skip |")
 print("| --- | --- | --- | --- | --- | --- |")
 for label, version, cmd, r in rows:
@@ -170,7 +223,8 @@ for label, version, cmd, r in rows:
 print()
 print("## Commands\n")
 print("From the repository's root, `mcp-cancel-check` being `target/debug/mcp-cancel-check`;")
-print("`PORT` is any free port.\n")
+print("`PORT` is any free port; `REDIS_PORT` that of a `redis-server --port $REDIS_PORT --save ''`")
+print("started for the run (FastMCP's Redis rows).\n")
 for label, version, cmd, r in rows:
     print(f"- {label}: `{cmd}`")
 PY

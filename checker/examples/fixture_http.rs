@@ -11,14 +11,19 @@
 //! falls back to `initialize` and a session, whose POSTed
 //! `notifications/cancelled` then cancel.
 //!
+//! `--break ignore-cancels` (with `--legacy`, the server of an SDK that
+//! ignores `notifications/cancelled`): a POSTed cancel is accepted (`202`)
+//! and goes no further, so the call's progress and its result still come
+//! on its stream.
+//!
 //! ```text
-//! fixture_http [--legacy] [--break cpu-after-cancel]    # prints "listening on http://127.0.0.1:PORT/mcp"
+//! fixture_http [--legacy] [--break cpu-after-cancel | ignore-cancels]    # prints "listening on http://127.0.0.1:PORT/mcp"
 //! ```
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{Either, Full};
+use http_body_util::{BodyExt, Either, Full};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
@@ -33,6 +38,7 @@ async fn main() {
         .layer(CancelOnDisconnectLayer::new())
         .service(service_fn(move |req: McpRequest| handle(req, broken)));
     let legacy = std::env::args().any(|a| a == "--legacy");
+    let ignore_cancels = std::env::args().any(|a| a == "ignore-cancels");
     let shutdown = CancellationToken::new();
     let mcp = StreamableHttpService::new(stack)
         .stateful_sessions(SessionLimits::new())
@@ -55,6 +61,16 @@ async fn main() {
                     .expect("a static response");
                 return Ok::<_, BoxError>(refused);
             }
+            let (parts, body) = req.into_parts();
+            let body = body.collect().await?.to_bytes();
+            if ignore_cancels && body.windows(23).any(|w| w == b"notifications/cancelled") {
+                let accepted = http::Response::builder()
+                    .status(202)
+                    .body(Either::Right(Full::new(Bytes::new())))
+                    .expect("a static response");
+                return Ok(accepted);
+            }
+            let req = http::Request::from_parts(parts, Full::new(body));
             // The adapter never fails: its errors are HTTP responses.
             let response = mcp.oneshot(req).await.unwrap_or_else(|e| match e {});
             Ok(response.map(Either::Left))

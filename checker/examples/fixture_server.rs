@@ -3,7 +3,7 @@
 //! show the checker fails it on that rule and passes it on the rest.
 //!
 //! ```text
-//! fixture_server [--legacy] [--no-tools] [--floats] [--tasks [--task-ttl-ms N]] [--listen-cancel] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel | task-runs-on | terminal-changes | fractional-ttl | listen-error | listen-twice]
+//! fixture_server [--legacy] [--no-tools] [--floats] [--tasks [--task-ttl-ms N]] [--listen-cancel] [--break answer-after-cancel | error-on-cancel | progress-after-cancel | cpu-after-cancel | task-runs-on | ignore-cancels | die-under-load | die-on-cancels | terminal-changes | terminal-touch | result-changes | fractional-ttl | listen-error | listen-twice]
 //! ```
 //!
 //! Tools: `slow {seconds, interval_ms}` sleeps in steps, with progress when
@@ -16,7 +16,15 @@
 //! * `progress-after-cancel`: `slow` sends no answer after the cancel, but
 //!   its work (and its progress) runs on;
 //! * `cpu-after-cancel`: `spin` sends nothing after the cancel, but keeps
-//!   burning the core until its time is up.
+//!   burning the core until its time is up;
+//! * `ignore-cancels`: a cancel changes nothing: `slow`'s progress and its
+//!   answer still come (what a 2025 SDK that ignores
+//!   `notifications/cancelled` does; with `--legacy`, its 2025 session);
+//! * `die-under-load`: as `ignore-cancels`, and the server exits once
+//!   `LOAD_LIMIT` calls are in flight at once, cancelled or not (a crash
+//!   the same calls without their cancels cause too);
+//! * `die-on-cancels`: the server exits at its `CANCEL_LIMIT`th cancel (a
+//!   crash only the cancels cause).
 //!
 //! `--tasks` advertises the tasks extension (`io.modelcontextprotocol/tasks`)
 //! and adds the tool `job {seconds}`, a task for a request that declares
@@ -29,7 +37,12 @@
 //! * `terminal-changes`: a cancelled task turns `completed` when its time
 //!   is up (a terminal status that changes);
 //! * `fractional-ttl`: `ttlMs` is half a millisecond past the TTL (the
-//!   schema owes an integer).
+//!   schema owes an integer);
+//! * `terminal-touch`: a cancelled task stays `cancelled`, but its
+//!   `lastUpdatedAt` moves when its work would have ended (what FastMCP's
+//!   tasks do): no break, the spec says nothing of that timestamp;
+//! * `result-changes`: a cancelled task is `completed` at once (its work
+//!   had ended), and its result changes when its work would have ended.
 //!
 //! `subscriptions/listen` (2026-07-28) is acknowledged with the filter it
 //! asked for, and held open until the client cancels it or the server gets
@@ -68,8 +81,13 @@ enum Break {
     ErrorOnCancel,
     ProgressAfterCancel,
     CpuAfterCancel,
+    IgnoreCancels,
+    DieUnderLoad,
+    DieOnCancels,
     TaskRunsOn,
     TerminalChanges,
+    TerminalTouch,
+    ResultChanges,
     FractionalTtl,
     ListenError,
     ListenTwice,
@@ -130,6 +148,11 @@ async fn main() {
         Some(Some("error-on-cancel")) => Break::ErrorOnCancel,
         Some(Some("progress-after-cancel")) => Break::ProgressAfterCancel,
         Some(Some("cpu-after-cancel")) => Break::CpuAfterCancel,
+        Some(Some("ignore-cancels")) => Break::IgnoreCancels,
+        Some(Some("die-under-load")) => Break::DieUnderLoad,
+        Some(Some("die-on-cancels")) => Break::DieOnCancels,
+        Some(Some("terminal-touch")) => Break::TerminalTouch,
+        Some(Some("result-changes")) => Break::ResultChanges,
         Some(Some("task-runs-on")) => Break::TaskRunsOn,
         Some(Some("terminal-changes")) => Break::TerminalChanges,
         Some(Some("fractional-ttl")) => Break::FractionalTtl,
@@ -162,6 +185,8 @@ async fn main() {
     let task_break = match mode {
         Break::TaskRunsOn => tasks::TaskBreak::RunsOn,
         Break::TerminalChanges => tasks::TaskBreak::TerminalChanges,
+        Break::TerminalTouch => tasks::TaskBreak::TerminalTouch,
+        Break::ResultChanges => tasks::TaskBreak::ResultChanges,
         Break::FractionalTtl => tasks::TaskBreak::FractionalTtl,
         _ => tasks::TaskBreak::None,
     };
@@ -170,6 +195,7 @@ async fn main() {
     // The open subscriptions/listen streams, by id.
     let mut listens: Vec<Value> = Vec::new();
     let mut term = Term::new();
+    let mut cancels = 0;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
         let line = tokio::select! {
@@ -190,6 +216,10 @@ async fn main() {
         let method = msg["method"].as_str().unwrap_or_default();
         match (msg.get("id"), method) {
             (None, "notifications/cancelled") => {
+                cancels += 1;
+                if mode == Break::DieOnCancels && cancels >= CANCEL_LIMIT {
+                    std::process::exit(3);
+                }
                 let id = &msg["params"]["requestId"];
                 listens.retain(|l| l != id);
                 cancel(id, mode, &jobs, &out);
@@ -265,7 +295,17 @@ fn end_listen(id: &Value, mode: Break, cancel: bool, out: &Out) {
     }
 }
 
+/// `die-under-load`: how many calls in flight at once it dies at.
+const LOAD_LIMIT: usize = 5;
+
+/// `die-on-cancels`: the cancel it dies at (past the few of the checks
+/// before the burst, within any burst).
+const CANCEL_LIMIT: usize = 12;
+
 fn cancel(id: &Value, mode: Break, jobs: &Jobs, out: &Out) {
+    if matches!(mode, Break::IgnoreCancels | Break::DieUnderLoad) {
+        return;
+    }
     let Some(job) = jobs.lock().unwrap().remove(&id.to_string()) else {
         return;
     };
@@ -292,6 +332,9 @@ fn call(id: Value, params: &Value, mode: Break, jobs: &Jobs, out: &Out) {
     // Held while the work is spawned and listed, so that it cannot end (and
     // unlist itself) before it is listed.
     let mut listed = jobs.lock().unwrap();
+    if mode == Break::DieUnderLoad && listed.len() + 1 >= LOAD_LIMIT {
+        std::process::exit(3);
+    }
     let (out2, flag, key2) = (out.clone(), cancelled.clone(), key.clone());
     let numbers = out.1;
     let jobs2 = jobs.clone();

@@ -98,6 +98,11 @@ pub(crate) async fn cpu_check(
     }
 }
 
+/// Why `cancel.burst-resources` does not run for a server that stopped
+/// answering in the burst: a server that is gone never passes a check.
+pub(crate) const GONE_AFTER_BURST: &str =
+    "the server stopped answering in the burst (cancel.burst-healthy): no memory of a live server to compare";
+
 /// Whether the server's memory is back after a burst of cancelled calls
 /// (`why_none`: why there is no measure).
 pub(crate) fn rss_check(before: Option<Usage>, after: Option<Usage>, why_none: &str) -> Check {

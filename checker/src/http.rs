@@ -133,6 +133,7 @@ pub(crate) async fn run(cfg: &Config, uri: Uri, pid: Option<u32>) -> Result<Repo
         crate::stdio::listen::NO_LISTEN_HTTP,
     ));
     let _ = t.h1.close().await;
+    report.judge(era);
     Ok(report)
 }
 
@@ -209,7 +210,7 @@ async fn tool_checks(cfg: &Config, t: &Target, slow: &ToolSpec, out: &mut Vec<Ch
             stream_close(cfg, t, slow, v, first, out).await;
         }
     } else {
-        session_cancel(cfg, t, slow, cancel_at, out).await;
+        session_cancel(cfg, t, slow, took, cancel_at, out).await;
     }
     burst(cfg, t, slow, out).await;
     cpu(cfg, t, cfg.cpu.as_ref().unwrap_or(slow), out).await;
@@ -316,29 +317,63 @@ async fn stream_close(
     }
 }
 
-/// A 2025 session: the dropped call's POSTed `notifications/cancelled`.
+/// A 2025 session: the call's stream stays open (closing it is no cancel
+/// there), `notifications/cancelled` is POSTed in the session, and what
+/// the stream still carries is the evidence: a response after the cancel
+/// (the 2025 pages: SHOULD not send one), progress after it (allowed for
+/// an operation still in progress, so it shows the work runs on: SHOULD
+/// stop processing), and whether the session still answers.
 async fn session_cancel(
     cfg: &Config,
     t: &Target,
     slow: &ToolSpec,
+    took: Option<Duration>,
     cancel_at: Duration,
     out: &mut Vec<Check>,
 ) {
     let (id, rule) = ("http.session-cancel", rules::SESSION_CANCEL);
-    cfg.say(&format!("{slow} in the 2025 session, cancelled"));
-    let ended = drop_call(&t.h1, slow, cancel_at).await;
-    out.push(match ended {
-        Some(why) => Check::skip(id, rule, format!("the operation is not slow enough: {why}")),
-        None => match responsive(&t.h1, cfg.check_timeout).await {
-            Ok(()) => Check::pass(
-                id,
-                rule,
-                Evidence::Weak,
-                "cancelled by a POSTed notifications/cancelled; the session still answers",
-            ),
-            Err(e) => Check::fail(id, rule, format!("after the cancel: {e}")),
-        },
-    });
+    let ServerEra::Stateful {
+        protocol_version,
+        session_id,
+    } = t.h1.server_era()
+    else {
+        out.push(Check::skip(id, rule, "no 2025 session was opened"));
+        return;
+    };
+    let session = crate::watch2025::Session2025 {
+        uri: t.uri.clone(),
+        version: protocol_version,
+        id: session_id,
+    };
+    // Past the operation's own end, when that is known.
+    let (watch, covered) = match took {
+        Some(d) => (
+            (d + d / 2 + Duration::from_millis(300)).min(cfg.check_timeout),
+            true,
+        ),
+        None => (cfg.window, false),
+    };
+    cfg.say(&format!("{slow} in the 2025 session, cancelled by a POSTed notifications/cancelled, watched {watch:?}"));
+    let seen = session
+        .cancel_and_watch(slow.params(), cancel_at, watch, cfg.check_timeout)
+        .await;
+    let Some(cancelled) = seen.cancelled else {
+        let why = seen.not_cancelled.unwrap_or_default();
+        out.push(Check::skip(
+            id,
+            rule,
+            format!("no cancel was judged: {why}"),
+        ));
+        return;
+    };
+    let alive = responsive(&t.h1, cfg.check_timeout).await;
+    let how = crate::watch2025::Judging {
+        cancelled,
+        race: cfg.race,
+        watch,
+        covered,
+    };
+    out.push(how.judge(&seen, alive));
 }
 
 /// Calls `tool` and drops the call after `after` (the client closes its
@@ -371,7 +406,9 @@ async fn burst(cfg: &Config, t: &Target, slow: &ToolSpec, out: &mut Vec<Check>) 
     for _ in 0..cfg.burst {
         drop_call(&t.h1, slow, Duration::from_millis(20)).await;
     }
-    out.push(match responsive(&t.h1, cfg.check_timeout).await {
+    let alive = responsive(&t.h1, cfg.check_timeout).await;
+    let gone = alive.is_err();
+    out.push(match alive {
         Ok(()) => Check::pass(
             "cancel.burst-healthy",
             rules::RACES,
@@ -381,15 +418,22 @@ async fn burst(cfg: &Config, t: &Target, slow: &ToolSpec, out: &mut Vec<Check>) 
         Err(e) => Check::fail(
             "cancel.burst-healthy",
             rules::RACES,
-            format!("after {} call+cancel pairs: {e}", cfg.burst),
+            format!(
+                "after {} call+cancel pairs: {e} (no control run over HTTP: the checker does not restart a server it did not start, so the load is not told apart from the cancels)",
+                cfg.burst
+            ),
         ),
     });
-    let after = t.pid.and_then(procfs::usage);
-    out.push(crate::evidence::rss_check(
-        before,
-        after,
-        "give --pid for a server on this machine (Linux)",
-    ));
+    // A server that no longer answers never passes the memory check.
+    let (after, why_none) = if gone {
+        (None, crate::evidence::GONE_AFTER_BURST)
+    } else {
+        (
+            t.pid.and_then(procfs::usage),
+            "give --pid for a server on this machine (Linux)",
+        )
+    };
+    out.push(crate::evidence::rss_check(before, after, why_none));
 }
 
 /// With `--pid`: the server's CPU time stops growing at the cancel.
@@ -451,6 +495,15 @@ async fn header_mismatch(cfg: &Config, t: &Target, out: &mut Vec<Check>) {
     );
 }
 
+/// What a body held, in short: its error code, a result, or the body.
+fn answered_with(body: &str) -> String {
+    match rawhttp::error_code(body) {
+        Some(code) => format!("error {code}"),
+        None if body.contains("\"result\"") => "a result (the task)".into(),
+        None => crate::report::short(&Value::from(body)),
+    }
+}
+
 /// The task checks' view of the server: the HTTP/1.1 client (which sends
 /// `Mcp-Name` = `taskId` on `tasks/*`), and raw requests for the header check.
 #[derive(Debug)]
@@ -500,10 +553,9 @@ impl crate::tasks::Peer for TaskPeer<'_> {
             match rawhttp::call(Version::H1, req, cfg.check_timeout).await {
                 Ok((400, body))
                     if rawhttp::error_code(&body) == Some(ErrorObject::HEADER_MISMATCH) => {}
-                Ok((status, body)) => wrong.push(format!(
-                    "{what}: {status} with {}",
-                    crate::report::short(&Value::from(body))
-                )),
+                Ok((status, body)) => {
+                    wrong.push(format!("{what}: {status} with {}", answered_with(&body)))
+                }
                 Err(e) => wrong.push(format!("{what}: {e}")),
             }
         }

@@ -31,6 +31,7 @@ mod session;
 mod stdio;
 mod tasks;
 mod tool;
+mod watch2025;
 mod wire;
 
 use tool::ToolSpec;

@@ -21,10 +21,12 @@ pub(crate) struct Usage {
 }
 
 /// The usage of `pid` and its descendants, or `None` without `/proc` or
-/// once `pid` is gone.
+/// once `pid` is gone: a process that has exited and is not yet reaped (a
+/// zombie, whose memory reads as nothing) is gone.
 pub(crate) fn usage(pid: u32) -> Option<Usage> {
     let mut parents: HashMap<u32, u32> = HashMap::new();
     let mut ticks: HashMap<u32, u64> = HashMap::new();
+    let mut root_alive = false;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(p) = entry
             .file_name()
@@ -36,12 +38,15 @@ pub(crate) fn usage(pid: u32) -> Option<Usage> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
             continue;
         };
-        if let Some((ppid, t)) = parse_stat(&stat) {
+        if let Some((state, ppid, t)) = parse_stat(&stat) {
+            if p == pid {
+                root_alive = alive(state);
+            }
             parents.insert(p, ppid);
             ticks.insert(p, t);
         }
     }
-    if !ticks.contains_key(&pid) {
+    if !ticks.contains_key(&pid) || !root_alive {
         return None;
     }
     let tree: Vec<u32> = ticks
@@ -79,14 +84,21 @@ fn descends(mut p: u32, root: u32, parents: &HashMap<u32, u32>) -> bool {
 /// `(ppid, utime + stime)` from a `/proc/<pid>/stat` line. The command name
 /// (field 2) is in parentheses and may hold spaces and parentheses: the
 /// fields are counted from the last `)`.
-fn parse_stat(stat: &str) -> Option<(u32, u64)> {
+fn parse_stat(stat: &str) -> Option<(char, u32, u64)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state (3), ppid (4), …, utime (14), stime (15).
+    let state = fields.first()?.chars().next()?;
     let ppid = fields.get(1)?.parse().ok()?;
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((ppid, utime + stime))
+    Some((state, ppid, utime + stime))
+}
+
+/// Whether a process in `state` (`/proc/<pid>/stat`'s third field) still
+/// runs: not a zombie (`Z`: exited, not yet reaped) nor dead (`X`, `x`).
+fn alive(state: char) -> bool {
+    !matches!(state, 'Z' | 'X' | 'x')
 }
 
 /// `VmRSS` (in bytes) from a `/proc/<pid>/status` text.
@@ -103,8 +115,12 @@ mod tests {
     #[test]
     fn stat_fields_after_a_name_with_spaces_and_parens() {
         let stat = "1234 (my (odd) name) S 77 1234 1234 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 1 0 5 1000 200";
-        assert_eq!(parse_stat(stat), Some((77, 281)));
+        assert_eq!(parse_stat(stat), Some(('S', 77, 281)));
         assert_eq!(parse_stat("garbage"), None);
+        let zombie = "99 (srv) Z 77 99 99 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 1 0 5 0 0";
+        let (state, _, _) = parse_stat(zombie).unwrap();
+        assert!(!alive(state), "an exited, unreaped server is gone");
+        assert!(alive('S') && alive('R') && alive('D'));
     }
 
     #[test]

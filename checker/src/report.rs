@@ -177,6 +177,105 @@ pub(crate) mod rules {
     };
 }
 
+/// The same checks judged by the 2025 pages (2025-11-25, and 2025-06-18,
+/// which says the same for each of them): a session that negotiated a 2025
+/// revision owes what that revision's pages ask, at their level.
+pub(crate) mod rules_2025 {
+    use super::{Level, Rule};
+
+    /// A response after the cancel: a SHOULD in 2025 (stdio's MUST NOT is 2026-07-28's).
+    pub(crate) const NO_RESPONSE: Rule = Rule {
+        key: "no-response-after-cancel",
+        cites: "2025-11-25 cancellation § Behavior Requirements (receivers SHOULD not send a response for the cancelled request; 2025-06-18 the same)",
+        level: Level::Should,
+    };
+    /// Progress after the cancel: allowed for an operation still in
+    /// progress, so what it shows is the work running on (a SHOULD).
+    pub(crate) const NO_PROGRESS: Rule = Rule {
+        key: "progress-stops-on-cancel",
+        cites: "2025-11-25 cancellation § Behavior Requirements (SHOULD stop processing the cancelled request); progress § Behavior Requirements (progress only for an in-progress operation: progress after the cancel is allowed, and shows the work runs on)",
+        level: Level::Should,
+    };
+    /// The work stops.
+    pub(crate) const WORK_STOPS: Rule = Rule {
+        key: "work-stops-on-cancel",
+        cites: "2025-11-25 cancellation § Behavior Requirements (SHOULD stop processing)",
+        level: Level::Should,
+    };
+    /// Resources are freed.
+    pub(crate) const RESOURCES_FREED: Rule = Rule {
+        key: "resources-freed",
+        cites: "2025-11-25 cancellation § Behavior Requirements (SHOULD free associated resources)",
+        level: Level::Should,
+    };
+    /// Invalid cancels are ignored.
+    pub(crate) const INVALID_IGNORED: Rule = Rule {
+        key: "invalid-cancel-ignored",
+        cites: "2025-11-25 cancellation § Error Handling (SHOULD be ignored)",
+        level: Level::Should,
+    };
+    /// Races are handled.
+    pub(crate) const RACES: Rule = Rule {
+        key: "races-handled",
+        cites: "2025-11-25 cancellation § Timing Considerations (MUST handle these race conditions gracefully)",
+        level: Level::Must,
+    };
+    /// A server's cancels reference its own requests in progress.
+    pub(crate) const SERVER_CANCEL: Rule = Rule {
+        key: "cancel-same-direction",
+        cites: "2025-11-25 cancellation § Behavior Requirements (cancellation notifications MUST only reference requests previously issued in the same direction, believed still in progress)",
+        level: Level::Must,
+    };
+    /// Progress names a token of an active request.
+    pub(crate) const PROGRESS_TOKEN: Rule = Rule {
+        key: "progress-token",
+        cites: "2025-11-25 progress § Behavior Requirements (MUST only reference tokens provided in an active request)",
+        level: Level::Must,
+    };
+    /// Progress values increase.
+    pub(crate) const PROGRESS_INCREASES: Rule = Rule {
+        key: "progress-increases",
+        cites: "2025-11-25 progress § Progress Flow (the progress value MUST increase)",
+        level: Level::Must,
+    };
+    /// No progress after completion.
+    pub(crate) const PROGRESS_STOPS: Rule = Rule {
+        key: "progress-stops-at-response",
+        cites: "2025-11-25 progress § Implementation Notes (MUST stop after completion)",
+        level: Level::Must,
+    };
+}
+
+impl Rule {
+    /// This rule as the pages of the revision `era` negotiated state it:
+    /// the 2026-07-28 rules (the constants of [`rules`]) for a modern
+    /// session, their 2025 counterparts ([`rules_2025`]) for a 2025 one.
+    /// A rule with no 2025 counterpart (the tasks extension's, HTTP's
+    /// stream close, the listen's) is checked only in a 2026 session, and
+    /// stays as it is.
+    pub(crate) fn judged(self, era: crate::mcp::Era) -> Rule {
+        if era == crate::mcp::Era::Modern {
+            return self;
+        }
+        let pairs = [
+            (rules::NO_RESPONSE, rules_2025::NO_RESPONSE),
+            (rules::NO_PROGRESS, rules_2025::NO_PROGRESS),
+            (rules::WORK_STOPS, rules_2025::WORK_STOPS),
+            (rules::RESOURCES_FREED, rules_2025::RESOURCES_FREED),
+            (rules::INVALID_IGNORED, rules_2025::INVALID_IGNORED),
+            (rules::RACES, rules_2025::RACES),
+            (rules::SERVER_CANCEL, rules_2025::SERVER_CANCEL),
+            (rules::PROGRESS_TOKEN, rules_2025::PROGRESS_TOKEN),
+            (rules::PROGRESS_INCREASES, rules_2025::PROGRESS_INCREASES),
+            (rules::PROGRESS_STOPS, rules_2025::PROGRESS_STOPS),
+        ];
+        pairs
+            .iter()
+            .find(|(modern, _)| *modern == self)
+            .map_or(self, |(_, legacy)| *legacy)
+    }
+}
+
 /// The rules of the tasks extension (tasks.md) the task checks cite.
 pub(crate) mod task_rules {
     use super::{Level, Rule};
@@ -358,6 +457,14 @@ impl Report {
         u8::from(failed)
     }
 
+    /// Each check's rule as the pages of the revision `era` state it
+    /// ([`Rule::judged`]): its level, and what it cites.
+    pub(crate) fn judge(&mut self, era: crate::mcp::Era) {
+        for c in &mut self.checks {
+            c.rule = c.rule.judged(era);
+        }
+    }
+
     /// The machine-readable report.
     pub(crate) fn to_json(&self) -> Value {
         json!({
@@ -461,6 +568,26 @@ mod tests {
         assert_eq!(b["outcome"], "fail");
         assert_eq!(b["evidence"], "strong");
         assert_eq!(v["checks"][2]["outcome"], "skip");
+    }
+
+    #[test]
+    fn a_2025_session_is_judged_by_the_2025_pages() {
+        use crate::mcp::Era;
+        let mut r = report(Some(Level::Must));
+        r.judge(Era::Legacy);
+        // stdio's MUST NOT (2026-07-28) is a SHOULD of 2025-11-25 cancellation.
+        assert_eq!(r.checks[1].rule.level, Level::Should);
+        assert!(r.checks[1].rule.cites.starts_with("2025-11-25"));
+        assert_eq!(r.exit_code(false), 0);
+        assert_eq!(r.exit_code(true), 1);
+        assert_eq!(rules::NO_PROGRESS.judged(Era::Legacy).level, Level::Should);
+        // What is a MUST in both stays one; the modern session keeps its rules.
+        assert_eq!(rules::RACES.judged(Era::Legacy).level, Level::Must);
+        assert_eq!(rules::PROGRESS_STOPS.judged(Era::Legacy).level, Level::Must);
+        assert_eq!(rules::NO_RESPONSE.judged(Era::Modern), rules::NO_RESPONSE);
+        // Judged twice is judged once.
+        let twice = rules::NO_RESPONSE.judged(Era::Legacy).judged(Era::Legacy);
+        assert_eq!(twice, rules_2025::NO_RESPONSE);
     }
 
     #[test]

@@ -822,22 +822,229 @@ fn example_rmcp_server_passes_strictly_in_both_eras() {
 }
 
 /// rmcp alone, with a handler that never looks at its token: its progress
-/// runs on after the cancel, a MUST the checker fails.
+/// runs on after the cancel. In a 2025 session that is the work running on
+/// (2025-11-25 cancellation: SHOULD stop processing; progress for an
+/// operation still in progress is not forbidden): a failed SHOULD, exit
+/// status 1 only with `--strict`.
 #[test]
 fn plain_rmcp_whose_handler_ignores_its_token_fails_progress_stops() {
     let server = example("tower-mcp-cancel-rmcp", "http", "rmcp_server");
-    let (code, report) = check(&[
-        "--era",
-        "2025",
+    let args = |strict: bool| {
+        let mut a = vec!["--era", "2025", "--slow", SLOW];
+        if strict {
+            a.push("--strict");
+        }
+        a.extend(["--", server.to_str().unwrap(), "--plain"]);
+        a
+    };
+    let (code, report) = check(&args(false));
+    let c = check_of(&report, "cancel.progress-stops");
+    assert_eq!(c["outcome"], "fail", "{report:#}");
+    assert_eq!(c["level"], "SHOULD", "judged by the 2025 pages: {report:#}");
+    assert_eq!(code, 0, "no failed MUST: {report:#}");
+    let (code, _) = check(&args(true));
+    assert_eq!(code, 1, "a failed SHOULD under --strict");
+}
+
+/// The level and the rule of check `id` in `report`.
+fn judged<'a>(report: &'a Value, id: &str) -> (&'a str, &'a str, &'a str) {
+    let c = check_of(report, id);
+    (
+        c["outcome"].as_str().unwrap(),
+        c["level"].as_str().unwrap(),
+        c["rule"].as_str().unwrap(),
+    )
+}
+
+/// A server that ignores `notifications/cancelled` (its progress and its
+/// answer still come): in a 2025 session the pages ask for neither at MUST
+/// (2025-11-25 cancellation § Behavior Requirements: SHOULD stop, SHOULD
+/// not answer), so each is a failed SHOULD and the run exits 0 without
+/// `--strict`; in a 2026-07-28 session stdio's MUST NOT fails them.
+#[test]
+fn a_server_that_ignores_cancels_is_judged_by_the_revision_it_speaks() {
+    let fixture = fixture();
+    let fixture = fixture.to_str().unwrap();
+    let run = |legacy: bool| {
+        let mut a = vec!["--slow", SLOW, "--", fixture, "--break", "ignore-cancels"];
+        if legacy {
+            a.push("--legacy");
+        }
+        check(&a)
+    };
+    let (code, report) = run(true);
+    assert!(
+        report["target"].as_str().unwrap().contains("2025"),
+        "{report:#}"
+    );
+    assert_eq!(
+        judged(&report, "cancel.no-response"),
+        ("fail", "SHOULD", "no-response-after-cancel"),
+        "{report:#}"
+    );
+    assert_eq!(
+        judged(&report, "cancel.progress-stops"),
+        ("fail", "SHOULD", "progress-stops-on-cancel"),
+        "{report:#}"
+    );
+    assert!(
+        check_of(&report, "cancel.no-response")["cites"]
+            .as_str()
+            .unwrap()
+            .starts_with("2025-11-25 cancellation"),
+        "{report:#}"
+    );
+    let musts: Vec<_> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["outcome"] == "fail" && c["level"] == "MUST")
+        .collect();
+    assert!(musts.is_empty(), "no MUST is broken in 2025: {report:#}");
+    assert_eq!(code, 0, "{report:#}");
+    let (code, report) = run(false);
+    assert!(
+        report["target"].as_str().unwrap().contains("2026-07-28"),
+        "{report:#}"
+    );
+    assert_eq!(
+        judged(&report, "cancel.no-response"),
+        ("fail", "MUST", "no-response-after-cancel"),
+        "{report:#}"
+    );
+    assert_eq!(
+        judged(&report, "cancel.progress-stops"),
+        ("fail", "MUST", "no-progress-after-cancel"),
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "{report:#}");
+}
+
+/// A server that dies under the burst's calls whether or not they are
+/// cancelled (the control run shows it): not the cancels' doing, so
+/// `cancel.burst-healthy` is skipped, saying so; and a server that is gone
+/// never passes `cancel.burst-resources`.
+#[test]
+fn a_server_that_dies_of_the_load_is_not_blamed_on_the_cancels() {
+    let fixture = fixture();
+    let (_, report) = check(&[
         "--slow",
         SLOW,
         "--",
-        server.to_str().unwrap(),
-        "--plain",
+        fixture.to_str().unwrap(),
+        "--legacy",
+        "--break",
+        "die-under-load",
     ]);
+    let healthy = check_of(&report, "cancel.burst-healthy");
+    assert_eq!(healthy["outcome"], "skip", "{report:#}");
+    assert!(
+        healthy["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the load, not the cancels"),
+        "{report:#}"
+    );
+    // A gone server never passes: neither its memory nor its silence.
+    for id in ["cancel.burst-resources", "cancel.burst-no-response"] {
+        assert_eq!(outcome(&report, id), "skip", "{id}: {report:#}");
+    }
+}
+
+/// A server that dies of the cancels themselves (the same calls without
+/// them leave a fresh one answering): `cancel.burst-healthy` fails (a MUST:
+/// handle the races gracefully), and `cancel.burst-resources` does not pass.
+#[test]
+fn a_server_that_dies_of_the_cancels_fails_burst_healthy() {
+    let fixture = fixture();
+    let (code, report) = check(&[
+        "--slow",
+        SLOW,
+        "--",
+        fixture.to_str().unwrap(),
+        "--break",
+        "die-on-cancels",
+    ]);
+    let healthy = check_of(&report, "cancel.burst-healthy");
+    assert_eq!(healthy["outcome"], "fail", "{report:#}");
+    assert_eq!(healthy["level"], "MUST", "{report:#}");
+    assert!(
+        healthy["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the cancels are what"),
+        "{report:#}"
+    );
+    for id in ["cancel.burst-resources", "cancel.burst-no-response"] {
+        assert_eq!(outcome(&report, id), "skip", "{id}: {report:#}");
+    }
+    assert_eq!(code, 1, "{report:#}");
+}
+
+/// A 2025 session whose server takes the POSTed cancel and lets the call
+/// run on, its progress and its result still coming on the open stream:
+/// `http.session-cancel` fails on that evidence (a SHOULD of the 2025
+/// pages), and passes the honest server.
+#[test]
+fn a_2025_session_that_ignores_its_posted_cancel_fails_session_cancel() {
+    let (code, report) = check_http_fixture(&["--legacy", "--break", "ignore-cancels"]);
+    let c = check_of(&report, "http.session-cancel");
+    assert_eq!(c["outcome"], "fail", "{report:#}");
+    assert_eq!(c["level"], "SHOULD", "{report:#}");
+    let detail = c["detail"].as_str().unwrap();
+    assert!(detail.contains("after the POSTed cancel"), "{report:#}");
+    assert_eq!(code, 1, "a failed SHOULD under --strict: {report:#}");
+}
+
+/// A cancelled task whose `lastUpdatedAt` moves while it stays `cancelled`
+/// (FastMCP's tasks): the spec forbids a transition out of a terminal
+/// status and says nothing of the timestamp, so the check passes, with a
+/// note. A completed task whose result changes fails it (a MUST).
+#[test]
+fn a_terminal_task_is_judged_by_its_status_and_result_not_its_timestamp() {
+    let fixture = fixture();
+    let run = |mode: &str| {
+        check(&[
+            "--race",
+            "500ms",
+            "--task",
+            "job seconds=1",
+            "--",
+            fixture.to_str().unwrap(),
+            "--tasks",
+            "--break",
+            mode,
+            "--task-ttl-ms",
+            "60000",
+        ])
+    };
+    let (code, report) = run("terminal-touch");
+    let c = check_of(&report, "tasks.terminal-stays");
+    assert_eq!(c["outcome"], "pass", "{report:#}");
+    assert!(
+        c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("note: its lastUpdatedAt moved"),
+        "{report:#}"
+    );
     assert_eq!(
-        outcome(&report, "cancel.progress-stops"),
-        "fail",
+        with_outcome(&report, "fail"),
+        [] as [(&str, &str); 0],
+        "{report:#}"
+    );
+    assert_eq!(code, 0, "{report:#}");
+    let (code, report) = run("result-changes");
+    assert_eq!(
+        with_outcome(&report, "fail"),
+        [("tasks.terminal-stays", "task-terminal-final")],
+        "{report:#}"
+    );
+    assert!(
+        check_of(&report, "tasks.terminal-stays")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("result changed"),
         "{report:#}"
     );
     assert_eq!(code, 1, "a failed MUST: {report:#}");

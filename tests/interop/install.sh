@@ -26,7 +26,8 @@ else
   sum package-lock.json >"$npm_stamp"
 fi
 
-# --- Python: mcp==2.3.0 and its pinned closure, in tests/interop/.venv ---
+# --- Python: mcp==2.3.0, fastmcp==4.1.8 with fastmcp-tasks==4.1.8 (its Docket task engine: pydocket),
+# and their pinned closure, in tests/interop/.venv ---
 py_stamp=".venv/.interop-req-sha256"
 if [ "${FORCE:-0}" != 1 ] && [ -x .venv/bin/python ] && [ -f "$py_stamp" ] && [ "$(cat "$py_stamp")" = "$(sum requirements.txt)" ]; then
   echo "interop: .venv up to date"
@@ -47,4 +48,5 @@ node -e "const v=require('./node_modules/@modelcontextprotocol/sdk/package.json'
 node -e "const v=require('./node_modules/@modelcontextprotocol/server-everything/package.json').version; if(v!=='2026.8.31'){console.error('server-everything '+v);process.exit(1)}"
 node -e "const v=require('./node_modules/@modelcontextprotocol/conformance/package.json').version; if(v!=='0.2.0-alpha.11'){console.error('conformance '+v);process.exit(1)}"
 .venv/bin/python -c "import importlib.metadata as m, sys; v=m.version('mcp'); sys.exit(0 if v=='2.3.0' else 'mcp '+v)"
-echo "interop: ok (npm @modelcontextprotocol/client@2.4.0 server@2.4.0 node@2.1.2 sdk@1.32.2 server-everything@2026.8.31 conformance@0.2.0-alpha.11; PyPI mcp==2.3.0)"
+.venv/bin/python -c "import importlib.metadata as m, sys; v=(m.version('fastmcp'), m.version('fastmcp-tasks')); sys.exit(0 if v==('4.1.8', '4.1.8') else 'fastmcp, fastmcp-tasks '+str(v))"
+echo "interop: ok (npm @modelcontextprotocol/client@2.4.0 server@2.4.0 node@2.1.2 sdk@1.32.2 server-everything@2026.8.31 conformance@0.2.0-alpha.11; PyPI mcp==2.3.0 fastmcp==4.1.8 fastmcp-tasks==4.1.8)"

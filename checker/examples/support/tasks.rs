@@ -6,7 +6,11 @@
 //! `TerminalChanges` (`--break terminal-changes`) shows the task
 //! `cancelled`, then `completed` when its work would have ended;
 //! `FractionalTtl` (`--break fractional-ttl`) writes `ttlMs` with half a
-//! millisecond more, no integer.
+//! millisecond more, no integer. `TerminalTouch` (`--break terminal-touch`,
+//! no break of the spec's) keeps a cancelled task `cancelled` but moves its
+//! `lastUpdatedAt` when its work would have ended; `ResultChanges`
+//! (`--break result-changes`) shows a cancelled task `completed` at once,
+//! and changes its result when its work would have ended.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -29,6 +33,8 @@ pub(crate) enum TaskBreak {
     None,
     RunsOn,
     TerminalChanges,
+    TerminalTouch,
+    ResultChanges,
     FractionalTtl,
 }
 
@@ -135,6 +141,15 @@ impl Table {
             {
                 ("completed", wall0 + task.length)
             }
+            // No break: the status stays, its timestamp moves.
+            Some((at, "cancelled"))
+                if self.broken == TaskBreak::TerminalTouch && t0 + task.length <= now =>
+            {
+                ("cancelled", wall0 + task.length.max(*at - t0))
+            }
+            Some((at, "cancelled")) if self.broken == TaskBreak::ResultChanges && *at <= now => {
+                ("completed", wall0 + (*at - t0))
+            }
             Some((at, status)) if *at <= now => (*status, wall0 + (*at - t0)),
             _ => ("working", wall0),
         };
@@ -149,10 +164,16 @@ impl Table {
         if self.broken == TaskBreak::FractionalTtl {
             v["ttlMs"] = json!(self.ttl.as_millis() as f64 + 0.5);
         }
+        // The break: the result of a task completed at its cancel changes
+        // when its work would have ended.
+        let text = if self.broken == TaskBreak::ResultChanges && t0 + task.length <= now {
+            "done again"
+        } else {
+            "done"
+        };
         match status {
             "completed" => {
-                v["result"] =
-                    json!({"content": [{"type": "text", "text": "done"}], "isError": false})
+                v["result"] = json!({"content": [{"type": "text", "text": text}], "isError": false})
             }
             "failed" => v["error"] = json!({"code": -32603, "message": "the task's TTL elapsed"}),
             _ => {}

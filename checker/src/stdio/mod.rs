@@ -7,6 +7,7 @@
 //! * `listen`: how the server tears down a `subscriptions/listen` at its
 //!   shutdown, on a fresh child (run last, once the checked one is closed).
 
+mod control;
 pub(crate) mod listen;
 mod notices;
 
@@ -57,7 +58,7 @@ pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, RunE
                 out.push(Check::skip(id, *rule, why));
             }
         }
-        Ok(slow) => tool_checks(cfg, &s, slow, out).await,
+        Ok(slow) => tool_checks(cfg, &s, command, slow, out).await,
     }
     // Checks not run because the server had gone in an earlier one.
     for (id, rule) in TOOL_CHECKS {
@@ -77,9 +78,10 @@ pub(crate) async fn run(cfg: &Config, command: &[String]) -> Result<Report, RunE
     s.close().await;
     let teardown = listen::run(cfg, command, era).await;
     let entries = log.snapshot();
-    notices::server_cancels(&entries, &teardown.strays, out);
+    notices::server_cancels(&entries, &teardown.strays, era, out);
     out.extend(teardown.checks);
     notices::progress_rules(&entries, out);
+    report.judge(era);
     Ok(report)
 }
 
@@ -103,7 +105,13 @@ const TOOL_CHECKS: &[(&str, crate::report::Rule)] = &[
     ("cancel.work-stops-cpu", rules::WORK_STOPS),
 ];
 
-async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<Check>) {
+async fn tool_checks(
+    cfg: &Config,
+    s: &Session,
+    command: &[String],
+    slow: &ToolSpec,
+    out: &mut Vec<Check>,
+) {
     if s.gone() {
         return;
     }
@@ -141,17 +149,13 @@ async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<C
         )
         .await;
     tokio::time::sleep(window).await;
-    out.push(no_response(
-        "cancel.no-response",
-        cfg,
+    out.push(alive(
         s,
-        &c,
-        covered,
-        window,
+        no_response("cancel.no-response", cfg, s, &c, covered, window),
     ));
     let progress_tool = cfg.progress.as_ref().unwrap_or(slow);
     if progress_tool == slow {
-        out.push(progress_stops(cfg, s, &c, base.progress));
+        out.push(alive(s, progress_stops(cfg, s, &c, base.progress)));
     } else {
         cfg.say(&format!("cancel {progress_tool} at its first progress"));
         let c = s
@@ -162,7 +166,7 @@ async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<C
             )
             .await;
         tokio::time::sleep(cfg.window).await;
-        out.push(progress_stops(cfg, s, &c, 1));
+        out.push(alive(s, progress_stops(cfg, s, &c, 1)));
     }
 
     if s.gone() {
@@ -173,13 +177,9 @@ async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<C
         .cancel_call(slow.params(), Trigger::Written, cfg.check_timeout)
         .await;
     tokio::time::sleep(window).await;
-    out.push(no_response(
-        "cancel.right-behind",
-        cfg,
+    out.push(alive(
         s,
-        &c,
-        covered,
-        window,
+        no_response("cancel.right-behind", cfg, s, &c, covered, window),
     ));
     out.push(
         healthy(
@@ -194,7 +194,7 @@ async fn tool_checks(cfg: &Config, s: &Session, slow: &ToolSpec, out: &mut Vec<C
     if s.gone() {
         return;
     }
-    burst(cfg, s, slow, window, covered, out).await;
+    burst(cfg, s, command, slow, window, covered, out).await;
     if s.gone() {
         return;
     }
@@ -399,6 +399,25 @@ fn progress_stops(cfg: &Config, s: &Session, c: &CancelledCall, baseline_progres
     }
 }
 
+/// Why a silence is not judged: the server had gone.
+const SILENT_GONE: &str =
+    "the server exited during the check: the silence of a gone server is no evidence";
+
+/// `check`, unless it passed on the silence of a server that has gone
+/// since (a server that is gone never passes a check): then skipped.
+fn alive(s: &Session, check: Check) -> Check {
+    silent_unless(!s.gone(), check, SILENT_GONE)
+}
+
+/// `check`, or (when it passed and `alive` is false) skipped for `why`.
+fn silent_unless(alive: bool, check: Check, why: &str) -> Check {
+    if alive || check.outcome != crate::report::Outcome::Pass {
+        return check;
+    }
+    let detail = format!("{why} ({})", check.detail);
+    Check::skip(&check.id, check.rule, detail)
+}
+
 /// The server answers a ping after an experiment.
 async fn healthy(id: &str, cfg: &Config, s: &Session, after: &str) -> Check {
     match s.responsive(cfg.check_timeout).await {
@@ -416,6 +435,7 @@ async fn healthy(id: &str, cfg: &Config, s: &Session, after: &str) -> Check {
 async fn burst(
     cfg: &Config,
     s: &Session,
+    command: &[String],
     slow: &ToolSpec,
     window: Duration,
     covered: bool,
@@ -447,50 +467,65 @@ async fn burst(
         .iter()
         .filter(|c| c.outcome == crate::report::Outcome::Skip)
         .count();
-    out.push(
-        match checks
-            .iter()
-            .find(|c| c.outcome == crate::report::Outcome::Fail)
-        {
-            Some(first) => Check::fail(
-                id,
-                rules::NO_RESPONSE,
-                format!(
-                    "{failed} of {} answered; first: {}",
-                    cfg.burst, first.detail
-                ),
+    let answered = match checks
+        .iter()
+        .find(|c| c.outcome == crate::report::Outcome::Fail)
+    {
+        Some(first) => Check::fail(
+            id,
+            rules::NO_RESPONSE,
+            format!(
+                "{failed} of {} answered; first: {}",
+                cfg.burst, first.detail
             ),
-            None if skipped == checks.len() => Check::skip(
-                id,
-                rules::NO_RESPONSE,
-                checks.first().map_or(String::new(), |c| c.detail.clone()),
+        ),
+        None if skipped == checks.len() => Check::skip(
+            id,
+            rules::NO_RESPONSE,
+            checks.first().map_or(String::new(), |c| c.detail.clone()),
+        ),
+        None => Check::pass(
+            id,
+            rules::NO_RESPONSE,
+            if covered {
+                Evidence::Strong
+            } else {
+                Evidence::Weak
+            },
+            format!(
+                "none of {} cancelled calls answered in {window:.1?}",
+                cfg.burst - skipped
             ),
-            None => Check::pass(
-                id,
-                rules::NO_RESPONSE,
-                if covered {
-                    Evidence::Strong
-                } else {
-                    Evidence::Weak
-                },
-                format!(
-                    "none of {} cancelled calls answered in {window:.1?}",
-                    cfg.burst - skipped
-                ),
-            ),
-        },
-    );
-    out.push(
-        healthy(
-            "cancel.burst-healthy",
-            cfg,
-            s,
-            &format!("after {} call+cancel pairs", cfg.burst),
-        )
-        .await,
-    );
-    let after = s.pid.and_then(procfs::usage);
-    out.push(evidence::rss_check(before, after, NO_PROC));
+        ),
+    };
+    let healthy = healthy(
+        "cancel.burst-healthy",
+        cfg,
+        s,
+        &format!("after {} call+cancel pairs", cfg.burst),
+    )
+    .await;
+    let answers = healthy.outcome == crate::report::Outcome::Pass;
+    out.push(silent_unless(
+        answers,
+        answered,
+        "the server stopped answering in the burst (cancel.burst-healthy): the silence of a gone server is no evidence",
+    ));
+    if answers {
+        out.push(healthy);
+        let after = s.pid.and_then(procfs::usage);
+        out.push(evidence::rss_check(before, after, NO_PROC));
+        return;
+    }
+    // Gone, or no longer answering: whether the cancels did it, the same
+    // calls without them on a fresh server tell; and its memory shows nothing.
+    let ran = control::run(cfg, command, s.era, slow, window).await;
+    out.push(control::judge(healthy, ran, cfg.burst));
+    out.push(evidence::rss_check(
+        before,
+        None,
+        evidence::GONE_AFTER_BURST,
+    ));
 }
 
 /// The CPU time of a CPU-bound operation stops growing at its cancel.

@@ -151,16 +151,33 @@ async fn ignored(
 /// `subscriptions/listen`, so each one in its log (`entries`) breaks the
 /// rule, as does each in `strays` (the listen experiment's, for another
 /// request than its listen).
-pub(super) fn server_cancels(entries: &[Entry], strays: &[Entry], out: &mut Vec<Check>) {
+/// In a 2025 session a server may cancel a request of its own (2025-11-25
+/// cancellation: either side, each for requests it issued): only a cancel
+/// for anything else breaks the rule there.
+pub(super) fn server_cancels(
+    entries: &[Entry],
+    strays: &[Entry],
+    era: crate::mcp::Era,
+    out: &mut Vec<Check>,
+) {
     let requests = entries
         .iter()
         .filter(|e| e.dir == Dir::Out && e.msg.get("id").is_some())
         .count();
     let id = "server-cancel.listen-only";
     let rule = rules::SERVER_CANCEL;
+    // The ids of the requests the server itself sent.
+    let own: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e.dir == Dir::In && e.method().is_some())
+        .filter_map(|e| e.msg.get("id"))
+        .collect();
     let stray = entries
         .iter()
-        .find(|e| e.server_cancel().is_some())
+        .find(|e| {
+            e.server_cancel()
+                .is_some_and(|id| era == crate::mcp::Era::Modern || !own.contains(&id))
+        })
         .or(strays.first());
     out.push(match stray {
         Some(e) => Check::fail(
@@ -275,11 +292,29 @@ mod tests {
     fn a_stray_cancel_of_the_listen_run_fails_listen_only() {
         let judged = |entries: &[Entry], strays: &[Entry]| {
             let mut out = Vec::new();
-            server_cancels(entries, strays, &mut out);
+            server_cancels(entries, strays, crate::mcp::Era::Modern, &mut out);
             out.remove(0).outcome
         };
         assert_eq!(judged(&[], &[]), Outcome::Pass);
         assert_eq!(judged(&[cancel_from_server("mcc-3")], &[]), Outcome::Fail);
         assert_eq!(judged(&[], &[cancel_from_server("mcc-9")]), Outcome::Fail);
+    }
+
+    #[test]
+    fn in_a_2025_session_a_server_may_cancel_its_own_request() {
+        let own_request = Entry {
+            at: Instant::now(),
+            dir: Dir::In,
+            msg: json!({"jsonrpc": "2.0", "id": "s-1", "method": "sampling/createMessage", "params": {}}),
+        };
+        let judged = |era, cancel: &str| {
+            let mut out = Vec::new();
+            let entries = [own_request.clone(), cancel_from_server(cancel)];
+            server_cancels(&entries, &[], era, &mut out);
+            out.remove(0).outcome
+        };
+        assert_eq!(judged(crate::mcp::Era::Legacy, "s-1"), Outcome::Pass);
+        assert_eq!(judged(crate::mcp::Era::Legacy, "mcc-3"), Outcome::Fail);
+        assert_eq!(judged(crate::mcp::Era::Modern, "s-1"), Outcome::Fail);
     }
 }

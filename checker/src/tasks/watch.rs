@@ -61,6 +61,9 @@ pub(super) struct Task {
     pub(super) status: Status,
     /// Its `lastUpdatedAt`.
     pub(super) updated: String,
+    /// What a terminal task holds: a completed one's `result`, a failed
+    /// one's `error` (`Null` for the others).
+    pub(super) outcome: Value,
     /// Its `ttlMs` (`None`: null, unlimited).
     pub(super) ttl: Option<Duration>,
     /// Its `pollIntervalMs`.
@@ -92,10 +95,16 @@ impl Task {
             .get("pollIntervalMs")
             .map(|p| millis("pollIntervalMs", p))
             .transpose()?;
+        let outcome = match status {
+            Status::Completed => v.get("result").cloned().unwrap_or_default(),
+            Status::Failed => v.get("error").cloned().unwrap_or_default(),
+            _ => Value::Null,
+        };
         Ok(Self {
             id,
             status,
             updated,
+            outcome,
             ttl,
             poll,
             read: Instant::now(),
@@ -271,16 +280,29 @@ pub(super) async fn cancel_and_watch(
     });
 }
 
-/// A terminal task's status and `lastUpdatedAt` do not change, watched for `--window`.
+/// A terminal task's status and what it holds (a result, an error) do not
+/// change, watched for `--window`: the spec's state diagram has no
+/// transition out of a terminal status (a MUST). Its `lastUpdatedAt` is a
+/// timestamp the spec says nothing of for a terminal task: one that moves
+/// is told in the detail, a note, never a failure.
 async fn stays(peer: &impl Peer, cfg: &Config, done: &Task) -> Check {
     let (id, rule) = ("tasks.terminal-stays", task_rules::TERMINAL);
     let until = Instant::now() + cfg.window;
     let mut polls = 0;
+    let mut moved: Option<String> = None;
+    let note = |moved: &Option<String>| {
+        moved.as_ref().map_or(String::new(), |to| {
+            format!(
+                "; note: its lastUpdatedAt moved from {} to {to} (the spec says nothing of a terminal task's timestamp: no failure)",
+                done.updated
+            )
+        })
+    };
     while Instant::now() < until {
         tokio::time::sleep(poll_every(done)).await;
         polls += 1;
         match read(peer, cfg, &done.id).await {
-            Ok(now) if now.status != done.status || now.updated != done.updated => {
+            Ok(now) if now.status != done.status => {
                 return Check::fail(
                     id,
                     rule,
@@ -293,6 +315,24 @@ async fn stays(peer: &impl Peer, cfg: &Config, done: &Task) -> Check {
                     ),
                 )
             }
+            Ok(now) if now.outcome != done.outcome => {
+                let what = if done.status == Status::Failed {
+                    "error"
+                } else {
+                    "result"
+                };
+                return Check::fail(
+                    id,
+                    rule,
+                    format!(
+                        "a {} task's {what} changed: {} became {}",
+                        done.status.name(),
+                        crate::report::short(&done.outcome),
+                        crate::report::short(&now.outcome)
+                    ),
+                );
+            }
+            Ok(now) if now.updated != done.updated => moved = Some(now.updated),
             Ok(_) => {}
             Err(Polled::Gone) => {
                 return Check::pass(
@@ -300,8 +340,9 @@ async fn stays(peer: &impl Peer, cfg: &Config, done: &Task) -> Check {
                     rule,
                     Evidence::Weak,
                     format!(
-                        "stayed {} until the server deleted it ({polls} polls)",
-                        done.status.name()
+                        "stayed {} until the server deleted it ({polls} polls){}",
+                        done.status.name(),
+                        note(&moved)
                     ),
                 )
             }
@@ -314,10 +355,14 @@ async fn stays(peer: &impl Peer, cfg: &Config, done: &Task) -> Check {
         rule,
         Evidence::Strong,
         format!(
-            "stayed {} (lastUpdatedAt {}) for {:.1?}, {polls} polls",
+            "stayed {} for {:.1?}, {polls} polls{}",
             done.status.name(),
-            done.updated,
-            cfg.window
+            cfg.window,
+            if moved.is_none() {
+                format!(" (lastUpdatedAt {})", done.updated)
+            } else {
+                note(&moved)
+            }
         ),
     )
 }
