@@ -43,6 +43,29 @@
 //! # let _ = (on_a_cluster, through_sentinel); Ok(()) }
 //! ```
 //!
+//! **Passwords and TLS.** On one node and on a cluster the URLs carry the
+//! credentials (`redis://user:password@host:6379/`). Through Sentinel each
+//! Sentinel's URL carries its own, and the primary's (and its replicas')
+//! are given once with
+//! [`primary_auth`](RedisStoreBuilder::primary_auth); given for another
+//! topology, [`connect`](RedisStoreBuilder::connect) fails rather than
+//! ignore it. A primary that refuses the credentials, or asks for some
+//! that were not given, makes `connect` fail with an error naming
+//! `primary_auth`. This build enables none of the redis crate's TLS
+//! features: a `rediss://` URL (of a node, a seed or a Sentinel) fails
+//! at `connect`, and TLS to a primary found through Sentinel is not
+//! served. No `Debug` output shows a password.
+//!
+//! ```no_run
+//! # use tower_mcp_cancel_redis::RedisStore;
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let secured = RedisStore::sentinel(["redis://:sentinel-secret@10.0.0.9:26379"], "mymaster")
+//!     .primary_auth(None, "primary-secret") // `requirepass`; Some("user") for an ACL user
+//!     .connect()
+//!     .await?;
+//! # let _ = secured; Ok(()) }
+//! ```
+//!
 //! During a failover every call fails within the
 //! [`timeout`](RedisStoreBuilder::timeout) with [`StoreError::Unavailable`]
 //! (it never hangs), and calls succeed again once the new primary serves:

@@ -7,12 +7,14 @@
 
 mod support;
 
-use support::cluster::{until, Node, Sentinel, MASTER};
+use std::time::Duration;
+
+use support::cluster::{until, Node, Sentinel, MASTER, PRIMARY_PASSWORD, SENTINEL_PASSWORD};
 use support::fleet::*;
 use support::{assert_no_panic, watch_panics};
 use tokio::time::timeout;
 use tower_mcp_cancel::tasks::TaskStore;
-use tower_mcp_cancel_redis::RedisStore;
+use tower_mcp_cancel_redis::{RedisStore, RedisStoreBuilder};
 
 async fn fleet(set: &Sentinel, durable: usize) -> Fleet {
     let sentinels = set.sentinels();
@@ -145,4 +147,97 @@ async fn a_sentinel_failover_may_lose_an_acknowledged_task_without_it() {
     assert!(got.is_none(), "an unreplicated write survived: {got:?}");
     fleet.all_survive_and_end().await;
     assert_no_panic();
+}
+
+/// `connect` of `builder` within the bound (it never hangs): its error.
+async fn refused(builder: RedisStoreBuilder) -> String {
+    let start = std::time::Instant::now();
+    let out = timeout(
+        BOUND,
+        builder.timeout(Duration::from_millis(1500)).connect(),
+    )
+    .await
+    .expect("connect() hung");
+    let e = out
+        .expect_err("connected without the right credentials")
+        .to_string();
+    eprintln!("REFUSED in {:?}: {e}", start.elapsed());
+    e
+}
+
+/// A primary and replica with `requirepass` (and `masterauth`), a Sentinel
+/// with its own password and `auth-pass`: without `primary_auth` (or with
+/// a wrong password, or the Sentinel's password missing from its URL)
+/// `connect` fails with an error that says so, within its timeout; with it
+/// (as the `default` user, and by password alone) tasks run through two
+/// replicas of a server and follow a `SENTINEL FAILOVER`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_with_a_password_is_reached_with_primary_auth_and_followed() {
+    watch_panics();
+    let Some(set) = Sentinel::secured().await else {
+        return;
+    };
+    let sentinels = set.sentinels();
+    let without = refused(RedisStore::sentinel(sentinels.clone(), MASTER)).await;
+    assert!(
+        without.contains("primary_auth") && without.contains("NOAUTH"),
+        "not a clear error: {without}"
+    );
+    let wrong =
+        refused(RedisStore::sentinel(sentinels.clone(), MASTER).primary_auth(None, "wrong")).await;
+    assert!(wrong.contains("primary_auth"), "not a clear error: {wrong}");
+    assert!(!wrong.contains("wrong\""), "the password shown: {wrong}");
+    let bare = set
+        .sentinel
+        .url()
+        .replace(&format!(":{SENTINEL_PASSWORD}@"), "");
+    let no_sentinel_password =
+        refused(RedisStore::sentinel([bare], MASTER).primary_auth(None, PRIMARY_PASSWORD)).await;
+    assert!(
+        no_sentinel_password.contains("NOAUTH") || no_sentinel_password.contains("uthentication"),
+        "not a clear error: {no_sentinel_password}"
+    );
+
+    let as_user = RedisStore::sentinel(sentinels.clone(), MASTER)
+        .primary_auth(Some("default"), PRIMARY_PASSWORD)
+        .connect()
+        .await
+        .expect("the default user with its password");
+    assert!(as_user.get("unknown").await.unwrap().is_none());
+
+    let mut fleet = Fleet::new(
+        |_| RedisStore::sentinel(sentinels.clone(), MASTER).primary_auth(None, PRIMARY_PASSWORD),
+        1,
+    )
+    .await;
+    for _ in 0..3 {
+        fleet.start().await.expect("acknowledged by the replica");
+    }
+    let first = fleet.tasks[0].0.clone();
+    failover(&set).await;
+    let failing = failing_until_served(&fleet.store_b, &first, || async {
+        set.named().await == Some(set.replica.port)
+            && set.primary.info("replication").await.contains("role:slave")
+    })
+    .await;
+    eprintln!("FIGURE sentinel with passwords, SENTINEL FAILOVER: calls failed for {failing:?}");
+    set.in_sync().await;
+    fleet
+        .start()
+        .await
+        .expect("acknowledged after the failover");
+    fleet.all_survive_and_end().await;
+    assert_no_panic();
+}
+
+/// Asks the Sentinel for a failover (refused with NOGOODSLAVE until it
+/// has seen the replica answer: asked until it takes it).
+async fn failover(set: &Sentinel) {
+    until("the Sentinel takes the failover", || async {
+        set.sentinel
+            .command(redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER))
+            .await
+            .is_ok()
+    })
+    .await;
 }
