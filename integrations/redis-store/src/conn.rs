@@ -21,6 +21,8 @@ use redis::{
 use tokio::sync::mpsc;
 use tower_mcp_cancel::tasks::StoreError;
 
+use crate::sentinel::{follow_switches, OnSwitch};
+
 /// Where the store's Redis is (its `Debug` hides the URLs' passwords).
 #[derive(Clone)]
 pub(crate) enum Topology {
@@ -153,11 +155,20 @@ pub(crate) async fn connect(
                 SentinelServerType::Master,
             )
             .map_err(unavailable)?;
+            let (stop, listening) = tokio::sync::watch::channel(());
             let followed = Arc::new(Followed {
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 current: Mutex::default(),
                 timeout,
+                _stop: stop,
             });
+            let weak = Arc::downgrade(&followed);
+            let on_switch: OnSwitch = Arc::new(move || {
+                if let Some(followed) = weak.upgrade() {
+                    *followed.current() = None;
+                }
+            });
+            follow_switches(sentinels, master, timeout, &listening, &on_switch);
             // The primary found once now: a wrong name or no Sentinel
             // fails here, not at the first task.
             match tokio::time::timeout(timeout, followed.primary()).await {
@@ -194,12 +205,15 @@ fn cluster_client(
 }
 
 /// The primary a set of Sentinels names: the connection to it, kept until
-/// it fails (a failover closes it, or turns its node read-only), then the
-/// Sentinels are asked again.
+/// it fails (a failover closes it, or turns its node read-only) or the
+/// Sentinels announce a failover, then the Sentinels are asked again.
 pub(crate) struct Followed {
     sentinel: tokio::sync::Mutex<SentinelClient>,
     current: Mutex<Option<MultiplexedConnection>>,
     timeout: Duration,
+    /// Dropped with the last clone of the store: its listeners for the
+    /// Sentinels' announcements end.
+    _stop: tokio::sync::watch::Sender<()>,
 }
 
 impl Followed {

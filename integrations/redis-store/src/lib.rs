@@ -26,7 +26,7 @@
 //! | --- | --- | --- |
 //! | one node (or a managed primary endpoint that follows failovers by DNS) | [`RedisStore::builder`]`("redis://host:6379/")` | one multiplexed connection, re-made when lost; keys and channels as in 0.1.0 |
 //! | Redis Cluster, Valkey cluster, a managed service in cluster mode | [`RedisStore::cluster`]`(["redis://a:6379", "redis://b:6379"])` (some nodes; the rest is found) | redis-rs's cluster client (follows `MOVED`/`ASK`, one connection per node); hash-tagged keys, so that every operation's keys share one slot; owners' signals by sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`, Redis 7+, Valkey) |
-//! | a primary and replicas under Sentinel | [`RedisStore::sentinel`]`(["redis://s1:26379", "redis://s2:26379"], "mymaster")` | asks the Sentinels for the primary (and checks its `ROLE`); asks again after a call finds it gone, read-only, or silent past the timeout |
+//! | a primary and replicas under Sentinel | [`RedisStore::sentinel`]`(["redis://s1:26379", "redis://s2:26379"], "mymaster")` | asks the Sentinels for the primary (and checks its `ROLE`); asks again when they announce a failover (`+switch-master`) and after a call finds it gone, read-only, or silent past the timeout |
 //!
 //! ```no_run
 //! # use std::time::Duration;
@@ -84,7 +84,7 @@
 //!
 //! | setting | a primary killed (`kill -9`), a replica promoted | a planned failover (`CLUSTER FAILOVER`, `SENTINEL FAILOVER`) | fewer than `n` replicas answer |
 //! | --- | --- | --- | --- |
-//! | `acknowledged_by(0)` (the default) | an acknowledged task **may be lost** (acknowledged before a replica had it) | `SENTINEL FAILOVER`: every task the replica had when the failover began **survives**; a task acknowledged by the old primary after the replica's promotion and until the Sentinel demotes it (at its next look at the old primary) **may be lost** (in the tests, 675 of the 690 creations of the 11 s after the failover was asked were): it reads unknown on every replica of the server, and its owner drops its work at its next re-read. `CLUSTER FAILOVER`: not tested with this setting | — |
+//! | `acknowledged_by(0)` (the default) | an acknowledged task **may be lost** (acknowledged before a replica had it) | `SENTINEL FAILOVER`: every task the replica had when the failover began **survives**; a task acknowledged by the old primary between the replica's promotion and the Sentinels' announcement of it (`+switch-master`, which the store listens for: up to about a second) **may be lost** (in the tests, 8 to 74 of some 650 creations, over 0.1 to 1.1 s): it reads unknown on every replica of the server, and its owner drops its work at its next re-read. `CLUSTER FAILOVER`: not tested with this setting | — |
 //! | `acknowledged_by(n)`, `n` ≥ 1 | every acknowledged task **survives** (and its end, once written) | every acknowledged task **survives** | a creation **fails** (the client gets an error, the work does not run); an end is written again until acknowledged |
 //!
 //! "Survives" holds when the promoted replica is one that acknowledged:
@@ -136,6 +136,7 @@
 //! `SCRIPT LOAD` when the script is not cached; the script calls `GET` and
 //! `SET`), `PUBLISH`/`SUBSCRIBE` (one node, Sentinel),
 //! `SPUBLISH`/`SSUBSCRIBE` (cluster) and `WAIT` (with `acknowledged_by`);
+//! through Sentinel it subscribes to the Sentinels' `+switch-master`;
 //! the client library adds `CLUSTER SLOTS` and `HELLO 3` (cluster),
 //! `SENTINEL MASTERS`, `ROLE` (Sentinel), and `CLIENT SETINFO` (its name,
 //! an error ignored). Valkey 8 serves every one of them, as do managed
@@ -151,6 +152,7 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod sentinel;
 mod signals;
 mod store;
 mod tasks;

@@ -226,8 +226,10 @@ impl RedisStore {
 
     /// The settings for a store on the primary that the Sentinels at
     /// `sentinels` (`redis://host:port` each) name `master`. After a
-    /// failover the store asks them again, at the first call that finds
-    /// the old primary gone or read-only.
+    /// failover the store asks them again: when they announce it (it
+    /// listens for their `+switch-master` while it lives), or at the first
+    /// call that finds the old primary gone or read-only. The primary's
+    /// password: [`primary_auth`](RedisStoreBuilder::primary_auth).
     pub fn sentinel(
         sentinels: impl IntoIterator<Item = impl Into<String>>,
         master: impl Into<String>,

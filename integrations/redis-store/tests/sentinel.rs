@@ -156,10 +156,14 @@ async fn a_planned_sentinel_failover_keeps_what_the_replica_had_with_the_default
     // and the old one is a replica.
     let started = Instant::now();
     let mut during = Vec::new();
+    let mut named_at = None;
     loop {
         assert!(started.elapsed() < BOUND, "the failover never ended");
-        let switched = set.named().await == Some(set.replica.port)
-            && set.primary.info("replication").await.contains("role:slave");
+        let named = set.named().await == Some(set.replica.port);
+        if named && named_at.is_none() {
+            named_at = Some(started.elapsed());
+        }
+        let switched = named && set.primary.info("replication").await.contains("role:slave");
         if fleet.start().await.is_ok() {
             during.extend(fleet.tasks.pop().map(|t| (t, started.elapsed())));
         }
@@ -193,16 +197,53 @@ async fn a_planned_sentinel_failover_keeps_what_the_replica_had_with_the_default
                 .unwrap();
         }
     }
+    let named_at = named_at.expect("named");
     eprintln!(
         "FIGURE sentinel SENTINEL FAILOVER, acknowledged_by(0): {} of the {acknowledged} \
          tasks acknowledged during the failover lost (acknowledged from {:?} to {:?} after \
-         it was asked; the old primary a replica after {switched:?})",
+         it was asked; the new primary named after {named_at:?}, the old one a replica \
+         after {switched:?})",
         lost.len(),
         lost.first(),
         lost.last(),
     );
+    // The store heard the Sentinel name the new primary: it stopped
+    // writing to the old one then, not when the old one was demoted.
+    let heard = named_at + Duration::from_secs(1);
+    assert!(
+        lost.iter().all(|at| *at < heard),
+        "writes to the old primary went on after the new one was named: {lost:?}"
+    );
     fleet.all_survive_and_end().await;
+
+    // A store listens to the Sentinel's announcements while it lives, and
+    // no longer once dropped.
+    let before = listeners(&set).await;
+    let store = RedisStore::sentinel(set.sentinels(), MASTER)
+        .connect()
+        .await
+        .unwrap();
+    until("the store listens", || async {
+        listeners(&set).await == before + 1
+    })
+    .await;
+    drop(store);
+    until("the dropped store's listener ends", || async {
+        listeners(&set).await == before
+    })
+    .await;
     assert_no_panic();
+}
+
+/// How many clients of the Sentinel are subscribed to something.
+async fn listeners(set: &Sentinel) -> usize {
+    let list = set
+        .sentinel
+        .command(redis::cmd("CLIENT").arg("LIST"))
+        .await
+        .map(|v| redis::from_redis_value::<String>(v).unwrap_or_default())
+        .unwrap_or_default();
+    list.lines().filter(|l| l.contains(" sub=1 ")).count()
 }
 
 /// Waits until the replica has every write the primary took.
