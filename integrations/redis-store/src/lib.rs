@@ -84,14 +84,13 @@
 //!
 //! | setting | a primary killed (`kill -9`), a replica promoted | a planned failover (`CLUSTER FAILOVER`, `SENTINEL FAILOVER`) | fewer than `n` replicas answer |
 //! | --- | --- | --- | --- |
-//! | `acknowledged_by(0)` (the default) | an acknowledged task **may be lost** (acknowledged before a replica had it) | `SENTINEL FAILOVER`: every task the replica had when the failover began **survives**; a task acknowledged by the old primary between the replica's promotion and the Sentinels' announcement of it (`+switch-master`, which the store listens for: up to about a second) **may be lost** (in the tests, 8 to 74 of some 650 creations, over 0.1 to 1.1 s): it reads unknown on every replica of the server, and its owner drops its work at its next re-read. `CLUSTER FAILOVER`: not tested with this setting | — |
+//! | `acknowledged_by(0)` (the default) | an acknowledged task **may be lost** (acknowledged before a replica had it) | `SENTINEL FAILOVER`: every task the replica had when the failover began **survives**; a task acknowledged by the old primary between the replica's promotion and the Sentinels' announcement of it (`+switch-master`, which the store listens for: up to about a second) **may be lost** (in the tests, 8 to 74 of some 650 creations, over 0.1 to 1.1 s): it reads unknown on every replica of the server, and its owner drops its work at its next re-read. `CLUSTER FAILOVER`: every acknowledged task **survives** (Redis holds the primary's clients until its replica has caught up) | — |
 //! | `acknowledged_by(n)`, `n` ≥ 1 | every acknowledged task **survives** (and its end, once written) | every acknowledged task **survives** | a creation **fails** (the client gets an error, the work does not run); an end is written again until acknowledged |
 //!
 //! "Survives" holds when the promoted replica is one that acknowledged:
 //! with `n` equal to the replicas of each primary, any of them. The
 //! package's `tests/cluster.rs` and `tests/sentinel.rs` prove each cell
-//! (but the one it says is not tested) against real `redis-server` and
-//! `redis-sentinel` processes. A `WAIT`
+//! against real `redis-server` and `redis-sentinel` processes. A `WAIT`
 //! counts the acknowledgements of the connection that wrote: through
 //! Sentinel it goes over that very connection; on one node and on a
 //! cluster (to the primary of the key's slot) a reconnection or a failover
