@@ -218,27 +218,26 @@ async fn a_planned_sentinel_failover_keeps_what_the_replica_had_with_the_default
 
     // A store listens to the Sentinel's announcements while it lives, and
     // no longer once dropped.
-    let before = listeners(&set).await;
+    let before = listeners(&set.sentinel).await;
     let store = RedisStore::sentinel(set.sentinels(), MASTER)
         .connect()
         .await
         .unwrap();
     until("the store listens", || async {
-        listeners(&set).await == before + 1
+        listeners(&set.sentinel).await == before + 1
     })
     .await;
     drop(store);
     until("the dropped store's listener ends", || async {
-        listeners(&set).await == before
+        listeners(&set.sentinel).await == before
     })
     .await;
     assert_no_panic();
 }
 
-/// How many clients of the Sentinel are subscribed to something.
-async fn listeners(set: &Sentinel) -> usize {
-    let list = set
-        .sentinel
+/// How many clients of `node` are subscribed to something.
+async fn listeners(node: &Node) -> usize {
+    let list = node
         .command(redis::cmd("CLIENT").arg("LIST"))
         .await
         .map(|v| redis::from_redis_value::<String>(v).unwrap_or_default())
@@ -325,6 +324,11 @@ async fn a_primary_with_a_password_is_reached_with_primary_auth_and_followed() {
         fleet.start().await.expect("acknowledged by the replica");
     }
     let first = fleet.tasks[0].0.clone();
+    // The owner's subscription (its own connection) got in too.
+    until("the owner subscribed on the primary", || async {
+        listeners(&set.primary).await > 0
+    })
+    .await;
     failover(&set).await;
     let failing = failing_until_served(&fleet.store_b, &first, || async {
         set.named().await == Some(set.replica.port)
