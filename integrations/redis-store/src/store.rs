@@ -159,10 +159,11 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// The credentials of the primary (and its replicas) that the
-    /// Sentinels name, for a [`sentinel`](RedisStore::sentinel) store
-    /// whose Redis has `requirepass` or ACL users: `username` `None` for
-    /// `requirepass` (the `default` user). The Sentinels' own credentials
+    /// The credentials of the primary that the Sentinels name, for a
+    /// [`sentinel`](RedisStore::sentinel) store whose Redis has
+    /// `requirepass` or ACL users: `username` `None` for `requirepass`
+    /// (the `default` user). The same credentials serve the replica
+    /// promoted by a failover, so every node of the set needs them. The Sentinels' own credentials
     /// stay in their URLs (`redis://:password@host:26379`). On one node or
     /// a cluster the URLs carry the credentials, and this call makes
     /// [`connect`](Self::connect) fail. Without it, a primary that asks
