@@ -10,7 +10,8 @@
 //!
 //! `--redis-cluster URL,URL,…` uses a Redis Cluster instead (some of its
 //! nodes), `--sentinel URL[,URL…] --sentinel-master NAME` the primary that
-//! Sentinels name; `--acknowledged-by N` makes creations and ends wait for
+//! Sentinels name (`--primary-password-env VAR`: its password, read from
+//! that environment variable); `--acknowledged-by N` makes creations and ends wait for
 //! N Redis replicas. `--help` lists every flag.
 //!
 //! Tool `slow_compute {seconds}` runs as a task when the request declares
@@ -63,6 +64,13 @@ struct Cli {
     /// The name the Sentinels know the primary by.
     #[arg(long, value_name = "NAME", requires = "sentinel")]
     sentinel_master: Option<String>,
+    /// The environment variable holding the password of the primary the
+    /// Sentinels name (`requirepass`; a Sentinel's own goes in its URL).
+    #[arg(long, value_name = "VAR", requires = "sentinel")]
+    primary_password_env: Option<String>,
+    /// The ACL user of the primary, with --primary-password-env.
+    #[arg(long, value_name = "NAME", requires = "primary_password_env")]
+    primary_user: Option<String>,
     /// How many Redis replicas must acknowledge a task's creation and its
     /// end (WAIT) before they count: 0 is the primary's answer alone.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -80,8 +88,8 @@ struct Cli {
 }
 
 impl Cli {
-    fn store(&self) -> RedisStoreBuilder {
-        let store = if let Some(url) = &self.redis {
+    fn store(&self) -> Result<RedisStoreBuilder, String> {
+        let mut store = if let Some(url) = &self.redis {
             RedisStore::builder(url)
         } else if !self.redis_cluster.is_empty() {
             RedisStore::cluster(self.redis_cluster.clone())
@@ -89,9 +97,14 @@ impl Cli {
             let master = self.sentinel_master.clone().unwrap_or_default();
             RedisStore::sentinel(self.sentinel.clone(), master)
         };
-        store
+        if let Some(var) = &self.primary_password_env {
+            let password =
+                std::env::var(var).map_err(|e| format!("--primary-password-env {var}: {e}"))?;
+            store = store.primary_auth(self.primary_user.as_deref(), &password);
+        }
+        Ok(store
             .lease(self.lease)
-            .acknowledged_by(self.acknowledged_by)
+            .acknowledged_by(self.acknowledged_by))
     }
 }
 
@@ -162,6 +175,7 @@ async fn main() {
     let events = cli.events;
     let store = cli
         .store()
+        .unwrap_or_else(|e| exit(e))
         .connect()
         .await
         .unwrap_or_else(|e| exit(format!("cannot use Redis: {e}")));

@@ -13,16 +13,18 @@ use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection, PubSu
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, ProtocolVersion, PushKind, RedisError,
-    RedisFuture, RedisResult, ServerErrorKind, Value,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, ProtocolVersion, PushKind,
+    RedisConnectionInfo, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 use tokio::sync::mpsc;
 use tower_mcp_cancel::tasks::StoreError;
 
-/// Where the store's Redis is.
-#[derive(Clone, Debug)]
+use crate::sentinel::{follow_switches, OnSwitch};
+
+/// Where the store's Redis is (its `Debug` hides the URLs' passwords).
+#[derive(Clone)]
 pub(crate) enum Topology {
     /// One node, by URL.
     Node(String),
@@ -33,6 +35,56 @@ pub(crate) enum Topology {
         sentinels: Vec<String>,
         master: String,
     },
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls = |urls: &[String]| urls.iter().map(|u| redacted(u)).collect::<Vec<_>>();
+        match self {
+            Self::Node(url) => f.debug_tuple("Node").field(&redacted(url)).finish(),
+            Self::Cluster(seeds) => f.debug_tuple("Cluster").field(&urls(seeds)).finish(),
+            Self::Sentinel { sentinels, master } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", &urls(sentinels))
+                .field("master", master)
+                .finish(),
+        }
+    }
+}
+
+/// `url` with the password of its user information (`user:password@`),
+/// if any, replaced.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let Some((userinfo, _)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let Some((user, _)) = userinfo.split_once(':') else {
+        return url.to_owned();
+    };
+    format!(
+        "{scheme}://{user}:<redacted>@{}",
+        &rest[userinfo.len() + 1..]
+    )
+}
+
+/// The credentials of the primary (and replicas) the Sentinels name.
+#[derive(Clone)]
+pub(crate) struct PrimaryAuth {
+    pub(crate) username: Option<String>,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for PrimaryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrimaryAuth")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// The commands' connection (cheap to clone; clones share it).
@@ -51,11 +103,20 @@ pub(crate) enum Subscriber {
     Sentinel(Arc<Followed>),
 }
 
-/// Connects to `topology` within `timeout`.
+/// Connects to `topology` within `timeout`; `auth` is for the primary
+/// Sentinels name (elsewhere the URLs carry the credentials: an error).
 pub(crate) async fn connect(
     topology: &Topology,
+    auth: Option<&PrimaryAuth>,
     timeout: Duration,
 ) -> Result<(Conn, Subscriber), StoreError> {
+    if auth.is_some() && !matches!(topology, Topology::Sentinel { .. }) {
+        return Err(StoreError::Unavailable(
+            "primary_auth is for a primary found through Sentinel; \
+             on one node or a cluster the credentials go in the URLs (redis://user:password@host:port)"
+                .into(),
+        ));
+    }
     match topology {
         Topology::Node(url) => {
             let client = Client::open(url.as_str()).map_err(unavailable)?;
@@ -80,21 +141,40 @@ pub(crate) async fn connect(
             ))
         }
         Topology::Sentinel { sentinels, master } => {
+            let nodes = auth.map(|auth| {
+                let mut info = RedisConnectionInfo::default().set_password(&auth.password);
+                if let Some(username) = &auth.username {
+                    info = info.set_username(username);
+                }
+                SentinelNodeConnectionInfo::default().set_redis_connection_info(info)
+            });
             let sentinel = SentinelClient::build(
                 sentinels.clone(),
                 master.clone(),
-                None,
+                nodes,
                 SentinelServerType::Master,
             )
             .map_err(unavailable)?;
+            let (stop, listening) = tokio::sync::watch::channel(());
             let followed = Arc::new(Followed {
                 sentinel: tokio::sync::Mutex::new(sentinel),
                 current: Mutex::default(),
                 timeout,
+                _stop: stop,
             });
+            let weak = Arc::downgrade(&followed);
+            let on_switch: OnSwitch = Arc::new(move || {
+                if let Some(followed) = weak.upgrade() {
+                    *followed.current() = None;
+                }
+            });
+            follow_switches(sentinels, master, timeout, &listening, &on_switch);
             // The primary found once now: a wrong name or no Sentinel
             // fails here, not at the first task.
-            bounded(timeout, followed.primary()).await?;
+            match tokio::time::timeout(timeout, followed.primary()).await {
+                Ok(found) => drop(found.map_err(refused)?),
+                Err(_) => return Err(timed_out(timeout)),
+            }
             Ok((
                 Conn::Sentinel(Pinned {
                     followed: followed.clone(),
@@ -125,12 +205,15 @@ fn cluster_client(
 }
 
 /// The primary a set of Sentinels names: the connection to it, kept until
-/// it fails (a failover closes it, or turns its node read-only), then the
-/// Sentinels are asked again.
+/// it fails (a failover closes it, or turns its node read-only) or the
+/// Sentinels announce a failover, then the Sentinels are asked again.
 pub(crate) struct Followed {
     sentinel: tokio::sync::Mutex<SentinelClient>,
     current: Mutex<Option<MultiplexedConnection>>,
     timeout: Duration,
+    /// Dropped with the last clone of the store: its listeners for the
+    /// Sentinels' announcements end.
+    _stop: tokio::sync::watch::Sender<()>,
 }
 
 impl Followed {
@@ -383,6 +466,23 @@ impl Subscription {
     }
 }
 
+/// An error finding the primary through the Sentinels; a refused
+/// password says where each password goes.
+fn refused(e: RedisError) -> StoreError {
+    let auth = e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+    if !auth {
+        return unavailable(e);
+    }
+    StoreError::Unavailable(
+        format!(
+            "{e} (the primary's credentials are set with RedisStoreBuilder::primary_auth, \
+             a Sentinel's go in its URL: redis://:password@host:port)"
+        )
+        .into(),
+    )
+}
+
 /// A Redis error as the store's.
 pub(crate) fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(Box::new(e))
@@ -396,10 +496,12 @@ pub(crate) async fn bounded<T>(
 ) -> Result<T, StoreError> {
     match tokio::time::timeout(timeout, f).await {
         Ok(out) => out.map_err(unavailable),
-        Err(_) => Err(StoreError::Unavailable(
-            format!("Redis did not answer within {timeout:?}").into(),
-        )),
+        Err(_) => Err(timed_out(timeout)),
     }
+}
+
+fn timed_out(timeout: Duration) -> StoreError {
+    StoreError::Unavailable(format!("Redis did not answer within {timeout:?}").into())
 }
 
 /// The longest expiry this store asks of Redis (100 years): a longer

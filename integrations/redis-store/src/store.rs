@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::{AsyncCommands, Script};
 use tower_mcp_cancel::tasks::{StoreError, TaskRecord};
 
-use crate::conn::{bounded, connect, millis, Conn, Subscriber, Topology, MAX_PX};
+use crate::conn::{bounded, connect, millis, Conn, PrimaryAuth, Subscriber, Topology, MAX_PX};
 
 /// Writes `ARGV[2]` to `KEYS[1]` only if it still holds `ARGV[1]` (the
 /// record as read), with `PX ARGV[3]` (or its current expiry kept when
@@ -79,6 +79,7 @@ impl fmt::Debug for RedisStore {
 pub struct RedisStoreBuilder {
     topology: Topology,
     settings: Settings,
+    primary_auth: Option<PrimaryAuth>,
 }
 
 impl RedisStoreBuilder {
@@ -94,6 +95,7 @@ impl RedisStoreBuilder {
                 acknowledged_by: 0,
                 tagged: false,
             },
+            primary_auth: None,
         }
     }
 
@@ -157,11 +159,36 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// The credentials of the primary that the Sentinels name, for a
+    /// [`sentinel`](RedisStore::sentinel) store whose Redis has
+    /// `requirepass` or ACL users: `username` `None` for `requirepass`
+    /// (the `default` user). The same credentials serve the replica
+    /// promoted by a failover, so every node of the set needs them. The Sentinels' own credentials
+    /// stay in their URLs (`redis://:password@host:26379`). On one node or
+    /// a cluster the URLs carry the credentials, and this call makes
+    /// [`connect`](Self::connect) fail. Without it, a primary that asks
+    /// for a password makes `connect` fail.
+    #[must_use]
+    pub fn primary_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.primary_auth = Some(PrimaryAuth {
+            username: username.map(str::to_owned),
+            password: password.to_owned(),
+        });
+        self
+    }
+
     /// Connects (within the [`timeout`](Self::timeout)). Fails when a URL
     /// is invalid or Redis cannot be reached (through Sentinel: when no
-    /// Sentinel names a reachable primary).
+    /// Sentinel names a reachable primary, or the primary refuses the
+    /// credentials), and when [`primary_auth`](Self::primary_auth) is
+    /// given for a topology other than Sentinel.
     pub async fn connect(mut self) -> Result<RedisStore, StoreError> {
-        let (conn, subscriber) = connect(&self.topology, self.settings.timeout).await?;
+        let (conn, subscriber) = connect(
+            &self.topology,
+            self.primary_auth.as_ref(),
+            self.settings.timeout,
+        )
+        .await?;
         self.settings.tagged = matches!(self.topology, Topology::Cluster(_));
         Ok(RedisStore {
             shared: Arc::new(Shared {
@@ -200,8 +227,10 @@ impl RedisStore {
 
     /// The settings for a store on the primary that the Sentinels at
     /// `sentinels` (`redis://host:port` each) name `master`. After a
-    /// failover the store asks them again, at the first call that finds
-    /// the old primary gone or read-only.
+    /// failover the store asks them again: when they announce it (it
+    /// listens for their `+switch-master` while it lives), or at the first
+    /// call that finds the old primary gone or read-only. The primary's
+    /// password: [`primary_auth`](RedisStoreBuilder::primary_auth).
     pub fn sentinel(
         sentinels: impl IntoIterator<Item = impl Into<String>>,
         master: impl Into<String>,

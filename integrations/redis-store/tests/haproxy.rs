@@ -306,6 +306,7 @@ fn the_replica_example_refuses_a_typo_with_status_2() {
         "--sentinel ",
         "--sentinel-master",
         "--acknowledged-by",
+        "--primary-password-env",
         "--events",
     ] {
         assert!(text.contains(flag), "{flag} in --help:\n{text}");
@@ -320,6 +321,12 @@ fn the_replica_example_refuses_a_typo_with_status_2() {
             "redis://127.0.0.1:2",
         ][..],
         &["--sentinel", "redis://127.0.0.1:1"][..],
+        &[
+            "--redis",
+            "redis://127.0.0.1:1/",
+            "--primary-password-env",
+            "REDIS_PASSWORD",
+        ][..],
         &[
             "--redis",
             "redis://127.0.0.1:1/",

@@ -220,3 +220,76 @@ async fn topologies_out_of_nothing_are_errors_not_panics() {
     }
     assert_no_panic();
 }
+
+/// `primary_auth` is for a primary found through Sentinel: on one node
+/// (reachable, without a password) and on a cluster it makes `connect`
+/// fail, saying where the credentials go, rather than be ignored; and no
+/// `Debug` of a builder shows the password.
+#[tokio::test]
+async fn primary_auth_elsewhere_than_sentinel_is_an_error_at_connect() {
+    watch_panics();
+    // The URLs' passwords are not shown either.
+    let urls = [
+        RedisStore::builder("redis://:hunter2@127.0.0.1:1/0"),
+        RedisStore::builder("redis://app:hunter2@127.0.0.1:1"),
+        RedisStore::cluster(["redis://:hunter2@127.0.0.1:1"]),
+        RedisStore::sentinel(["redis://:hunter2@127.0.0.1:1"], "mymaster"),
+    ];
+    for builder in urls {
+        let seen = format!("{builder:?}");
+        assert!(
+            !seen.contains("hunter2") && seen.contains("127.0.0.1:1"),
+            "{seen}"
+        );
+    }
+    let Some(redis) = Redis::start() else { return };
+    let bound = Duration::from_secs(5);
+    let attempts = [
+        RedisStore::builder(redis.url()),
+        RedisStore::cluster([redis.url()]),
+    ];
+    for builder in attempts {
+        let builder = builder
+            .timeout(Duration::from_millis(300))
+            .primary_auth(Some("app"), "hunter2");
+        let seen = format!("{builder:?}");
+        assert!(!seen.contains("hunter2"), "the password shown: {seen}");
+        let out = timeout(bound, builder.connect())
+            .await
+            .unwrap_or_else(|_| panic!("{seen}: connect hung"));
+        let e = out.expect_err("primary_auth ignored");
+        assert!(
+            e.to_string().contains("in the URL"),
+            "{seen}: not said where the credentials go: {e}"
+        );
+    }
+    let through_sentinel =
+        RedisStore::sentinel(["redis://127.0.0.1:1"], "mymaster").primary_auth(None, "hunter2");
+    let seen = format!("{through_sentinel:?}");
+    assert!(!seen.contains("hunter2"), "the password shown: {seen}");
+    assert_no_panic();
+}
+
+/// TLS is not served by this build (the redis crate's TLS features are
+/// not enabled): a `rediss://` URL, of a node, a cluster's seed or a
+/// Sentinel, is an error at `connect` that says so, not a plain-text
+/// connection.
+#[tokio::test]
+async fn a_tls_url_is_an_error_at_connect_in_this_build() {
+    watch_panics();
+    let attempts = [
+        RedisStore::builder("rediss://127.0.0.1:1/"),
+        RedisStore::sentinel(["rediss://127.0.0.1:1"], "mymaster"),
+        RedisStore::cluster(["rediss://127.0.0.1:1"]),
+    ];
+    for builder in attempts {
+        let seen = format!("{builder:?}");
+        let out = timeout(Duration::from_secs(5), builder.connect())
+            .await
+            .unwrap_or_else(|_| panic!("{seen}: connect hung"));
+        let e = out.expect_err("a TLS URL connected");
+        eprintln!("TLS: {e}");
+        assert!(e.to_string().contains("TLS"), "{seen}: {e}");
+    }
+    assert_no_panic();
+}

@@ -65,6 +65,8 @@ pub struct Node {
     binary: String,
     args: Vec<String>,
     dir: PathBuf,
+    /// Its `requirepass`, if any (in its URL).
+    password: Option<String>,
 }
 
 impl Node {
@@ -75,6 +77,7 @@ impl Node {
             binary: binary.to_owned(),
             args: args.to_vec(),
             dir: dir.to_owned(),
+            password: None,
         };
         node.restart();
         node
@@ -99,7 +102,10 @@ impl Node {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 
     /// SIGKILL: it goes away as a crash would.
@@ -372,12 +378,41 @@ pub struct Sentinel {
 
 pub const MASTER: &str = "mymaster";
 
+/// The password of the primary and replica of [`Sentinel::secured`].
+pub const PRIMARY_PASSWORD: &str = "primary-secret";
+/// The password of the Sentinel of [`Sentinel::secured`] (in its URL).
+pub const SENTINEL_PASSWORD: &str = "sentinel-secret";
+
 impl Sentinel {
     pub async fn start() -> Option<Self> {
+        Self::start_with(false).await
+    }
+
+    /// As [`start`](Self::start), with passwords everywhere: the primary
+    /// and the replica ask for [`PRIMARY_PASSWORD`] (`requirepass`, and
+    /// `masterauth` to replicate), the Sentinel for [`SENTINEL_PASSWORD`]
+    /// and knows the primary's (`sentinel auth-pass`).
+    pub async fn secured() -> Option<Self> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(secured: bool) -> Option<Self> {
         if !tools(&["redis-server", "redis-sentinel"]) {
             return None;
         }
         let dir = temp_dir("sentinel");
+        let auth: Vec<String> = if secured {
+            [
+                "--requirepass",
+                PRIMARY_PASSWORD,
+                "--masterauth",
+                PRIMARY_PASSWORD,
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        } else {
+            Vec::new()
+        };
         let server = |port: u16, extra: &[String]| {
             let mut args = [
                 "--port",
@@ -391,8 +426,11 @@ impl Sentinel {
             ]
             .map(str::to_owned)
             .to_vec();
+            args.extend_from_slice(&auth);
             args.extend_from_slice(extra);
-            Node::spawn("redis-server", port, &dir, &args)
+            let mut node = Node::spawn("redis-server", port, &dir, &args);
+            node.password = secured.then(|| PRIMARY_PASSWORD.to_owned());
+            node
         };
         let primary = server(free_port(), &[]);
         let p = primary.port.to_string();
@@ -400,6 +438,13 @@ impl Sentinel {
             free_port(),
             &["--replicaof".into(), "127.0.0.1".into(), p.clone()],
         );
+        let secrets = if secured {
+            format!(
+                "sentinel auth-pass {MASTER} {PRIMARY_PASSWORD}\nrequirepass {SENTINEL_PASSWORD}\n"
+            )
+        } else {
+            String::new()
+        };
         let port = free_port();
         let conf = dir.join("sentinel.conf");
         std::fs::write(
@@ -408,12 +453,13 @@ impl Sentinel {
                 "port {port}\nbind 127.0.0.1\ndir {}\n\
                  sentinel monitor {MASTER} 127.0.0.1 {p} 1\n\
                  sentinel down-after-milliseconds {MASTER} 500\n\
-                 sentinel failover-timeout {MASTER} 5000\n",
+                 sentinel failover-timeout {MASTER} 5000\n{secrets}",
                 dir.display()
             ),
         )
         .expect("sentinel.conf");
-        let sentinel = Node::spawn("redis-sentinel", port, &dir, &[conf.display().to_string()]);
+        let mut sentinel = Node::spawn("redis-sentinel", port, &dir, &[conf.display().to_string()]);
+        sentinel.password = secured.then(|| SENTINEL_PASSWORD.to_owned());
         let set = Self {
             primary,
             replica,
