@@ -49,8 +49,8 @@ const REQUEST_NOTIFICATIONS: usize = 64;
 /// The handler finds, with `ctx.extension::<T>()`, this crate's
 /// [`RequestContext`] (its deadline, its cancellation) and, with this
 /// package's feature `tasks`, the request's
-/// [`TaskContext`](tower_mcp_cancel::tasks::TaskContext) when it may run as
-/// a task (its input requests).
+/// `tower_mcp_cancel::tasks::TaskContext` when it may run as a task (its
+/// input requests).
 ///
 /// Notifications are not requests: read the transport's input through
 /// [`route_notifications`](Self::route_notifications) so that they reach
