@@ -6,11 +6,11 @@
 
 pub mod cluster;
 pub mod fleet;
+pub mod process;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
@@ -20,54 +20,45 @@ use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_mcp_cancel::tasks::{Tasks, TasksLayer, EXTENSION};
 use tower_mcp_cancel::McpRequest;
 
-/// A `redis-server` child.
+use process::Node;
+
+/// A single `redis-server`, without persistence, in its own temporary
+/// directory (removed on drop).
 pub struct Redis {
-    child: Option<Child>,
+    node: Node,
     pub port: u16,
     dir: PathBuf,
-}
-
-fn binary() -> Option<PathBuf> {
-    let candidates = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")]);
-    candidates
-        .map(|d| d.join("redis-server"))
-        .find(|p| p.is_file())
 }
 
 impl Redis {
     /// A started server; `None` (with a message) when `redis-server` is not
     /// installed and this is not CI; in CI (`CI` set) its absence fails.
     pub fn start() -> Option<Self> {
-        let Some(_) = binary() else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "redis-server is not installed (apt-get install redis-server): CI needs it"
-            );
-            eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server)");
+        if !process::tools(&["redis-server"]) {
             return None;
-        };
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let dir = std::env::temp_dir().join(format!("mcp-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let mut redis = Self {
-            child: None,
-            port,
-            dir,
-        };
-        redis.restart();
+        }
+        let port = process::free_port();
+        let dir = process::temp_dir("redis");
+        let args = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .map(str::to_owned);
+        let node = Node::spawn("redis-server", port, &dir, &args);
+        let redis = Self { node, port, dir };
+        redis.until_it_answers();
         Some(redis)
     }
 
     /// The server's process id.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.node.pid()
     }
 
     pub fn url(&self) -> String {
@@ -76,16 +67,11 @@ impl Redis {
 
     /// Starts it (again) on its port, and waits (bounded) until it answers.
     pub fn restart(&mut self) {
-        let child = Command::new(binary().expect("redis-server"))
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
+        self.node.restart();
+        self.until_it_answers();
+    }
+
+    fn until_it_answers(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.pong() {
             assert!(
@@ -107,45 +93,30 @@ impl Redis {
 
     /// Stops it (SIGKILL: it goes away as a crash would).
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.node.kill();
     }
 
     /// Pauses it (SIGSTOP): its connections stay open, nothing is
     /// answered until [`resume`](Self::resume).
     pub fn pause(&self) {
-        self.signal("-STOP");
+        self.node.pause();
     }
 
     /// Resumes a paused server (SIGCONT).
     pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.pid().expect("redis-server runs");
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(pid.to_string())
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal} {pid}: {status}");
+        self.node.resume();
     }
 
     /// Runs a command through a plain connection (for what the store does
     /// not do: killing clients, removing a lease).
     pub async fn command(&self, cmd: &redis::Cmd) -> redis::Value {
-        let client = redis::Client::open(self.url()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        cmd.query_async(&mut conn).await.unwrap()
+        self.node.command(cmd).await.unwrap()
     }
 }
 
 impl Drop for Redis {
     fn drop(&mut self) {
-        self.stop();
+        self.node.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
