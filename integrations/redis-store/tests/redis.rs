@@ -343,19 +343,7 @@ async fn tasks_update_on_replica_a_answers_the_input_waiting_on_replica_b() {
         Ok(json!({"content": [{"type": "text", "text": answer["content"]["name"]}]}))
     });
     let id = create(&mut on_b, call(1, "slow", json!({}))).await;
-    let got = timeout(BOUND, async {
-        loop {
-            let got = send(&mut on_a, task_req(2, "tasks/get", &id, json!({})))
-                .await
-                .unwrap();
-            if got["status"] == "input_required" {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the input request is in the record");
+    let got = until_status(&mut on_a, &id, "input_required").await;
     assert_eq!(got["inputRequests"]["name"]["method"], "elicitation/create");
     let answer =
         json!({"inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}});
@@ -369,19 +357,7 @@ async fn tasks_update_on_replica_a_answers_the_input_waiting_on_replica_b() {
         got.get("inputRequests").is_none(),
         "gone before the ack: {got}"
     );
-    let done = timeout(BOUND, async {
-        loop {
-            let got = send(&mut on_a, task_req(5, "tasks/get", &id, json!({})))
-                .await
-                .unwrap();
-            if got["status"] == "completed" {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("B's handler got the answer");
+    let done = until_status(&mut on_a, &id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "Ada");
 }
 
@@ -451,19 +427,7 @@ async fn an_input_answer_whose_message_was_lost_is_delivered_by_the_reread() {
     });
     let id = create(&mut on_b, call(1, "slow", json!({}))).await;
     wait_subscribed(&redis, 1).await;
-    timeout(BOUND, async {
-        loop {
-            let got = send(&mut on_a, task_req(2, "tasks/get", &id, json!({})))
-                .await
-                .unwrap();
-            if got["status"] == "input_required" {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("input_required");
+    until_status(&mut on_a, &id, "input_required").await;
     // B hears nothing until its next re-read: the message is lost.
     redis
         .command(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"))
@@ -473,19 +437,7 @@ async fn an_input_answer_whose_message_was_lost_is_delivered_by_the_reread() {
     send(&mut on_a, task_req(3, "tasks/update", &id, answer))
         .await
         .unwrap();
-    let done = timeout(BOUND, async {
-        loop {
-            let got = send(&mut on_a, task_req(4, "tasks/get", &id, json!({})))
-                .await
-                .unwrap();
-            if got["status"] == "completed" {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("delivered by the re-read");
+    let done = until_status(&mut on_a, &id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "Ada");
 }
 
@@ -545,19 +497,7 @@ async fn an_unreadable_inbox_loses_no_other_tasks_answers() {
             .await;
     }
     for id in &ids[1..] {
-        let done = timeout(BOUND, async {
-            loop {
-                let got = send(&mut on_b, task_req(9, "tasks/get", id, json!({})))
-                    .await
-                    .unwrap();
-                if got["status"] == "completed" {
-                    return got;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await
-        .expect("every readable inbox's answer delivered");
+        let done = until_status(&mut on_b, id, "completed").await;
         assert_eq!(done["result"]["content"][0]["text"], "Ada");
     }
     assert_no_panic();

@@ -19,26 +19,6 @@ pub fn replica(store: RedisStore) -> TasksLayer {
         .tool("ask", TaskPolicy::optional())
 }
 
-pub async fn status(svc: &mut Svc, id: &str) -> serde_json::Value {
-    send(svc, task_req(9, "tasks/get", id, json!({})))
-        .await
-        .unwrap()
-}
-
-pub async fn until_status(svc: &mut Svc, id: &str, want: &str) -> serde_json::Value {
-    timeout(BOUND, async {
-        loop {
-            let got = status(svc, id).await;
-            if got["status"] == want {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("task {id} never read {want}"))
-}
-
 /// Runs `sleep` tasks on A until cancelled, reads and cancels them on B.
 pub struct Fleet {
     pub a: TasksLayer,

@@ -121,6 +121,32 @@ impl Drop for Redis {
     }
 }
 
+/// How long [`until_status`] waits: a bound, not a synchronisation.
+pub const STATUS_BOUND: Duration = Duration::from_secs(20);
+
+/// The task's record, read through `svc` (`tasks/get`).
+pub async fn status(svc: &mut Svc, id: &str) -> serde_json::Value {
+    send(svc, task_req(9, "tasks/get", id, json!({})))
+        .await
+        .unwrap()
+}
+
+/// Reads the task through `svc` until its status is `want`, within
+/// [`STATUS_BOUND`].
+pub async fn until_status(svc: &mut Svc, id: &str, want: &str) -> serde_json::Value {
+    tokio::time::timeout(STATUS_BOUND, async {
+        loop {
+            let got = status(svc, id).await;
+            if got["status"] == want {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("task {id} never read {want}"))
+}
+
 /// Resolves its receiver when dropped: the work's future is gone.
 pub struct OnDrop(pub Option<oneshot::Sender<()>>);
 
