@@ -6,6 +6,9 @@
 //! Every line the server writes is recorded by a relay between the two.
 //! The same over Streamable HTTP is [`http`]'s.
 
+#[path = "support/relay.rs"]
+mod relay;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,13 +19,14 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt};
 use tower_mcp_cancel::jsonrpc::ErrorObject;
 use tower_mcp_cancel::transport::stdio::StdioClient;
 use tower_mcp_cancel::{Elapsed, Limit, McpRequest, ProgressResetLayer, TimeoutLayer};
 use tower_mcp_cancel_rmcp::Cancellable;
+
+use relay::{relayed, Relayed};
 
 type Events = mpsc::UnboundedSender<(&'static str, Value)>;
 
@@ -177,39 +181,25 @@ struct Harness {
 /// recording every line, and does the legacy handshake.
 async fn start(wrap: impl FnOnce(Tools) -> Option<Cancellable<Tools>>) -> Harness {
     let (tx, events) = mpsc::unbounded_channel();
-    let (client_w, server_r) = tokio::io::duplex(64 * 1024);
-    let (server_w, relay_r) = tokio::io::duplex(64 * 1024);
-    let (mut relay_w, client_r) = tokio::io::duplex(64 * 1024);
     let release = Arc::new(tokio::sync::Notify::new());
     let tools = Tools(tx, release.clone());
-    match wrap(tools.clone()) {
-        Some(c) => {
-            tokio::spawn(async move {
+    let wrapped = wrap(tools.clone());
+    let (
+        Relayed {
+            client_r,
+            client_w,
+            written,
+        },
+        relay,
+    ) = relayed(|server_r, server_w| async move {
+        match wrapped {
+            Some(c) => {
                 let running = c.serve((server_r, server_w)).await.unwrap();
                 let _ = running.waiting().await;
-            });
-        }
-        None => {
-            tokio::spawn(async move {
+            }
+            None => {
                 let running = tools.serve((server_r, server_w)).await.unwrap();
                 let _ = running.waiting().await;
-            });
-        }
-    }
-    let written = Arc::new(Mutex::new(Vec::new()));
-    let log = written.clone();
-    let relay = tokio::spawn(async move {
-        let mut lines = BufReader::new(relay_r).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            log.lock()
-                .unwrap()
-                .push(serde_json::from_str(&line).unwrap());
-            if relay_w
-                .write_all(format!("{line}\n").as_bytes())
-                .await
-                .is_err()
-            {
-                break;
             }
         }
     });

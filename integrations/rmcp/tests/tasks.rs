@@ -7,6 +7,9 @@
 //! this crate's wrapper and against rmcp's own `TaskManager`. The same over
 //! Streamable HTTP is [`http`]'s.
 
+#[path = "support/relay.rs"]
+mod relay;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +22,6 @@ use rmcp::service::{ClientLifecycleMode, RequestContext, RunningService};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::mpsc;
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 use tower_mcp_cancel::tasks::{
@@ -28,6 +30,8 @@ use tower_mcp_cancel::tasks::{
 use tower_mcp_cancel::test_util::{FaultyStore, Op};
 use tower_mcp_cancel::McpRequest;
 use tower_mcp_cancel_rmcp::{Cancellable, RmcpClient, RouteProgress};
+
+use relay::{relayed, Relayed};
 
 #[cfg(feature = "http")]
 #[path = "tasks/http.rs"]
@@ -228,39 +232,21 @@ async fn start_with(
         events: tx,
         manager,
     };
-    let (client_w, sr) = tokio::io::duplex(64 * 1024);
-    let (sw, relay_r) = tokio::io::duplex(64 * 1024);
-    let (mut relay_w, client_r) = tokio::io::duplex(64 * 1024);
-    match layer {
-        Some(layer) => {
-            let server = Cancellable::new(tools).tasks(layer);
-            tokio::spawn(async move {
-                let running = server.serve((sr, sw)).await.unwrap();
-                let _ = running.waiting().await;
-            });
-        }
-        None => {
-            tokio::spawn(async move {
-                let running = tools.serve((sr, sw)).await.unwrap();
-                let _ = running.waiting().await;
-            });
-        }
-    }
-    // Between the two: records each line the server writes.
-    let written = Arc::new(Mutex::new(Vec::new()));
-    let log = written.clone();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(relay_r).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            log.lock()
-                .unwrap()
-                .push(serde_json::from_str(&line).unwrap());
-            if relay_w
-                .write_all(format!("{line}\n").as_bytes())
-                .await
-                .is_err()
-            {
-                break;
+    let (
+        Relayed {
+            client_r,
+            client_w,
+            written,
+        },
+        _relay,
+    ) = relayed(|sr, sw| async move {
+        match layer {
+            Some(layer) => {
+                let server = Cancellable::new(tools).tasks(layer);
+                let _ = server.serve((sr, sw)).await.unwrap().waiting().await;
+            }
+            None => {
+                let _ = tools.serve((sr, sw)).await.unwrap().waiting().await;
             }
         }
     });
