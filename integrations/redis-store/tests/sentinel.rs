@@ -66,14 +66,7 @@ async fn a_sentinel_failover_loses_no_acknowledged_task_with_the_durable_setting
     set.in_sync().await;
 
     // A failover the Sentinel is asked for.
-    failover(&set).await;
-    // Until the old primary is demoted, it still takes writes: done when
-    // the Sentinel names the new one and the old one is a replica.
-    let failing = failing_until_served(&fleet.store_b, &first, || async {
-        set.named().await == Some(set.replica.port)
-            && set.primary.info("replication").await.contains("role:slave")
-    })
-    .await;
+    let failing = planned_failover(&set, &fleet.store_b, &first).await;
     eprintln!("FIGURE sentinel SENTINEL FAILOVER: calls failed for {failing:?}");
     set.in_sync().await;
     fleet
@@ -329,12 +322,7 @@ async fn a_primary_with_a_password_is_reached_with_primary_auth_and_followed() {
         listeners(&set.primary).await > 0
     })
     .await;
-    failover(&set).await;
-    let failing = failing_until_served(&fleet.store_b, &first, || async {
-        set.named().await == Some(set.replica.port)
-            && set.primary.info("replication").await.contains("role:slave")
-    })
-    .await;
+    let failing = planned_failover(&set, &fleet.store_b, &first).await;
     eprintln!("FIGURE sentinel with passwords, SENTINEL FAILOVER: calls failed for {failing:?}");
     set.in_sync().await;
     fleet
@@ -343,6 +331,19 @@ async fn a_primary_with_a_password_is_reached_with_primary_auth_and_followed() {
         .expect("acknowledged after the failover");
     fleet.all_survive_and_end().await;
     assert_no_panic();
+}
+
+/// A failover the Sentinel is asked for, and how long `store`'s calls (on
+/// the task `first`) failed through it. Until the old primary is demoted
+/// it still takes writes: the failover is done when the Sentinel names
+/// the replica and the old primary is a replica.
+async fn planned_failover(set: &Sentinel, store: &RedisStore, first: &str) -> Duration {
+    failover(set).await;
+    failing_until_served(store, first, || async {
+        set.named().await == Some(set.replica.port)
+            && set.primary.info("replication").await.contains("role:slave")
+    })
+    .await
 }
 
 /// Asks the Sentinel for a failover (refused with NOGOODSLAVE until it
