@@ -56,10 +56,6 @@ quote() {
     echo "${out[*]}"
 }
 
-# supports BIN FLAG: whether an example server lists FLAG in its --help (the
-# task rows of the SDK integrations run once their examples have --tasks).
-supports() { "$1" --help 2>/dev/null | grep -q -- "$2"; }
-
 # Redis for FastMCP's tasks (Docket's Redis backend): one database per row.
 command -v redis-server >/dev/null || { echo "results.sh needs redis-server (apt-get install redis-server)" >&2; exit 1; }
 REDIS_PORT="$(free_port)"
@@ -126,31 +122,22 @@ row "rmcp alone (rmcp_server --plain)" "rmcp 3.11" -- --slow "$SLOW" -- "$E/rmcp
 row "rmcp alone (rmcp_server --plain), 2025 handshake" "rmcp 3.11" -- --era 2025 --slow "$SLOW" -- "$E/rmcp_server" --plain
 KIND=ours http_row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --listen 127.0.0.1:PORT
 http_row "rmcp alone (rmcp_server --plain --listen)" "rmcp 3.11" "$SLOW" -- "$E/rmcp_server" --plain --listen 127.0.0.1:PORT
-# rmcp's own TaskManager, and the integration's tasks (its TasksLayer), once
-# rmcp_server has --tasks.
-if supports "$E/rmcp_server" --task-ttl; then
-    KIND=ours row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --tasks)" "rmcp 3.11" -- --slow "$SLOW" --task "$TASK" -- "$E/rmcp_server" --tasks --task-ttl 2s
-    KIND=ours http_row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --tasks --listen)" "rmcp 3.11" "$SLOW" "$TASK" -- "$E/rmcp_server" --tasks --task-ttl 2s --listen 127.0.0.1:PORT
-    row "rmcp alone, its TaskManager (rmcp_server --plain --tasks)" "rmcp 3.11" -- --slow "$SLOW" --task "$TASK" -- "$E/rmcp_server" --plain --tasks
-    http_row "rmcp alone, its TaskManager (rmcp_server --plain --tasks --listen)" "rmcp 3.11" "$SLOW" "$TASK" -- "$E/rmcp_server" --plain --tasks --listen 127.0.0.1:PORT
-fi
-# The tower-mcp integration serves stdio with this crate's own server once
-# tower_mcp_server has --tasks (the same change): its rows are then this
-# crate's, held to 0 failed; before, tower-mcp's own stdio loop races (†).
-TOWER_KIND=varies
-if supports "$E/tower_mcp_server" --task-ttl; then
-    TOWER_KIND=ours
-fi
-KIND=$TOWER_KIND row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server"
-KIND=$TOWER_KIND row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server"
+# The integration's tasks (its TasksLayer), and rmcp's own TaskManager.
+KIND=ours row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --tasks)" "rmcp 3.11" -- --slow "$SLOW" --task "$TASK" -- "$E/rmcp_server" --tasks --task-ttl 2s
+KIND=ours http_row "rmcp + tower-mcp-cancel-rmcp (rmcp_server --tasks --listen)" "rmcp 3.11" "$SLOW" "$TASK" -- "$E/rmcp_server" --tasks --task-ttl 2s --listen 127.0.0.1:PORT
+row "rmcp alone, its TaskManager (rmcp_server --plain --tasks)" "rmcp 3.11" -- --slow "$SLOW" --task "$TASK" -- "$E/rmcp_server" --plain --tasks
+http_row "rmcp alone, its TaskManager (rmcp_server --plain --tasks --listen)" "rmcp 3.11" "$SLOW" "$TASK" -- "$E/rmcp_server" --plain --tasks --listen 127.0.0.1:PORT
+# The tower-mcp integration serves with this crate's own servers
+# (McpRouterService): its rows are this crate's, held to 0 failed; tower-mcp
+# alone (--plain) races in its own stdio loop (†).
+KIND=ours row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server"
+KIND=ours row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server"
 KIND=varies row "tower-mcp alone (tower_mcp_server --plain)" "tower-mcp 0.25" -- --slow "$SLOW" -- "$E/tower_mcp_server" --plain
 KIND=varies row "tower-mcp alone (tower_mcp_server --plain), 2025 handshake" "tower-mcp 0.25" -- --era 2025 --slow "$SLOW" -- "$E/tower_mcp_server" --plain
-http_row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --listen)" "tower-mcp 0.25" "$SLOW" -- "$E/tower_mcp_server" --listen 127.0.0.1:PORT
+KIND=ours http_row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --listen)" "tower-mcp 0.25" "$SLOW" -- "$E/tower_mcp_server" --listen 127.0.0.1:PORT
 http_row "tower-mcp alone (tower_mcp_server --plain --listen)" "tower-mcp 0.25" "$SLOW" -- "$E/tower_mcp_server" --plain --listen 127.0.0.1:PORT
-if supports "$E/tower_mcp_server" --task-ttl; then
-    KIND=ours row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --tasks)" "tower-mcp 0.25" -- --slow "$SLOW" --task "$TASK" -- "$E/tower_mcp_server" --tasks --task-ttl 2s
-    KIND=ours http_row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --tasks --listen)" "tower-mcp 0.25" "$SLOW" "$TASK" -- "$E/tower_mcp_server" --tasks --task-ttl 2s --listen 127.0.0.1:PORT
-fi
+KIND=ours row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --tasks)" "tower-mcp 0.25" -- --slow "$SLOW" --task "$TASK" -- "$E/tower_mcp_server" --tasks --task-ttl 2s
+KIND=ours http_row "tower-mcp + tower-mcp-cancel-tower-mcp (tower_mcp_server --tasks --listen)" "tower-mcp 0.25" "$SLOW" "$TASK" -- "$E/tower_mcp_server" --tasks --task-ttl 2s --listen 127.0.0.1:PORT
 row "TypeScript SDK v2 (ts/server.mjs)" "@modelcontextprotocol/server 2.4.0" -- --slow "$SLOW" -- node "$I/ts/server.mjs"
 http_row "TypeScript SDK v2 (ts/server.mjs --http)" "@modelcontextprotocol/server 2.4.0" "$SLOW" -- node "$I/ts/server.mjs" --http PORT
 row "Python SDK (py/server.py)" "mcp 2.3.0" -- --slow "$SLOW" -- "$I/.venv/bin/python" "$I/py/server.py"
