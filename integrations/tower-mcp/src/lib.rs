@@ -153,6 +153,7 @@ struct ReadmeDoctests;
 mod input;
 mod request;
 mod service;
+mod token;
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -170,8 +171,9 @@ use tower_mcp::{JsonRpcError, McpRouter, RouterRequest, RouterResponse, ServerNo
 use tower_service::Service;
 
 pub use self::input::{stdio, CheckedInput, NotificationCheck};
-use self::request::LayeredRequest;
+use self::request::{ignore_removed_task, LayeredRequest};
 pub use self::service::McpRouterService;
+use self::token::FireOnDrop;
 use tower::BoxError;
 use tower_mcp_cancel::integration::ProgressRegistry;
 use tower_mcp_cancel::{
@@ -355,17 +357,7 @@ impl Service<RouterRequest> for RouterService {
 
     fn call(&mut self, mut req: RouterRequest) -> Self::Future {
         let id = req.id.clone();
-        // sep-2663 removed tools/call's `task` parameter and has servers
-        // ignore it; tower-mcp refuses a 2026-07-28 call that carries it.
-        if let tower_mcp::protocol::McpRequest::CallTool(p) = &mut req.inner {
-            let modern = p
-                .meta
-                .as_ref()
-                .is_some_and(|m| m.protocol_version.is_some());
-            if modern && p.task.take().is_some() {
-                tracing::debug!("the removed `task` parameter of a tools/call ignored");
-            }
-        }
+        ignore_removed_task(&mut req);
         let cancellation = Cancellation::new();
         // tower-mcp adopts a token of its own type found in the extensions
         // as the handler's (`ctx.cancellation_token()`) and the one its
@@ -376,10 +368,11 @@ impl Service<RouterRequest> for RouterService {
         req.extensions.insert(token.clone());
         let mut req = LayeredRequest::new(req);
         req.set_cancellation(cancellation.clone());
-        let mut bridge = Bridge {
-            token: token.clone(),
-            completed: false,
-        };
+        // Fires the handler's token when its request ends without an answer
+        // of its own (a layer's limit, a cancel, the call dropped): the way
+        // back from this crate's Cancellation to tower-mcp's token, for the
+        // work the handler spawned.
+        let mut bridge = FireOnDrop::armed(token.clone());
         let fresh = self.inner.clone();
         let call = std::mem::replace(&mut self.inner, fresh).oneshot(req);
         Box::pin(async move {
@@ -401,7 +394,9 @@ impl Service<RouterRequest> for RouterService {
             };
             let out =
                 tower_mcp_cancel::integration::run_cancellable(call, cause, &cancellation).await;
-            bridge.completed = out.is_ok() && !cancellation.is_cancelled();
+            if out.is_ok() && !cancellation.is_cancelled() {
+                bridge.disarm();
+            }
             drop(bridge);
             Ok(out.unwrap_or_else(|e| {
                 let e = tower_mcp_cancel::jsonrpc::ErrorObject::of_error(&*e);
@@ -418,30 +413,15 @@ impl Service<RouterRequest> for RouterService {
     }
 }
 
-/// Fires the handler's token when its request ends without an answer of
-/// its own (a layer's limit, a cancel, the call dropped): the way back from
-/// this crate's [`Cancellation`] to tower-mcp's token, for the work the
-/// handler spawned.
-struct Bridge {
-    token: CancellationToken,
-    completed: bool,
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        if !self.completed {
-            self.token.cancel();
-        }
-    }
-}
-
 /// The router's future, which fires the handler's token
 /// (`ctx.cancellation_token()`) when it is dropped before its end, before
 /// it drops the handler's future: a layer's limit (or any cancel that
 /// drops the stack) reaches the handler's token at the cancel, not after
 /// the drop.
 struct TokenFirst<F> {
-    token: Option<CancellationToken>,
+    /// Declared before `call`: fields drop in declaration order, so the
+    /// token fires before the handler's future is dropped.
+    fire: Option<FireOnDrop>,
     call: Pin<Box<F>>,
 }
 
@@ -450,17 +430,10 @@ impl<F: Future> Future for TokenFirst<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let out = std::task::ready!(self.call.as_mut().poll(cx));
-        self.token = None;
-        Poll::Ready(out)
-    }
-}
-
-impl<F> Drop for TokenFirst<F> {
-    fn drop(&mut self) {
-        // Runs before the fields drop: the token fires first.
-        if let Some(token) = self.token.take() {
-            token.cancel();
+        if let Some(fire) = &mut self.fire {
+            fire.disarm();
         }
+        Poll::Ready(out)
     }
 }
 
@@ -494,7 +467,7 @@ impl Service<LayeredRequest> for Router {
         let flush = registration.as_ref().and(self.flush.clone());
         let token = req.inner.extensions.get::<CancellationToken>().cloned();
         let call = TokenFirst {
-            token,
+            fire: token.map(FireOnDrop::armed),
             call: Box::pin(self.router.call(req.inner)),
         };
         Box::pin(async move {

@@ -107,3 +107,19 @@ impl RequestView for LayeredRequest {
         *self.started.get_or_insert_with(Instant::now)
     }
 }
+
+/// Drops a 2026-07-28 `tools/call`'s `task` parameter: the tasks extension
+/// removed that 2025-11-25 parameter and has servers ignore it (sep-2663,
+/// Backwards Compatibility), where tower-mcp refuses the call with
+/// `-32602`. A 2025 request keeps it (tower-mcp's own tasks).
+pub(crate) fn ignore_removed_task(req: &mut RouterRequest) {
+    if let TmRequest::CallTool(p) = &mut req.inner {
+        let modern = p
+            .meta
+            .as_ref()
+            .is_some_and(|m| m.protocol_version.is_some());
+        if modern && p.task.take().is_some() {
+            tracing::debug!("the removed `task` parameter of a tools/call ignored");
+        }
+    }
+}

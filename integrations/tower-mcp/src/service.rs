@@ -19,6 +19,9 @@ use tower_mcp_cancel::jsonrpc::{ErrorObject, RequestId};
 use tower_mcp_cancel::transport::{id_member, IdMember, LineFilter};
 use tower_mcp_cancel::{McpRequest, RequestContext};
 
+use super::request::ignore_removed_task;
+use super::token::FireOnDrop;
+
 /// How many notifications one request's handler may queue before tower-mcp
 /// drops the next (its own transports' channel holds 256 for a connection).
 const REQUEST_NOTIFICATIONS: usize = 64;
@@ -146,24 +149,13 @@ impl Service<RouterRequest> for PerRequest {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: RouterRequest) -> Self::Future {
+    fn call(&mut self, mut req: RouterRequest) -> Self::Future {
+        ignore_removed_task(&mut req);
         let mut router = self.router.clone();
         if let Some(RequestSender(tx)) = req.extensions.get::<RequestSender>() {
             router = router.with_notification_sender(tx.clone());
         }
         router.call(req)
-    }
-}
-
-/// Fires the handler's token when dropped armed: the call was dropped
-/// before its end.
-struct FireOnDrop(Option<CancellationToken>);
-
-impl Drop for FireOnDrop {
-    fn drop(&mut self) {
-        if let Some(token) = self.0.take() {
-            token.cancel();
-        }
     }
 }
 
@@ -199,7 +191,7 @@ impl Service<McpRequest> for McpRouterService {
             let call = jsonrpc.call_single(jreq);
             tokio::pin!(call);
             // Fires the token if the call is dropped before its end.
-            let mut fire = FireOnDrop(Some(token.clone()));
+            let mut fire = FireOnDrop::armed(token.clone());
             let cancelled = ctx.token();
             let mut fired = false;
             let out = loop {
@@ -214,7 +206,7 @@ impl Service<McpRequest> for McpRouterService {
                     }
                 }
             };
-            fire.0 = None;
+            fire.disarm();
             // What the handler queued before it returned, before its answer.
             while let Ok(n) = rx.try_recv() {
                 forward(&ctx, n).await;
@@ -247,27 +239,8 @@ fn to_jsonrpc(req: &McpRequest) -> Result<JsonRpcRequest, ErrorObject> {
         None => None,
     };
     let mut jreq = JsonRpcRequest::new(id, req.method());
-    jreq.params = params.map(|p| without_legacy_task(req.method(), p));
+    jreq.params = params;
     Ok(jreq)
-}
-
-/// A 2026-07-28 `tools/call`'s params without a `task` member: the tasks
-/// extension removed that 2025-11-25 parameter and has servers ignore it
-/// (sep-2663, Backwards Compatibility), where tower-mcp refuses the call
-/// with `-32602`. A 2025 request keeps it (tower-mcp's own tasks).
-fn without_legacy_task(method: &str, mut params: Value) -> Value {
-    if method == "tools/call" {
-        if let Some(p) = params.as_object_mut() {
-            let modern = p
-                .get("_meta")
-                .and_then(Value::as_object)
-                .is_some_and(|m| m.contains_key("io.modelcontextprotocol/protocolVersion"));
-            if modern && p.remove("task").is_some() {
-                tracing::debug!("the removed `task` parameter of a tools/call ignored");
-            }
-        }
-    }
-    params
 }
 
 /// This crate's id as tower-mcp's (the same JSON).
